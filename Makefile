@@ -1,0 +1,19 @@
+# The two commands a newcomer needs: `make run` and `make test`.
+GO ?= go
+
+.PHONY: run test bench lint
+
+run: ## run the server on MySQL and Redis on localhost, schema applied at start
+	DISPATCH_ADMIN_TOKEN=$${DISPATCH_ADMIN_TOKEN:-dev-admin-token} \
+	DISPATCH_ENROLL_SECRET=$${DISPATCH_ENROLL_SECRET:-dev-enroll-secret} \
+	$(GO) run ./cmd/dispatchd
+
+test: ## the whole suite, race detector on, against the real MySQL and Redis
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+bench: ## benchmarks (see README: Performance)
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+lint:
+	gofmt -l . | tee /dev/stderr | (! read)
+	$(GO) vet ./...

@@ -1,0 +1,53 @@
+package taskd
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code is a stable, machine-readable error code, as API.md lists them.
+type Code string
+
+// The error codes of the HTTP contract. Each maps to exactly one HTTP status, in
+// internal/web.
+const (
+	CodeInvalid         Code = "invalid_argument"
+	CodeMalformedJSON   Code = "malformed_json"
+	CodeUnauthenticated Code = "unauthenticated"
+	CodePermission      Code = "permission_denied"
+	CodeNotFound        Code = "not_found"
+	CodeStaleLease      Code = "stale_lease"
+	CodeConflict        Code = "conflict"
+	CodeTooLarge        Code = "too_large"
+	CodeParamsInvalid   Code = "params_invalid"
+	CodeRateLimited     Code = "rate_limited"
+	CodeUnavailable     Code = "unavailable"
+	CodeInternal        Code = "internal"
+)
+
+// Error is an error the caller can act on: it carries a code, a message safe to show
+// to the client, and optional structured details.
+type Error struct {
+	Code    Code
+	Message string
+	Details any
+}
+
+func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
+
+// Errorf builds an *Error with a formatted message.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrorCode returns the code of the first *Error in err's chain, or CodeInternal.
+func ErrorCode(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeInternal
+}
+
+// ErrNotFound is returned by lookups that find nothing; callers wrap or translate it.
+var ErrNotFound = &Error{Code: CodeNotFound, Message: "not found"}

@@ -1,0 +1,197 @@
+// Package store is the MySQL data-access layer: every SQL statement of the server lives
+// here, with placeholders only. MySQL (or MariaDB) is the system of record for tasks,
+// templates, memberships, client keys, quota claims, dispatches, cursors and the outbox.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/golang-migrate/migrate/v4"
+	migratemysql "github.com/golang-migrate/migrate/v4/database/mysql"
+	"github.com/golang-migrate/migrate/v4/source/iofs"
+
+	schema "github.com/taskpull/taskd/sql"
+)
+
+// Store is the MySQL-backed system of record.
+type Store struct {
+	db *sql.DB
+}
+
+// New wraps an open database. Use Open to connect, create and migrate.
+func New(db *sql.DB) *Store { return &Store{db: db} }
+
+// DB returns the underlying pool (for health checks and tests).
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Close closes the pool.
+func (s *Store) Close() error { return s.db.Close() }
+
+// OpenOptions tune Open.
+type OpenOptions struct {
+	// CreateDatabase creates the DSN's database if it does not exist.
+	CreateDatabase bool
+	// Migrate applies the embedded migrations.
+	Migrate  bool
+	MaxConns int
+}
+
+// Open connects to the DSN's database, optionally creating it and applying the
+// migrations, and returns a pool whose sessions run at READ COMMITTED (which keeps
+// InnoDB's gap locks, and the deadlocks they breed between concurrent claims, away).
+func Open(ctx context.Context, dsn string, opt OpenOptions) (*Store, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("mysql dsn: %w", err)
+	}
+	if cfg.DBName == "" {
+		return nil, errors.New("mysql dsn: no database name (e.g. root@tcp(127.0.0.1:3306)/taskd)")
+	}
+	cfg.ParseTime = true
+	cfg.Loc = time.UTC
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	cfg.Params["time_zone"] = "'+00:00'"
+
+	if opt.CreateDatabase {
+		if err := createDatabase(ctx, cfg); err != nil {
+			return nil, err
+		}
+	}
+	isolationVar, err := isolationVariable(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if opt.Migrate {
+		if err := migrateUp(cfg); err != nil {
+			return nil, err
+		}
+	}
+	cfg.Params[isolationVar] = "'READ-COMMITTED'"
+	connector, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("mysql: %w", err)
+	}
+	db := sql.OpenDB(connector)
+	if opt.MaxConns <= 0 {
+		opt.MaxConns = 32
+	}
+	db.SetMaxOpenConns(opt.MaxConns)
+	db.SetMaxIdleConns(opt.MaxConns)
+	db.SetConnMaxLifetime(time.Hour)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("mysql ping: %w", err)
+	}
+	return &Store{db: db}, nil
+}
+
+func createDatabase(ctx context.Context, cfg *mysql.Config) error {
+	c := cfg.Clone()
+	name := c.DBName
+	c.DBName = ""
+	db, err := sql.Open("mysql", c.FormatDSN())
+	if err != nil {
+		return fmt.Errorf("mysql: %w", err)
+	}
+	defer db.Close()
+	q := "CREATE DATABASE IF NOT EXISTS `" + strings.ReplaceAll(name, "`", "``") + "` CHARACTER SET utf8mb4"
+	if _, err := db.ExecContext(ctx, q); err != nil {
+		return fmt.Errorf("create database %s: %w", name, err)
+	}
+	return nil
+}
+
+// isolationVariable names the session variable for the isolation level: MariaDB
+// before 11.1 knows only tx_isolation, MySQL 8 only transaction_isolation.
+func isolationVariable(ctx context.Context, cfg *mysql.Config) (string, error) {
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		return "", fmt.Errorf("mysql: %w", err)
+	}
+	defer db.Close()
+	var version string
+	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+		return "", fmt.Errorf("mysql: %w", err)
+	}
+	if strings.Contains(strings.ToLower(version), "mariadb") {
+		return "tx_isolation", nil
+	}
+	return "transaction_isolation", nil
+}
+
+// migrateUp applies the embedded migrations with golang-migrate, which holds a MySQL
+// advisory lock so that several processes starting at once migrate one at a time.
+func migrateUp(cfg *mysql.Config) error {
+	c := cfg.Clone()
+	c.MultiStatements = true
+	db, err := sql.Open("mysql", c.FormatDSN())
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer db.Close()
+	src, err := iofs.New(schema.Migrations, "migrations")
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	drv, err := migratemysql.WithInstance(db, &migratemysql.Config{})
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	m, err := migrate.NewWithInstance("iofs", src, c.DBName, drv)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+		return fmt.Errorf("migrate up: %w", err)
+	}
+	return nil
+}
+
+// retryable reports whether a transaction failed only because of lock contention and
+// may simply be run again.
+func retryable(err error) bool {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		return me.Number == 1213 || me.Number == 1205 // deadlock, lock wait timeout
+	}
+	return false
+}
+
+// isDuplicate reports a unique-key violation.
+func isDuplicate(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1062
+}
+
+// inTx runs fn in a transaction, retrying on deadlock a few times.
+func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		var tx *sql.Tx
+		tx, err = s.db.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("begin: %w", err)
+		}
+		err = fn(tx)
+		if err == nil {
+			err = tx.Commit()
+			if err == nil {
+				return nil
+			}
+		} else {
+			tx.Rollback()
+		}
+		if !retryable(err) {
+			return err
+		}
+	}
+	return err
+}

@@ -1,0 +1,208 @@
+package taskd
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Kind is the kind of a task: a one-time task or a rotating one.
+type Kind uint8
+
+const (
+	KindOnce   Kind = 1
+	KindRotate Kind = 2
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindOnce:
+		return "once"
+	case KindRotate:
+		return "rotate"
+	}
+	return "kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// ParseKind parses "once" or "rotate".
+func ParseKind(s string) (Kind, error) {
+	switch s {
+	case "once":
+		return KindOnce, nil
+	case "rotate":
+		return KindRotate, nil
+	}
+	return 0, Errorf(CodeInvalid, "kind: must be once or rotate, got %q", s)
+}
+
+// Mode says how a limited dispatch quota is shared among users.
+type Mode uint8
+
+const (
+	// ModeOncePerUser: a user gets an occurrence at most once (seed: 多次数执行任务).
+	ModeOncePerUser Mode = 1
+	// ModeUntilExhausted: after completing, the same user may take the occurrence
+	// again while quota remains (seed: 多次数阻塞执行任务).
+	ModeUntilExhausted Mode = 2
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeOncePerUser:
+		return "once_per_user"
+	case ModeUntilExhausted:
+		return "until_exhausted"
+	}
+	return "mode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// ParseMode parses a mode name; the empty string is the default, once_per_user.
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "", "once_per_user":
+		return ModeOncePerUser, nil
+	case "until_exhausted":
+		return ModeUntilExhausted, nil
+	}
+	return 0, Errorf(CodeInvalid, "mode: must be once_per_user or until_exhausted, got %q", s)
+}
+
+// Status is a task's lifecycle state.
+type Status uint8
+
+const (
+	StatusActive  Status = 1
+	StatusPaused  Status = 2
+	StatusDeleted Status = 3
+)
+
+func (s Status) String() string {
+	switch s {
+	case StatusActive:
+		return "active"
+	case StatusPaused:
+		return "paused"
+	case StatusDeleted:
+		return "deleted"
+	}
+	return "status(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Unlimited is the dispatch quota that never runs out.
+const Unlimited = -1
+
+// idPattern is what a user or group id may look like: short, URL- and key-safe.
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidID reports whether s may be a user or group id.
+func ValidID(s string) bool { return idPattern.MatchString(s) }
+
+// Executor is who a task targets: one user (uid_<id>) or a group (gid_<id>).
+type Executor struct {
+	Group bool
+	ID    string
+}
+
+// ParseExecutor parses "uid_<id>" or "gid_<id>".
+func ParseExecutor(s string) (Executor, error) {
+	var e Executor
+	switch {
+	case strings.HasPrefix(s, "uid_"):
+		e.ID = s[4:]
+	case strings.HasPrefix(s, "gid_"):
+		e = Executor{Group: true, ID: s[4:]}
+	default:
+		return e, Errorf(CodeInvalid, "executor: must be uid_<id> or gid_<id>, got %q", s)
+	}
+	if !ValidID(e.ID) {
+		return e, Errorf(CodeInvalid, "executor: id must be 1 to 64 of [A-Za-z0-9_-], got %q", e.ID)
+	}
+	return e, nil
+}
+
+// UserExecutor is the executor string of one user.
+func UserExecutor(uid string) string { return "uid_" + uid }
+
+// GroupExecutor is the executor string of a group.
+func GroupExecutor(gid string) string { return "gid_" + gid }
+
+func (e Executor) String() string {
+	if e.Group {
+		return GroupExecutor(e.ID)
+	}
+	return UserExecutor(e.ID)
+}
+
+// TaskKey names a task across kinds: "once:12", "rotate:3".
+type TaskKey struct {
+	Kind Kind
+	ID   int64
+}
+
+func (k TaskKey) String() string { return k.Kind.String() + ":" + strconv.FormatInt(k.ID, 10) }
+
+// ParseTaskKey parses "once:12" or "rotate:3".
+func ParseTaskKey(s string) (TaskKey, error) {
+	kind, id, ok := strings.Cut(s, ":")
+	if !ok {
+		return TaskKey{}, Errorf(CodeInvalid, "task_id: must be <kind>:<id>, got %q", s)
+	}
+	k, err := ParseKind(kind)
+	if err != nil {
+		return TaskKey{}, err
+	}
+	n, err := strconv.ParseInt(id, 10, 64)
+	if err != nil || n <= 0 {
+		return TaskKey{}, Errorf(CodeInvalid, "task_id: bad id in %q", s)
+	}
+	return TaskKey{Kind: k, ID: n}, nil
+}
+
+// Occurrence is one due time of one task: the unit that exclusion, quotas and events
+// refer to.
+type Occurrence struct {
+	Task  TaskKey
+	DueAt time.Time // UTC, whole seconds
+}
+
+// String is the occurrence key, e.g. "once:12@2026-11-21T10:00:00Z".
+func (o Occurrence) String() string {
+	return o.Task.String() + "@" + o.DueAt.UTC().Format(time.RFC3339)
+}
+
+// ParseOccurrence parses an occurrence key.
+func ParseOccurrence(s string) (Occurrence, error) {
+	task, due, ok := strings.Cut(s, "@")
+	if !ok {
+		return Occurrence{}, fmt.Errorf("occurrence %q: missing @", s)
+	}
+	k, err := ParseTaskKey(task)
+	if err != nil {
+		return Occurrence{}, err
+	}
+	t, err := time.Parse(time.RFC3339, due)
+	if err != nil {
+		return Occurrence{}, fmt.Errorf("occurrence %q: %w", s, err)
+	}
+	return Occurrence{Task: k, DueAt: t.UTC()}, nil
+}
+
+// FirstRotation returns the first occurrence of a rotate task at or after t:
+// start + ceil((t - start) / space) * space, or start itself when t is before it.
+func FirstRotation(start time.Time, space time.Duration, t time.Time) time.Time {
+	if !t.After(start) {
+		return start
+	}
+	n := (t.Sub(start) + space - 1) / space
+	return start.Add(n * space)
+}
+
+// IsRotation reports whether due is one of the occurrences of a rotate task.
+func IsRotation(start time.Time, space time.Duration, end *time.Time, due time.Time) bool {
+	if due.Before(start) || (end != nil && due.After(*end)) {
+		return false
+	}
+	return due.Sub(start)%space == 0
+}
