@@ -31,9 +31,25 @@ type Error struct {
 	Code    Code
 	Message string
 	Details any
+	// Err is the underlying cause, for logs only: it is never shown to the client.
+	Err error
 }
 
-func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return string(e.Code) + ": " + e.Message + ": " + e.Err.Error()
+	}
+	return string(e.Code) + ": " + e.Message
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Unavailable wraps a dependency failure: the client sees 503 and a generic message,
+// the log sees the cause.
+func Unavailable(what string, err error) error {
+	return &Error{Code: CodeUnavailable, Message: what + " is unavailable", Err: err}
+}
 
 // Errorf builds an *Error with a formatted message.
 func Errorf(code Code, format string, args ...any) *Error {

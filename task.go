@@ -1,6 +1,7 @@
 package taskd
 
 import (
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -205,4 +206,32 @@ func IsRotation(start time.Time, space time.Duration, end *time.Time, due time.T
 		return false
 	}
 	return due.Sub(start)%space == 0
+}
+
+// Template is a named JSON Schema that task params must satisfy.
+type Template struct {
+	ID        int64           `json:"id"`
+	Name      string          `json:"name"`
+	Schema    json.RawMessage `json:"schema"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+// Task is a once or rotate task as admins see it.
+type Task struct {
+	Key                 TaskKey         `json:"-"`
+	Executor            string          `json:"executor"`
+	StartTime           time.Time       `json:"start_time"`
+	SpaceMinutes        int             `json:"space_minutes,omitempty"`
+	EndTime             *time.Time      `json:"end_time,omitempty"`
+	TemplateID          int64           `json:"template_id"`
+	Params              json.RawMessage `json:"params"`
+	DispatchTimes       int             `json:"dispatch_times"`
+	Mode                Mode            `json:"-"`
+	Priority            int             `json:"priority"`
+	Status              Status          `json:"-"`
+	LeaseSeconds        int             `json:"lease_seconds"`
+	MaxAttempts         int             `json:"max_attempts"`
+	RetryBackoffSeconds int             `json:"retry_backoff_seconds"`
+	CreatedAt           time.Time       `json:"created_at"`
+	UpdatedAt           time.Time       `json:"updated_at"`
 }

@@ -21,7 +21,8 @@ import (
 
 // Store is the MySQL-backed system of record.
 type Store struct {
-	db *sql.DB
+	db     *sql.DB
+	events EventsConfig
 }
 
 // New wraps an open database. Use Open to connect, create and migrate.

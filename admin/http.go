@@ -1,0 +1,466 @@
+package admin
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/internal/web"
+)
+
+// bodyLimit bounds admin request bodies (a template schema or task params).
+const bodyLimit = 1 << 20
+
+// RequireAdmin lets through requests bearing one of the admin tokens. A valid client
+// key gets 403 (it is a real identity, just not an admin); anything else 401.
+func RequireAdmin(tokens []string, isClientKey func(ctx context.Context, key string) bool, log *slog.Logger) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			got := web.Bearer(r)
+			if got == "" {
+				web.Error(w, r, log, taskd.Errorf(taskd.CodeUnauthenticated, "admin token required"))
+				return
+			}
+			for _, t := range tokens {
+				if t != "" && subtle.ConstantTimeCompare([]byte(got), []byte(t)) == 1 {
+					next.ServeHTTP(w, r)
+					return
+				}
+			}
+			if isClientKey(r.Context(), got) {
+				web.Error(w, r, log, taskd.Errorf(taskd.CodePermission, "a client key cannot use the admin API"))
+				return
+			}
+			web.Error(w, r, log, taskd.Errorf(taskd.CodeUnauthenticated, "invalid admin token"))
+		})
+	}
+}
+
+// Handlers are the admin API's handlers.
+type Handlers struct {
+	svc *Service
+	log *slog.Logger
+}
+
+// NewHandlers returns the admin handlers over svc.
+func NewHandlers(svc *Service, log *slog.Logger) *Handlers { return &Handlers{svc: svc, log: log} }
+
+func (h *Handlers) fail(w http.ResponseWriter, r *http.Request, err error) { web.Error(w, r, h.log, err) }
+
+type templateRequest struct {
+	Name   string          `json:"name"`
+	Schema json.RawMessage `json:"schema"`
+}
+
+// CreateTemplate is POST /v1/admin/templates.
+func (h *Handlers) CreateTemplate() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req templateRequest
+		if err := web.Decode(w, r, bodyLimit, false, &req); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		t, err := h.svc.CreateTemplate(r.Context(), req.Name, req.Schema)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		web.Encode(w, http.StatusCreated, t)
+	})
+}
+
+// ListTemplates is GET /v1/admin/templates.
+func (h *Handlers) ListTemplates() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ts, err := h.svc.store.ListTemplates(r.Context())
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		web.Encode(w, http.StatusOK, map[string]any{"templates": ts})
+	})
+}
+
+func pathID(r *http.Request, name string) (int64, error) {
+	id, err := strconv.ParseInt(chi.URLParam(r, name), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, taskd.Errorf(taskd.CodeNotFound, "%s %q not found", name, chi.URLParam(r, name))
+	}
+	return id, nil
+}
+
+// GetTemplate is GET /v1/admin/templates/{id}.
+func (h *Handlers) GetTemplate() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, err := pathID(r, "id")
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		t, err := h.svc.store.GetTemplate(r.Context(), id)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		web.Encode(w, http.StatusOK, t)
+	})
+}
+
+// DeleteTemplate is DELETE /v1/admin/templates/{id}.
+func (h *Handlers) DeleteTemplate() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, err := pathID(r, "id")
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		if err := h.svc.store.DeleteTemplate(r.Context(), id, h.svc.now()); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+// taskRequest is the body of task create and replace. Pointers tell "absent" from
+// zero, so defaults apply only to absent fields.
+type taskRequest struct {
+	Executor            string          `json:"executor"`
+	StartTime           *time.Time      `json:"start_time"`
+	TemplateID          *int64          `json:"template_id"`
+	Params              json.RawMessage `json:"params"`
+	DispatchTimes       *int            `json:"dispatch_times"`
+	Mode                string          `json:"mode"`
+	Priority            *int            `json:"priority"`
+	Status              string          `json:"status"`
+	LeaseSeconds        *int            `json:"lease_seconds"`
+	MaxAttempts         *int            `json:"max_attempts"`
+	RetryBackoffSeconds *int            `json:"retry_backoff_seconds"`
+	SpaceMinutes        *int            `json:"space_minutes"`
+	EndTime             *time.Time      `json:"end_time"`
+}
+
+// task checks the request field by field and returns the task it describes.
+func (req *taskRequest) task(kind taskd.Kind) (taskd.Task, error) {
+	t := taskd.Task{Key: taskd.TaskKey{Kind: kind}, DispatchTimes: 1, Priority: 5, MaxAttempts: 1, Status: taskd.StatusActive}
+	if _, err := taskd.ParseExecutor(req.Executor); err != nil {
+		return t, err
+	}
+	t.Executor = req.Executor
+	if req.StartTime == nil {
+		return t, taskd.Errorf(taskd.CodeInvalid, "start_time: required")
+	}
+	t.StartTime = req.StartTime.UTC().Truncate(time.Second)
+	if req.TemplateID == nil || *req.TemplateID <= 0 {
+		return t, taskd.Errorf(taskd.CodeInvalid, "template_id: required, a template id")
+	}
+	t.TemplateID = *req.TemplateID
+	if len(req.Params) == 0 || string(req.Params) == "null" {
+		t.Params = json.RawMessage("{}")
+	} else {
+		t.Params = req.Params
+	}
+	if req.DispatchTimes != nil {
+		if *req.DispatchTimes != taskd.Unlimited && *req.DispatchTimes < 1 {
+			return t, taskd.Errorf(taskd.CodeInvalid, "dispatch_times: must be -1 (unlimited) or >= 1")
+		}
+		t.DispatchTimes = *req.DispatchTimes
+	}
+	var err error
+	if t.Mode, err = taskd.ParseMode(req.Mode); err != nil {
+		return t, err
+	}
+	if req.Priority != nil {
+		if *req.Priority < 1 || *req.Priority > 9 {
+			return t, taskd.Errorf(taskd.CodeInvalid, "priority: must be 1..9")
+		}
+		t.Priority = *req.Priority
+	}
+	switch req.Status {
+	case "", "active":
+	case "paused":
+		t.Status = taskd.StatusPaused
+	default:
+		return t, taskd.Errorf(taskd.CodeInvalid, "status: must be active or paused, got %q", req.Status)
+	}
+	if req.LeaseSeconds != nil {
+		if *req.LeaseSeconds < 0 {
+			return t, taskd.Errorf(taskd.CodeInvalid, "lease_seconds: must be >= 0 (0: never expires)")
+		}
+		t.LeaseSeconds = *req.LeaseSeconds
+	}
+	if req.MaxAttempts != nil {
+		if *req.MaxAttempts < 1 || *req.MaxAttempts > 100 {
+			return t, taskd.Errorf(taskd.CodeInvalid, "max_attempts: must be 1..100")
+		}
+		t.MaxAttempts = *req.MaxAttempts
+	}
+	if req.RetryBackoffSeconds != nil {
+		if *req.RetryBackoffSeconds < 0 {
+			return t, taskd.Errorf(taskd.CodeInvalid, "retry_backoff_seconds: must be >= 0")
+		}
+		t.RetryBackoffSeconds = *req.RetryBackoffSeconds
+	}
+	if kind == taskd.KindOnce {
+		if req.SpaceMinutes != nil || req.EndTime != nil {
+			return t, taskd.Errorf(taskd.CodeInvalid, "space_minutes, end_time: rotate tasks only")
+		}
+		return t, nil
+	}
+	if req.SpaceMinutes == nil || *req.SpaceMinutes < 1 {
+		return t, taskd.Errorf(taskd.CodeInvalid, "space_minutes: required, >= 1")
+	}
+	t.SpaceMinutes = *req.SpaceMinutes
+	if req.EndTime != nil {
+		end := req.EndTime.UTC().Truncate(time.Second)
+		if !end.After(t.StartTime) {
+			return t, taskd.Errorf(taskd.CodeInvalid, "end_time: must be after start_time")
+		}
+		t.EndTime = &end
+	}
+	return t, nil
+}
+
+// taskView is a task as the API shows it.
+type taskView struct {
+	TaskID string `json:"task_id"`
+	ID     int64  `json:"id"`
+	Kind   string `json:"kind"`
+	taskd.Task
+	Mode   string `json:"mode"`
+	Status string `json:"status"`
+}
+
+func viewTask(t taskd.Task) taskView {
+	return taskView{TaskID: t.Key.String(), ID: t.Key.ID, Kind: t.Key.Kind.String(), Task: t,
+		Mode: t.Mode.String(), Status: t.Status.String()}
+}
+
+func pathKind(r *http.Request) (taskd.Kind, error) {
+	k, err := taskd.ParseKind(chi.URLParam(r, "kind"))
+	if err != nil {
+		return 0, taskd.Errorf(taskd.CodeNotFound, "no such task kind %q", chi.URLParam(r, "kind"))
+	}
+	return k, nil
+}
+
+// CreateTask is POST /v1/admin/tasks/{kind}.
+func (h *Handlers) CreateTask() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		kind, err := pathKind(r)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		var req taskRequest
+		if err := web.Decode(w, r, bodyLimit, false, &req); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		t, err := req.task(kind)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		if t, err = h.svc.CreateTask(r.Context(), t); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		web.Encode(w, http.StatusCreated, viewTask(t))
+	})
+}
+
+func pathTaskKey(r *http.Request) (taskd.TaskKey, error) {
+	kind, err := pathKind(r)
+	if err != nil {
+		return taskd.TaskKey{}, err
+	}
+	id, err := pathID(r, "id")
+	return taskd.TaskKey{Kind: kind, ID: id}, err
+}
+
+// GetTask is GET /v1/admin/tasks/{kind}/{id}.
+func (h *Handlers) GetTask() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, err := pathTaskKey(r)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		t, err := h.svc.store.GetTask(r.Context(), key)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		web.Encode(w, http.StatusOK, viewTask(t))
+	})
+}
+
+// ReplaceTask is PUT /v1/admin/tasks/{kind}/{id}.
+func (h *Handlers) ReplaceTask() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, err := pathTaskKey(r)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		var req taskRequest
+		if err := web.Decode(w, r, bodyLimit, false, &req); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		t, err := req.task(key.Kind)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		t.Key = key
+		if t, err = h.svc.ReplaceTask(r.Context(), t); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		web.Encode(w, http.StatusOK, viewTask(t))
+	})
+}
+
+// DeleteTask is DELETE /v1/admin/tasks/{kind}/{id}.
+func (h *Handlers) DeleteTask() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, err := pathTaskKey(r)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		if err := h.svc.DeleteTask(r.Context(), key); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+type membersRequest struct {
+	UIDs []string `json:"uids"`
+}
+
+func pathGroup(r *http.Request) (string, error) {
+	gid := chi.URLParam(r, "gid")
+	if !taskd.ValidID(gid) {
+		return "", taskd.Errorf(taskd.CodeInvalid, "gid: must be 1 to 64 of [A-Za-z0-9_-], got %q", gid)
+	}
+	return gid, nil
+}
+
+func (h *Handlers) decodeMembers(w http.ResponseWriter, r *http.Request) (string, []string, error) {
+	gid, err := pathGroup(r)
+	if err != nil {
+		return "", nil, err
+	}
+	var req membersRequest
+	if err := web.Decode(w, r, bodyLimit, false, &req); err != nil {
+		return "", nil, err
+	}
+	if req.UIDs == nil {
+		return "", nil, taskd.Errorf(taskd.CodeInvalid, "uids: required")
+	}
+	for _, u := range req.UIDs {
+		if !taskd.ValidID(u) {
+			return "", nil, taskd.Errorf(taskd.CodeInvalid, "uids: %q is not a valid uid", u)
+		}
+	}
+	return gid, req.UIDs, nil
+}
+
+// ReplaceMembers is PUT /v1/admin/groups/{gid}/members.
+func (h *Handlers) ReplaceMembers() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gid, uids, err := h.decodeMembers(w, r)
+		if err == nil {
+			err = h.svc.ReplaceMembers(r.Context(), gid, uids)
+		}
+		h.members(w, r, gid, err)
+	})
+}
+
+// AddMembers is POST /v1/admin/groups/{gid}/members.
+func (h *Handlers) AddMembers() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gid, uids, err := h.decodeMembers(w, r)
+		if err == nil {
+			err = h.svc.AddMembers(r.Context(), gid, uids)
+		}
+		h.members(w, r, gid, err)
+	})
+}
+
+// RemoveMember is DELETE /v1/admin/groups/{gid}/members/{uid}.
+func (h *Handlers) RemoveMember() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gid, err := pathGroup(r)
+		if err == nil {
+			err = h.svc.RemoveMember(r.Context(), gid, chi.URLParam(r, "uid"))
+		}
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+// ListMembers is GET /v1/admin/groups/{gid}/members.
+func (h *Handlers) ListMembers() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gid, err := pathGroup(r)
+		h.members(w, r, gid, err)
+	})
+}
+
+func (h *Handlers) members(w http.ResponseWriter, r *http.Request, gid string, err error) {
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	uids, err := h.svc.store.Members(r.Context(), gid)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	web.Encode(w, http.StatusOK, map[string]any{"uids": uids})
+}
+
+// IssueKey is POST /v1/admin/clients/{uid}/keys.
+func (h *Handlers) IssueKey() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, err := h.svc.dispatch.IssueKey(r.Context(), chi.URLParam(r, "uid"))
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		web.Encode(w, http.StatusCreated, map[string]string{"client_key": key})
+	})
+}
+
+// RevokeKeys is DELETE /v1/admin/clients/{uid}/keys.
+func (h *Handlers) RevokeKeys() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		uid := chi.URLParam(r, "uid")
+		if !taskd.ValidID(uid) {
+			h.fail(w, r, taskd.Errorf(taskd.CodeInvalid, "uid: must be 1 to 64 of [A-Za-z0-9_-]"))
+			return
+		}
+		n, err := h.svc.dispatch.RevokeKeys(r.Context(), uid)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		web.Encode(w, http.StatusOK, map[string]int{"revoked": n})
+	})
+}

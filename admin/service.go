@@ -1,0 +1,185 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/dispatch"
+	"github.com/taskpull/taskd/internal/clock"
+	"github.com/taskpull/taskd/internal/store"
+	"github.com/taskpull/taskd/queue"
+)
+
+// Service carries out admin changes.
+type Service struct {
+	store    *store.Store
+	cache    *queue.Cache
+	dispatch *dispatch.Service
+	clock    clock.Clock
+	log      *slog.Logger
+}
+
+// NewService wires the admin service.
+func NewService(st *store.Store, cache *queue.Cache, ds *dispatch.Service, clk clock.Clock, log *slog.Logger) *Service {
+	return &Service{store: st, cache: cache, dispatch: ds, clock: clk, log: log.With("component", "admin")}
+}
+
+func (s *Service) now() time.Time { return s.clock.Now().UTC() }
+
+// compileSchema compiles a JSON Schema document, or says why it is not one.
+func compileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return nil, taskd.Errorf(taskd.CodeInvalid, "schema: %v", err)
+	}
+	if _, ok := doc.(map[string]any); !ok {
+		return nil, taskd.Errorf(taskd.CodeInvalid, "schema: must be a JSON object")
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("template.json", doc); err != nil {
+		return nil, taskd.Errorf(taskd.CodeInvalid, "schema: %v", err)
+	}
+	sch, err := c.Compile("template.json")
+	if err != nil {
+		return nil, taskd.Errorf(taskd.CodeInvalid, "schema is not valid JSON Schema: %v", err)
+	}
+	return sch, nil
+}
+
+// CreateTemplate validates the schema and stores the template.
+func (s *Service) CreateTemplate(ctx context.Context, name string, schema json.RawMessage) (taskd.Template, error) {
+	if name == "" || len(name) > 128 {
+		return taskd.Template{}, taskd.Errorf(taskd.CodeInvalid, "name: required, at most 128 characters")
+	}
+	if len(schema) == 0 {
+		return taskd.Template{}, taskd.Errorf(taskd.CodeInvalid, "schema: required")
+	}
+	if _, err := compileSchema(schema); err != nil {
+		return taskd.Template{}, err
+	}
+	var compact bytes.Buffer
+	json.Compact(&compact, schema)
+	return s.store.CreateTemplate(ctx, name, compact.Bytes(), s.now())
+}
+
+// validateParams checks params against the task's template schema (422 otherwise).
+func (s *Service) validateParams(ctx context.Context, templateID int64, params json.RawMessage) error {
+	tpl, err := s.store.GetTemplate(ctx, templateID)
+	if taskd.ErrorCode(err) == taskd.CodeNotFound {
+		return taskd.Errorf(taskd.CodeInvalid, "template_id: template %d does not exist", templateID)
+	}
+	if err != nil {
+		return err
+	}
+	sch, err := compileSchema(tpl.Schema)
+	if err != nil {
+		return fmt.Errorf("template %d: stored schema: %w", templateID, err)
+	}
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(params))
+	if err != nil {
+		return taskd.Errorf(taskd.CodeInvalid, "params: %v", err)
+	}
+	if err := sch.Validate(inst); err != nil {
+		e := taskd.Errorf(taskd.CodeParamsInvalid, "params do not match template %d", templateID)
+		if ve, ok := err.(*jsonschema.ValidationError); ok {
+			e.Details = ve.BasicOutput()
+		}
+		return e
+	}
+	return nil
+}
+
+// CreateTask validates and stores a task and invalidates its executor's heaps.
+func (s *Service) CreateTask(ctx context.Context, t taskd.Task) (taskd.Task, error) {
+	if err := s.validateParams(ctx, t.TemplateID, t.Params); err != nil {
+		return taskd.Task{}, err
+	}
+	t, err := s.store.CreateTask(ctx, t, s.now())
+	if err != nil {
+		return t, err
+	}
+	return t, s.invalidate(ctx, t.Executor)
+}
+
+// ReplaceTask replaces a task's editable fields and invalidates the heaps of the old
+// and the new executor.
+func (s *Service) ReplaceTask(ctx context.Context, t taskd.Task) (taskd.Task, error) {
+	if err := s.validateParams(ctx, t.TemplateID, t.Params); err != nil {
+		return taskd.Task{}, err
+	}
+	before, after, err := s.store.ReplaceTask(ctx, t, s.now())
+	if err != nil {
+		return after, err
+	}
+	if err := s.invalidate(ctx, before.Executor); err != nil {
+		return after, err
+	}
+	return after, s.invalidate(ctx, after.Executor)
+}
+
+// DeleteTask soft-deletes a task and invalidates its executor's heaps.
+func (s *Service) DeleteTask(ctx context.Context, key taskd.TaskKey) error {
+	before, err := s.store.DeleteTask(ctx, key, s.now())
+	if err != nil {
+		return err
+	}
+	return s.invalidate(ctx, before.Executor)
+}
+
+func (s *Service) invalidate(ctx context.Context, executor string) error {
+	e, err := taskd.ParseExecutor(executor)
+	if err != nil {
+		return err
+	}
+	if e.Group {
+		return s.cache.InvalidateGroup(ctx, e.ID)
+	}
+	return s.cache.InvalidateUser(ctx, e.ID)
+}
+
+func (s *Service) invalidateUsers(ctx context.Context, uids []string) error {
+	for _, u := range uids {
+		if err := s.cache.InvalidateUser(ctx, u); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AddMembers adds users to a group; their heaps are rebuilt on their next fetch.
+func (s *Service) AddMembers(ctx context.Context, gid string, uids []string) error {
+	added, err := s.store.AddMembers(ctx, gid, uids, s.now())
+	if err != nil {
+		return err
+	}
+	return s.invalidateUsers(ctx, added)
+}
+
+// ReplaceMembers sets a group's members.
+func (s *Service) ReplaceMembers(ctx context.Context, gid string, uids []string) error {
+	changed, err := s.store.ReplaceMembers(ctx, gid, uids, s.now())
+	if err != nil {
+		return err
+	}
+	return s.invalidateUsers(ctx, changed)
+}
+
+// RemoveMember removes a user from a group: the group's tasks leave the user's offer
+// on its next fetch (an open dispatch may still be completed).
+func (s *Service) RemoveMember(ctx context.Context, gid, uid string) error {
+	removed, err := s.store.RemoveMember(ctx, gid, uid)
+	if err != nil {
+		return err
+	}
+	if !removed {
+		return taskd.Errorf(taskd.CodeNotFound, "user %s is not in group %s", uid, gid)
+	}
+	return s.cache.InvalidateUser(ctx, uid)
+}

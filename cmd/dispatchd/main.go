@@ -1,0 +1,82 @@
+// Command dispatchd is the task dispatch server. Configuration: env DISPATCH_* or flags
+// (see -h and docs/CONFIG.md); with none, it runs on MySQL and Redis on localhost.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/taskpull/taskd/internal/app"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "dispatchd:", err)
+		os.Exit(1)
+	}
+}
+
+// run starts the server and blocks until ctx is done, then shuts down gracefully:
+// in-flight requests finish (up to the shutdown timeout).
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := app.LoadConfig(args, getenv, stderr)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	deps, closeDeps, err := app.Open(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeDeps()
+	a := app.New(cfg, deps)
+	if len(cfg.AdminTokens) == 0 {
+		log.Warn("DISPATCH_ADMIN_TOKEN is not set: the admin API refuses every request")
+	}
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("DISPATCH_ADDR: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           a.Handler(),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      cfg.MaxWait + 30*time.Second, // a long poll may hold the reply
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	bg, stopBG := context.WithCancel(ctx)
+	defer stopBG()
+	go a.RunBackground(bg)
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("listening", "addr", ln.Addr().String(), "node", cfg.Node)
+	fmt.Fprintf(stdout, "dispatchd listening on %s\n", ln.Addr())
+
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Shutdown)
+	defer cancel()
+	if err := srv.Shutdown(shutCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}

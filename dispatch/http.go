@@ -1,0 +1,121 @@
+package dispatch
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/internal/web"
+)
+
+// clientBodyLimit bounds client request bodies; completion details are small.
+const clientBodyLimit = 64 << 10
+
+type enrollRequest struct {
+	UID          string `json:"uid"`
+	EnrollSecret string `json:"enroll_secret"`
+}
+
+// HandleEnroll is POST /v1/enroll.
+func HandleEnroll(s *Service, log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req enrollRequest
+		if err := web.Decode(w, r, clientBodyLimit, false, &req); err != nil {
+			web.Error(w, r, log, err)
+			return
+		}
+		if req.UID == "" {
+			web.Error(w, r, log, taskd.Errorf(taskd.CodeInvalid, "uid: required"))
+			return
+		}
+		key, err := s.Enroll(r.Context(), req.UID, req.EnrollSecret)
+		if err != nil {
+			web.Error(w, r, log, err)
+			return
+		}
+		web.Encode(w, http.StatusOK, map[string]string{"client_key": key})
+	})
+}
+
+type fetchRequest struct {
+	WaitMS *int64 `json:"wait_ms"`
+}
+
+// HandleFetch is POST /v1/fetch.
+func HandleFetch(s *Service, log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		uid, hash, ok := ParseKey(web.Bearer(r))
+		if !ok {
+			web.Error(w, r, log, taskd.Errorf(taskd.CodeUnauthenticated, "missing or malformed client key"))
+			return
+		}
+		var req fetchRequest
+		if err := web.Decode(w, r, clientBodyLimit, true, &req); err != nil {
+			web.Error(w, r, log, err)
+			return
+		}
+		var wait time.Duration
+		if req.WaitMS != nil {
+			if *req.WaitMS < 0 {
+				web.Error(w, r, log, taskd.Errorf(taskd.CodeInvalid, "wait_ms: must be >= 0"))
+				return
+			}
+			wait = time.Duration(min(*req.WaitMS, 3_600_000)) * time.Millisecond
+		}
+		res, err := s.Fetch(r.Context(), uid, hash, wait)
+		if err != nil {
+			web.Error(w, r, log, err)
+			return
+		}
+		web.Encode(w, http.StatusOK, res)
+	})
+}
+
+type completeRequest struct {
+	LogID  string          `json:"log_id"`
+	Result string          `json:"result"`
+	Detail json.RawMessage `json:"detail"`
+}
+
+// HandleComplete is POST /v1/complete.
+func HandleComplete(s *Service, log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		uid, hash, ok := ParseKey(web.Bearer(r))
+		if !ok {
+			web.Error(w, r, log, taskd.Errorf(taskd.CodeUnauthenticated, "missing or malformed client key"))
+			return
+		}
+		var req completeRequest
+		if err := web.Decode(w, r, clientBodyLimit, false, &req); err != nil {
+			web.Error(w, r, log, err)
+			return
+		}
+		if req.LogID == "" {
+			web.Error(w, r, log, taskd.Errorf(taskd.CodeInvalid, "log_id: required"))
+			return
+		}
+		if len(req.LogID) > 64 {
+			web.Error(w, r, log, taskd.Errorf(taskd.CodeInvalid, "log_id: too long"))
+			return
+		}
+		result, err := ParseResult(req.Result)
+		if err != nil {
+			web.Error(w, r, log, err)
+			return
+		}
+		if len(req.Detail) > 0 && string(req.Detail) != "null" && req.Detail[0] != '{' {
+			web.Error(w, r, log, taskd.Errorf(taskd.CodeInvalid, "detail: must be an object"))
+			return
+		}
+		if string(req.Detail) == "null" {
+			req.Detail = nil
+		}
+		if err := s.Complete(r.Context(), uid, hash, req.LogID, result, req.Detail); err != nil {
+			web.Error(w, r, log, err)
+			return
+		}
+		web.Encode(w, http.StatusOK, map[string]bool{"ok": true})
+	})
+}

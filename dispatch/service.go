@@ -1,0 +1,285 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/internal/clock"
+	"github.com/taskpull/taskd/internal/store"
+	"github.com/taskpull/taskd/queue"
+)
+
+// Config tunes the service.
+type Config struct {
+	// MaxWait caps a fetch's long poll (wait_ms).
+	MaxWait time.Duration
+	// PollStep is how often a long poll looks again when nothing tells it earlier.
+	PollStep time.Duration
+	// EnrollSecret lets agents enroll themselves; empty disables enrollment.
+	EnrollSecret string
+}
+
+// Service is fetch, complete and client keys.
+type Service struct {
+	store *store.Store
+	cache *queue.Cache
+	clock clock.Clock
+	log   *slog.Logger
+	cfg   Config
+}
+
+// NewService wires the service.
+func NewService(st *store.Store, cache *queue.Cache, clk clock.Clock, log *slog.Logger, cfg Config) *Service {
+	if cfg.MaxWait <= 0 {
+		cfg.MaxWait = 30 * time.Second
+	}
+	if cfg.PollStep <= 0 {
+		cfg.PollStep = time.Second
+	}
+	return &Service{store: st, cache: cache, clock: clk, log: log.With("component", "dispatch"), cfg: cfg}
+}
+
+// Assignment is a task handed to an agent.
+type Assignment struct {
+	LogID          string          `json:"log_id"`
+	TaskID         string          `json:"task_id"`
+	Kind           string          `json:"kind"`
+	DueAt          time.Time       `json:"due_at"`
+	TemplateID     int64           `json:"template_id"`
+	Params         json.RawMessage `json:"params"`
+	Redo           bool            `json:"redo"`
+	Attempt        int             `json:"attempt"`
+	LeaseExpiresAt *time.Time      `json:"lease_expires_at"`
+}
+
+// FetchResult is a fetch's answer: a task or none, and when the next one is due.
+type FetchResult struct {
+	Task      *Assignment `json:"task"`
+	NextDueAt *time.Time  `json:"next_due_at"`
+}
+
+func assignment(d *store.Dispatch, redo bool) *Assignment {
+	return &Assignment{
+		LogID:          d.LogID,
+		TaskID:         d.Occurrence.Task.String(),
+		Kind:           d.Occurrence.Task.Kind.String(),
+		DueAt:          d.Occurrence.DueAt,
+		TemplateID:     d.TemplateID,
+		Params:         d.Params,
+		Redo:           redo,
+		Attempt:        d.Attempt,
+		LeaseExpiresAt: d.LeaseExpiresAt,
+	}
+}
+
+// maxRounds bounds how many heap peeks one fetch makes while every due occurrence it
+// sees turns out to be taken.
+const maxRounds = 32
+
+// Fetch returns the task due for uid now, or none and when to come back. keyHash is
+// checked against uid's valid client keys in the same Redis round trip as the heap
+// peek. With wait > 0 it long-polls until a task is due or wait (capped) runs out.
+func (s *Service) Fetch(ctx context.Context, uid, keyHash string, wait time.Duration) (FetchResult, error) {
+	wait = min(wait, s.cfg.MaxWait)
+	deadline := s.clock.Now().Add(wait)
+	for {
+		res, err := s.fetch(ctx, uid, keyHash)
+		if err != nil || res.Task != nil || wait <= 0 {
+			return res, err
+		}
+		now := s.clock.Now()
+		if !now.Before(deadline) {
+			return res, nil
+		}
+		pause := min(deadline.Sub(now), s.cfg.PollStep)
+		if res.NextDueAt != nil && res.NextDueAt.Sub(now) < pause {
+			pause = max(res.NextDueAt.Sub(now), 10*time.Millisecond)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return res, nil
+		case <-t.C:
+		}
+		keyHash = "" // checked on the first round
+	}
+}
+
+func (s *Service) fetch(ctx context.Context, uid, keyHash string) (FetchResult, error) {
+	now := s.clock.Now().UTC()
+	view, err := s.cache.Peek(ctx, uid, keyHash, now)
+	if err != nil {
+		return FetchResult{}, err
+	}
+	// 1. The open dispatch, if any, comes first. The cached hint only says whether to
+	// look; MySQL says what is open.
+	if view.Open != queue.OpenNone {
+		res, done, err := s.resumeOpen(ctx, uid, now)
+		if err != nil || done {
+			return res, err
+		}
+		if view, err = s.cache.Peek(ctx, uid, "", now); err != nil {
+			return FetchResult{}, err
+		}
+	}
+	// 2. Claim the first due occurrence that still has a slot for this user.
+	var changes []queue.Change
+	for round := 0; len(view.Due) > 0 && round < maxRounds; round++ {
+		for i, e := range view.Due {
+			outcome, d, err := s.store.Claim(ctx, uid, e.Occurrence(), now)
+			if err != nil {
+				s.apply(ctx, uid, "", changes)
+				return FetchResult{}, err
+			}
+			switch outcome {
+			case store.Claimed:
+				changes = append(changes, queue.Change{Entry: e})
+				s.apply(ctx, uid, d.LogID, changes)
+				return FetchResult{Task: assignment(d, false), NextDueAt: nextDue(view.Due[i+1:], view.Next)}, nil
+			case store.UserBusy:
+				// Another request of this user dispatched first: hand that one out.
+				s.apply(ctx, uid, "", changes)
+				res, _, err := s.resumeOpen(ctx, uid, now)
+				return res, err
+			default: // exhausted, already had it, or gone: drop it, try the next
+				changes = append(changes, queue.Change{Entry: e})
+			}
+		}
+		s.apply(ctx, uid, "", changes)
+		changes = nil
+		if view, err = s.cache.Peek(ctx, uid, "", now); err != nil {
+			return FetchResult{}, err
+		}
+	}
+	return FetchResult{NextDueAt: nextDue(nil, view.Next)}, nil
+}
+
+func nextDue(due []queue.Entry, next *queue.Entry) *time.Time {
+	switch {
+	case len(due) > 0:
+		t := due[0].DueAt
+		return &t
+	case next != nil:
+		t := next.DueAt
+		return &t
+	}
+	return nil
+}
+
+// resumeOpen handles uid's open dispatch: an open one is handed out again (redo), a
+// failed one waiting for its retry becomes the next attempt when due, and one past its
+// lease expires. done is false when nothing is open (any more) and the heap is next.
+func (s *Service) resumeOpen(ctx context.Context, uid string, now time.Time) (FetchResult, bool, error) {
+	for attempt := 0; attempt < 3; attempt++ {
+		d, err := s.store.OpenDispatch(ctx, uid)
+		if err != nil {
+			return FetchResult{}, false, err
+		}
+		switch {
+		case d == nil:
+			s.apply(ctx, uid, "-", nil)
+			return FetchResult{}, false, nil
+		case d.State == store.StateRetryWait:
+			if now.Before(*d.RetryAt) {
+				at := *d.RetryAt
+				return FetchResult{NextDueAt: &at}, true, nil
+			}
+			next, err := s.store.Retry(ctx, d, now)
+			if err != nil {
+				return FetchResult{}, false, err
+			}
+			if next == nil {
+				continue // moved on meanwhile: look again
+			}
+			s.apply(ctx, uid, next.LogID, nil)
+			return FetchResult{Task: assignment(next, false)}, true, nil
+		case d.LeaseExpired(now):
+			if err := s.expired(ctx, d.LogID, now); err != nil {
+				return FetchResult{}, false, err
+			}
+		default:
+			if err := s.store.Redo(ctx, d, now); err != nil {
+				return FetchResult{}, false, err
+			}
+			s.apply(ctx, uid, d.LogID, nil)
+			return FetchResult{Task: assignment(d, true)}, true, nil
+		}
+	}
+	return FetchResult{}, false, taskd.Errorf(taskd.CodeUnavailable, "open dispatch of user %s is changing; try again", uid)
+}
+
+// expired expires one dispatch past its lease and lets the user's heap offer the
+// occurrence again (its slot went back to the pool).
+func (s *Service) expired(ctx context.Context, logID string, now time.Time) error {
+	d, err := s.store.Expire(ctx, logID, now)
+	if err != nil || d == nil {
+		return err
+	}
+	s.log.InfoContext(ctx, "lease expired", "uid", d.UID, "log_id", d.LogID, "task_id", d.Occurrence.Task.String())
+	return s.afterExpire(ctx, d.UID)
+}
+
+func (s *Service) afterExpire(ctx context.Context, uid string) error {
+	s.apply(ctx, uid, "-", nil)
+	return s.cache.InvalidateUser(ctx, uid)
+}
+
+// apply writes a fetch's outcome to the cache. It is best effort: the cache is a hint,
+// and a stale hint is corrected by MySQL on the next fetch (a claim that fails, an
+// open dispatch found by its unique key).
+func (s *Service) apply(ctx context.Context, uid, open string, changes []queue.Change) {
+	if open == "" && len(changes) == 0 {
+		return
+	}
+	if err := s.cache.Apply(ctx, uid, open, changes); err != nil {
+		s.log.WarnContext(ctx, "cache apply failed", "uid", uid, "err", err)
+	}
+}
+
+// Complete finishes uid's open dispatch logID. Anything but the caller's open dispatch
+// is a stale_lease conflict; a repeated complete of the same log id answers as the
+// first did and changes nothing.
+func (s *Service) Complete(ctx context.Context, uid, keyHash, logID string, result store.Result, detail json.RawMessage) error {
+	if err := s.cache.VerifyKey(ctx, uid, keyHash); err != nil {
+		return err
+	}
+	now := s.clock.Now().UTC()
+	outcome, d, err := s.store.Complete(ctx, uid, logID, result, detail, now)
+	if err != nil {
+		return err
+	}
+	switch outcome {
+	case store.Completed:
+		if d.Mode == taskd.ModeUntilExhausted {
+			// The occurrence stays on offer to this user while quota lasts; the rebuild
+			// from the new cursor puts it back.
+			s.apply(ctx, uid, "-", nil)
+			return s.cache.InvalidateUser(ctx, uid)
+		}
+		s.apply(ctx, uid, "-", nil)
+		return nil
+	case store.RetryScheduled, store.AlreadyDone:
+		return nil
+	case store.ExpiredNow:
+		if err := s.afterExpire(ctx, uid); err != nil {
+			return err
+		}
+		return taskd.Errorf(taskd.CodeStaleLease, "log_id %s: the lease expired", logID)
+	}
+	return taskd.Errorf(taskd.CodeStaleLease, "log_id %s is not your open dispatch", logID)
+}
+
+// ParseResult parses "success" or "failure".
+func ParseResult(s string) (store.Result, error) {
+	switch s {
+	case "success":
+		return store.ResultSuccess, nil
+	case "failure":
+		return store.ResultFailure, nil
+	}
+	return 0, taskd.Errorf(taskd.CodeInvalid, "result: must be success or failure, got %q", s)
+}

@@ -1,0 +1,48 @@
+package dispatch
+
+import (
+	"context"
+	"time"
+)
+
+// SweepExpired expires every open dispatch whose lease has run out, returning their
+// quota slots to the pool, and reports how many it expired. Fetch expires a user's own
+// dispatch lazily; the sweep frees slots held by agents that never come back. Several
+// nodes may sweep at once: each expiry is a conditional update in its own transaction.
+func (s *Service) SweepExpired(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		now := s.clock.Now().UTC()
+		ids, err := s.store.ExpiredLeases(ctx, now, 200)
+		if err != nil {
+			return total, err
+		}
+		for _, id := range ids {
+			if err := s.expired(ctx, id, now); err != nil {
+				return total, err
+			}
+			total++
+		}
+		if len(ids) < 200 {
+			return total, nil
+		}
+	}
+}
+
+// RunSweeper sweeps every interval until ctx is done.
+func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if n, err := s.SweepExpired(ctx); err != nil && ctx.Err() == nil {
+				s.log.WarnContext(ctx, "lease sweep failed", "err", err)
+			} else if n > 0 {
+				s.log.InfoContext(ctx, "leases expired", "count", n)
+			}
+		}
+	}
+}

@@ -1,0 +1,81 @@
+// Package app wires dispatchd: it opens MySQL and Redis, builds the services and lists
+// every route in one place (routes.go). cmd/dispatchd and the end-to-end tests both
+// start servers through it.
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/taskpull/taskd/admin"
+	"github.com/taskpull/taskd/dispatch"
+	"github.com/taskpull/taskd/internal/clock"
+	"github.com/taskpull/taskd/internal/store"
+	"github.com/taskpull/taskd/queue"
+)
+
+// Deps are the connections and clock an App runs on.
+type Deps struct {
+	Store *store.Store
+	Redis redis.UniversalClient
+	Clock clock.Clock
+	Log   *slog.Logger
+	// Loader, if set, replaces the store as the cache's source (tests count rebuilds).
+	Loader queue.Loader
+}
+
+// App is one dispatchd instance.
+type App struct {
+	cfg      Config
+	deps     Deps
+	Cache    *queue.Cache
+	Dispatch *dispatch.Service
+	Admin    *admin.Service
+	handler  http.Handler
+}
+
+// New builds an instance over deps.
+func New(cfg Config, deps Deps) *App {
+	deps.Store.SetEvents(store.EventsConfig{Outbox: len(cfg.KafkaBrokers) > 0, Node: cfg.Node})
+	loader := deps.Loader
+	if loader == nil {
+		loader = deps.Store
+	}
+	a := &App{cfg: cfg, deps: deps}
+	a.Cache = queue.NewCache(deps.Redis, loader, deps.Clock, queue.Config{Prefix: cfg.RedisPrefix, CatchUp: cfg.CatchUp})
+	a.Dispatch = dispatch.NewService(deps.Store, a.Cache, deps.Clock, deps.Log,
+		dispatch.Config{MaxWait: cfg.MaxWait, EnrollSecret: cfg.EnrollSecret})
+	a.Admin = admin.NewService(deps.Store, a.Cache, a.Dispatch, deps.Clock, deps.Log)
+	a.handler = a.routes()
+	return a
+}
+
+// Handler is the HTTP API.
+func (a *App) Handler() http.Handler { return a.handler }
+
+// RunBackground runs the background work (the lease sweeper) until ctx is done.
+func (a *App) RunBackground(ctx context.Context) {
+	a.Dispatch.RunSweeper(ctx, a.cfg.SweepInterval)
+}
+
+// Open connects to MySQL (creating and migrating the database) and Redis.
+func Open(ctx context.Context, cfg Config, log *slog.Logger) (Deps, func(), error) {
+	st, err := store.Open(ctx, cfg.MySQLDSN, store.OpenOptions{CreateDatabase: true, Migrate: true, MaxConns: cfg.MySQLConns})
+	if err != nil {
+		return Deps{}, nil, fmt.Errorf("DISPATCH_MYSQL_DSN: %w", err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: cfg.RedisAddr, DB: cfg.RedisDB, PoolSize: 64})
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		st.Close()
+		return Deps{}, nil, fmt.Errorf("DISPATCH_REDIS_ADDR %s: %w", cfg.RedisAddr, err)
+	}
+	closeAll := func() {
+		rdb.Close()
+		st.Close()
+	}
+	return Deps{Store: st, Redis: rdb, Clock: clock.Real{}, Log: log}, closeAll, nil
+}

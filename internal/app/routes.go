@@ -1,0 +1,78 @@
+package app
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+
+	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/admin"
+	"github.com/taskpull/taskd/dispatch"
+	"github.com/taskpull/taskd/internal/web"
+)
+
+// routes lists every route of the server.
+func (a *App) routes() http.Handler {
+	log := a.deps.Log
+	r := chi.NewRouter()
+	r.Use(middleware.Recoverer)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		web.Error(w, r, log, taskd.Errorf(taskd.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		web.Encode(w, http.StatusMethodNotAllowed, map[string]any{"error": map[string]string{
+			"code": "method_not_allowed", "message": r.Method + " is not allowed on " + r.URL.Path}})
+	})
+
+	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		web.Encode(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	r.Get("/readyz", a.handleReady())
+
+	r.Method(http.MethodPost, "/v1/enroll", dispatch.HandleEnroll(a.Dispatch, log))
+	r.Method(http.MethodPost, "/v1/fetch", dispatch.HandleFetch(a.Dispatch, log))
+	r.Method(http.MethodPost, "/v1/complete", dispatch.HandleComplete(a.Dispatch, log))
+
+	isClientKey := func(ctx context.Context, key string) bool {
+		_, err := a.Dispatch.VerifyKey(ctx, key)
+		return err == nil
+	}
+	h := admin.NewHandlers(a.Admin, log)
+	r.Route("/v1/admin", func(r chi.Router) {
+		r.Use(admin.RequireAdmin(a.cfg.AdminTokens, isClientKey, log))
+		r.Method(http.MethodPost, "/templates", h.CreateTemplate())
+		r.Method(http.MethodGet, "/templates", h.ListTemplates())
+		r.Method(http.MethodGet, "/templates/{id}", h.GetTemplate())
+		r.Method(http.MethodDelete, "/templates/{id}", h.DeleteTemplate())
+		r.Method(http.MethodPost, "/tasks/{kind}", h.CreateTask())
+		r.Method(http.MethodGet, "/tasks/{kind}/{id}", h.GetTask())
+		r.Method(http.MethodPut, "/tasks/{kind}/{id}", h.ReplaceTask())
+		r.Method(http.MethodDelete, "/tasks/{kind}/{id}", h.DeleteTask())
+		r.Method(http.MethodPut, "/groups/{gid}/members", h.ReplaceMembers())
+		r.Method(http.MethodPost, "/groups/{gid}/members", h.AddMembers())
+		r.Method(http.MethodGet, "/groups/{gid}/members", h.ListMembers())
+		r.Method(http.MethodDelete, "/groups/{gid}/members/{uid}", h.RemoveMember())
+		r.Method(http.MethodPost, "/clients/{uid}/keys", h.IssueKey())
+		r.Method(http.MethodDelete, "/clients/{uid}/keys", h.RevokeKeys())
+	})
+	return r
+}
+
+func (a *App) handleReady() http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := a.deps.Store.DB().PingContext(ctx); err != nil {
+			web.Error(w, r, a.deps.Log, taskd.Unavailable("mysql", err))
+			return
+		}
+		if err := a.deps.Redis.Ping(ctx).Err(); err != nil {
+			web.Error(w, r, a.deps.Log, taskd.Unavailable("redis", err))
+			return
+		}
+		web.Encode(w, http.StatusOK, map[string]string{"status": "ready"})
+	}
+}

@@ -1,0 +1,459 @@
+// Package esfake is an in-process stand-in for the parts of Elasticsearch the logsink
+// uses, for tests: the _bulk endpoint (NDJSON in, per-item results out, as Elasticsearch
+// answers them), index templates, ILM policies and the root info endpoint. Every answer
+// carries the X-Elastic-Product header, without which go-elasticsearch refuses a server.
+//
+// Documents are kept by index and _id, so a test can check the indexed set of ids for
+// equality with what it sent and find any id indexed into two indices. Faults are
+// injected per item (any status, e.g. 429 or a 400 mapping error), per request (e.g. the
+// next n bulk requests answer 503) and for the whole server (down: connections are cut
+// without an answer).
+package esfake
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// Item is one bulk operation as the fake received it, for fault injection.
+type Item struct {
+	Action string // index, create, delete, update
+	Index  string
+	ID     string
+	Source []byte
+	// Attempt counts the bulk operations on this _id so far, this one included.
+	Attempt int
+}
+
+// Doc is one stored document.
+type Doc struct {
+	Index   string
+	ID      string
+	Source  json.RawMessage
+	Version int64
+	// Seq orders first indexing: the n-th distinct document stored has Seq n.
+	Seq int64
+}
+
+// Server is the fake. Create it with New.
+type Server struct {
+	srv *httptest.Server
+
+	mu           sync.Mutex
+	docs         map[string]map[string]*Doc // _id -> _index -> doc
+	seq          int64
+	attempts     map[string]int
+	templates    map[string]json.RawMessage
+	policies     map[string]json.RawMessage
+	itemFault    func(Item) int
+	failRequests int
+	failStatus   int
+	down         bool
+	bulkRequests int
+	bulkItems    int
+}
+
+// New starts a fake on a local port; it is closed when t ends.
+func New(t testing.TB) *Server {
+	s := &Server{
+		docs:      map[string]map[string]*Doc{},
+		attempts:  map[string]int{},
+		templates: map[string]json.RawMessage{},
+		policies:  map[string]json.RawMessage{},
+	}
+	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+// URL is the fake's base address, for DISPATCH_ES_URLS.
+func (s *Server) URL() string { return s.srv.URL }
+
+// SetDown makes the server cut every connection without answering (true) or answer
+// again (false).
+func (s *Server) SetDown(down bool) {
+	s.mu.Lock()
+	s.down = down
+	s.mu.Unlock()
+}
+
+// FailRequests answers the next n bulk requests with status (e.g. 503) and an
+// Elasticsearch error body, indexing nothing.
+func (s *Server) FailRequests(n, status int) {
+	s.mu.Lock()
+	s.failRequests, s.failStatus = n, status
+	s.mu.Unlock()
+}
+
+// SetItemFault installs f, called for every bulk item before it is applied: a non-zero
+// status fails the item with that status (429, 400, 503, ...) and leaves it unapplied.
+// nil removes the fault.
+func (s *Server) SetItemFault(f func(Item) int) {
+	s.mu.Lock()
+	s.itemFault = f
+	s.mu.Unlock()
+}
+
+// Count is the number of stored documents.
+func (s *Server) Count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, byIndex := range s.docs {
+		n += len(byIndex)
+	}
+	return n
+}
+
+// IDs returns the distinct stored _ids, sorted.
+func (s *Server) IDs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]string, 0, len(s.docs))
+	for id := range s.docs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// Docs returns copies of every stored document.
+func (s *Server) Docs() []Doc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Doc
+	for _, byIndex := range s.docs {
+		for _, d := range byIndex {
+			out = append(out, *d)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Seq < out[j].Seq })
+	return out
+}
+
+// Duplicates returns the _ids stored in more than one index: what a search over the
+// index pattern would show twice.
+func (s *Server) Duplicates() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for id, byIndex := range s.docs {
+		if len(byIndex) > 1 {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Seq is the Seq of the latest first-indexed document (0 when empty).
+func (s *Server) Seq() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seq
+}
+
+// DocSeq returns the Seq with which the document with this _id was first stored.
+func (s *Server) DocSeq(id string) (int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	best := int64(0)
+	for _, d := range s.docs[id] {
+		if best == 0 || d.Seq < best {
+			best = d.Seq
+		}
+	}
+	return best, best != 0
+}
+
+// Template returns an installed index template body.
+func (s *Server) Template(name string) (json.RawMessage, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.templates[name]
+	return b, ok
+}
+
+// Policy returns an installed ILM policy body.
+func (s *Server) Policy(name string) (json.RawMessage, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.policies[name]
+	return b, ok
+}
+
+// BulkStats returns how many bulk requests and items were received.
+func (s *Server) BulkStats() (requests, items int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bulkRequests, s.bulkItems
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	down := s.down
+	s.mu.Unlock()
+	if down {
+		if hj, ok := w.(http.Hijacker); ok {
+			if conn, _, err := hj.Hijack(); err == nil {
+				conn.Close()
+				return
+			}
+		}
+		panic(http.ErrAbortHandler)
+	}
+	w.Header().Set("X-Elastic-Product", "Elasticsearch")
+	w.Header().Set("Content-Type", "application/json")
+
+	path := strings.Trim(r.URL.Path, "/")
+	parts := strings.Split(path, "/")
+	switch {
+	case path == "" && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+		writeJSON(w, http.StatusOK, map[string]any{
+			"name": "esfake", "cluster_name": "esfake", "cluster_uuid": "esfake-cluster",
+			"version": map[string]any{"number": "8.19.0", "build_flavor": "default",
+				"lucene_version": "9.12.0", "minimum_wire_compatibility_version": "7.17.0"},
+			"tagline": "You Know, for Search",
+		})
+	case len(parts) == 2 && parts[0] == "_index_template":
+		s.serveObject(w, r, s.templates, parts[1], "index_templates")
+	case len(parts) == 3 && parts[0] == "_ilm" && parts[1] == "policy":
+		s.serveObject(w, r, s.policies, parts[2], "policies")
+	case parts[len(parts)-1] == "_bulk" && len(parts) <= 2 &&
+		(r.Method == http.MethodPost || r.Method == http.MethodPut):
+		defaultIndex := ""
+		if len(parts) == 2 {
+			defaultIndex = parts[0]
+		}
+		s.serveBulk(w, r, defaultIndex)
+	default:
+		writeError(w, http.StatusNotFound, "resource_not_found_exception",
+			fmt.Sprintf("esfake does not implement %s /%s", r.Method, path))
+	}
+}
+
+// serveObject stores (PUT) or returns (GET) a named JSON object: templates and policies.
+func (s *Server) serveObject(w http.ResponseWriter, r *http.Request, store map[string]json.RawMessage, name, listKey string) {
+	switch r.Method {
+	case http.MethodPut, http.MethodPost:
+		body, err := readBody(r)
+		if err != nil || !json.Valid(body) {
+			writeError(w, http.StatusBadRequest, "parse_exception", "request body is not valid JSON")
+			return
+		}
+		s.mu.Lock()
+		store[name] = json.RawMessage(body)
+		s.mu.Unlock()
+		writeJSON(w, http.StatusOK, map[string]any{"acknowledged": true})
+	case http.MethodGet:
+		s.mu.Lock()
+		b, ok := store[name]
+		s.mu.Unlock()
+		if !ok {
+			writeError(w, http.StatusNotFound, "resource_not_found_exception", name+" missing")
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{listKey: []any{map[string]any{"name": name, "body": b}}})
+	default:
+		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method)
+	}
+}
+
+type bulkResult struct {
+	Index   string         `json:"_index"`
+	ID      string         `json:"_id"`
+	Version int64          `json:"_version,omitempty"`
+	Result  string         `json:"result,omitempty"`
+	Status  int            `json:"status"`
+	Error   map[string]any `json:"error,omitempty"`
+}
+
+func (s *Server) serveBulk(w http.ResponseWriter, r *http.Request, defaultIndex string) {
+	body, err := readBody(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "parse_exception", err.Error())
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.bulkRequests++
+	if s.failRequests > 0 {
+		s.failRequests--
+		writeError(w, s.failStatus, errorType(s.failStatus), "injected request failure")
+		return
+	}
+
+	var items []map[string]bulkResult
+	anyErr := false
+	lines := bufio.NewReader(bytes.NewReader(body))
+	for {
+		line, err := readLine(lines)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "illegal_argument_exception",
+				"the bulk request must be terminated by a newline [\\n]")
+			return
+		}
+		if len(line) == 0 {
+			continue
+		}
+		var action map[string]struct {
+			Index string `json:"_index"`
+			ID    string `json:"_id"`
+		}
+		if err := json.Unmarshal(line, &action); err != nil || len(action) != 1 {
+			writeError(w, http.StatusBadRequest, "illegal_argument_exception", "malformed action/metadata line")
+			return
+		}
+		var op string
+		var meta struct {
+			Index string `json:"_index"`
+			ID    string `json:"_id"`
+		}
+		for k, v := range action {
+			op, meta = k, v
+		}
+		var source []byte
+		if op != "delete" {
+			source, err = readLine(lines)
+			if err != nil {
+				writeError(w, http.StatusBadRequest, "illegal_argument_exception",
+					"the bulk request must be terminated by a newline [\\n]")
+				return
+			}
+		}
+		if meta.Index == "" {
+			meta.Index = defaultIndex
+		}
+		s.bulkItems++
+		res := s.applyItem(op, meta.Index, meta.ID, source)
+		if res.Status >= 300 {
+			anyErr = true
+		}
+		items = append(items, map[string]bulkResult{op: res})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"took": 1, "errors": anyErr, "items": items})
+}
+
+// applyItem applies one operation; s.mu is held.
+func (s *Server) applyItem(op, index, id string, source []byte) bulkResult {
+	res := bulkResult{Index: index, ID: id}
+	fail := func(status int, typ, reason string) bulkResult {
+		res.Status = status
+		res.Error = map[string]any{"type": typ, "reason": reason, "index": index}
+		return res
+	}
+	if index == "" {
+		return fail(http.StatusBadRequest, "action_request_validation_exception", "Validation Failed: 1: index is missing;")
+	}
+	if id == "" {
+		s.seq++
+		id = fmt.Sprintf("auto-%d", s.seq)
+		res.ID = id
+	}
+	s.attempts[id]++
+	if s.itemFault != nil {
+		if st := s.itemFault(Item{Action: op, Index: index, ID: id, Source: source, Attempt: s.attempts[id]}); st != 0 {
+			return fail(st, errorType(st), "injected item failure")
+		}
+	}
+	existing := s.docs[id][index]
+	switch op {
+	case "index", "create":
+		if !json.Valid(source) {
+			return fail(http.StatusBadRequest, "document_parsing_exception", "failed to parse: source is not JSON")
+		}
+		if op == "create" && existing != nil {
+			return fail(http.StatusConflict, "version_conflict_engine_exception",
+				fmt.Sprintf("[%s]: version conflict, document already exists", id))
+		}
+		if existing != nil {
+			existing.Version++
+			existing.Source = append(json.RawMessage(nil), source...)
+			res.Version, res.Result, res.Status = existing.Version, "updated", http.StatusOK
+			return res
+		}
+		s.seq++
+		if s.docs[id] == nil {
+			s.docs[id] = map[string]*Doc{}
+		}
+		s.docs[id][index] = &Doc{Index: index, ID: id, Source: append(json.RawMessage(nil), source...), Version: 1, Seq: s.seq}
+		res.Version, res.Result, res.Status = 1, "created", http.StatusCreated
+		return res
+	case "delete":
+		if existing == nil {
+			res.Result, res.Status = "not_found", http.StatusNotFound
+			return res
+		}
+		delete(s.docs[id], index)
+		if len(s.docs[id]) == 0 {
+			delete(s.docs, id)
+		}
+		res.Result, res.Status = "deleted", http.StatusOK
+		return res
+	default:
+		return fail(http.StatusBadRequest, "illegal_argument_exception", "esfake does not implement bulk action "+op)
+	}
+}
+
+func errorType(status int) string {
+	switch {
+	case status == http.StatusTooManyRequests:
+		return "es_rejected_execution_exception"
+	case status == http.StatusBadRequest:
+		return "document_parsing_exception"
+	case status >= 500:
+		return "unavailable_shards_exception"
+	default:
+		return "exception"
+	}
+}
+
+func readLine(r *bufio.Reader) ([]byte, error) {
+	line, err := r.ReadBytes('\n')
+	if err == io.EOF && len(line) > 0 {
+		return nil, io.ErrUnexpectedEOF // the last line must end with a newline
+	}
+	if err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(line, "\r\n"), nil
+}
+
+func readBody(r *http.Request) ([]byte, error) {
+	var body io.Reader = r.Body
+	if r.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(r.Body)
+		if err != nil {
+			return nil, err
+		}
+		defer zr.Close()
+		body = zr
+	}
+	return io.ReadAll(body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, typ, reason string) {
+	e := map[string]any{"type": typ, "reason": reason}
+	writeJSON(w, status, map[string]any{
+		"error":  map[string]any{"root_cause": []any{e}, "type": typ, "reason": reason},
+		"status": status,
+	})
+}

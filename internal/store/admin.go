@@ -1,0 +1,379 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"sort"
+	"time"
+
+	"github.com/taskpull/taskd"
+)
+
+// ---- templates ----
+
+// CreateTemplate stores a template and returns it with its id.
+func (s *Store) CreateTemplate(ctx context.Context, name string, schema json.RawMessage, now time.Time) (taskd.Template, error) {
+	res, err := s.db.ExecContext(ctx,
+		"INSERT INTO task_params_template (name, schema_json, status, created_at, updated_at) VALUES (?, ?, 1, ?, ?)",
+		name, string(schema), now, now)
+	if err != nil {
+		return taskd.Template{}, mysqlErr("create template", err)
+	}
+	id, _ := res.LastInsertId()
+	return taskd.Template{ID: id, Name: name, Schema: schema, CreatedAt: now}, nil
+}
+
+// GetTemplate returns a live template or taskd.ErrNotFound.
+func (s *Store) GetTemplate(ctx context.Context, id int64) (taskd.Template, error) {
+	var t taskd.Template
+	var schema string
+	err := s.db.QueryRowContext(ctx,
+		"SELECT id, name, schema_json, created_at FROM task_params_template WHERE id = ? AND status = 1", id).
+		Scan(&t.ID, &t.Name, &schema, &t.CreatedAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return t, taskd.Errorf(taskd.CodeNotFound, "template %d not found", id)
+	}
+	t.Schema = json.RawMessage(schema)
+	return t, mysqlErr("get template", err)
+}
+
+// ListTemplates returns the live templates by id.
+func (s *Store) ListTemplates(ctx context.Context) ([]taskd.Template, error) {
+	rows, err := s.db.QueryContext(ctx,
+		"SELECT id, name, schema_json, created_at FROM task_params_template WHERE status = 1 ORDER BY id")
+	if err != nil {
+		return nil, mysqlErr("list templates", err)
+	}
+	defer rows.Close()
+	out := []taskd.Template{}
+	for rows.Next() {
+		var t taskd.Template
+		var schema string
+		if err := rows.Scan(&t.ID, &t.Name, &schema, &t.CreatedAt); err != nil {
+			return nil, mysqlErr("list templates", err)
+		}
+		t.Schema = json.RawMessage(schema)
+		out = append(out, t)
+	}
+	return out, mysqlErr("list templates", rows.Err())
+}
+
+// DeleteTemplate soft-deletes a template no live task uses (conflict otherwise).
+func (s *Store) DeleteTemplate(ctx context.Context, id int64, now time.Time) error {
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var used int
+		err := tx.QueryRowContext(ctx, `SELECT
+			(SELECT COUNT(*) FROM task_once WHERE template_id = ? AND status <> ?) +
+			(SELECT COUNT(*) FROM task_rotate WHERE template_id = ? AND status <> ?)`,
+			id, taskd.StatusDeleted, id, taskd.StatusDeleted).Scan(&used)
+		if err != nil {
+			return err
+		}
+		if used > 0 {
+			return taskd.Errorf(taskd.CodeConflict, "template %d is used by %d task(s)", id, used)
+		}
+		res, err := tx.ExecContext(ctx,
+			"UPDATE task_params_template SET status = 3, updated_at = ? WHERE id = ? AND status = 1", now, id)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return taskd.Errorf(taskd.CodeNotFound, "template %d not found", id)
+		}
+		return nil
+	})
+	return mysqlErr("delete template", err)
+}
+
+// ---- tasks ----
+
+func taskTable(k taskd.Kind) string {
+	if k == taskd.KindRotate {
+		return "task_rotate"
+	}
+	return "task_once"
+}
+
+// CreateTask stores t (its Key.Kind says which table) and returns it with its id. The
+// template must be live.
+func (s *Store) CreateTask(ctx context.Context, t taskd.Task, now time.Time) (taskd.Task, error) {
+	t.CreatedAt, t.UpdatedAt = now, now
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := templateLive(ctx, tx, t.TemplateID); err != nil {
+			return err
+		}
+		var res sql.Result
+		var err error
+		if t.Key.Kind == taskd.KindOnce {
+			res, err = tx.ExecContext(ctx, `INSERT INTO task_once (executor, start_time, template_id, params,
+				dispatch_times, mode, priority, status, lease_seconds, max_attempts, retry_backoff_seconds,
+				created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+				t.Executor, t.StartTime, t.TemplateID, string(t.Params), t.DispatchTimes, t.Mode, t.Priority,
+				t.Status, t.LeaseSeconds, t.MaxAttempts, t.RetryBackoffSeconds, now, now)
+		} else {
+			res, err = tx.ExecContext(ctx, `INSERT INTO task_rotate (executor, start_time, space_minutes, end_time,
+				template_id, params, dispatch_times, mode, priority, status, lease_seconds, max_attempts,
+				retry_backoff_seconds, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+				t.Executor, t.StartTime, t.SpaceMinutes, t.EndTime, t.TemplateID, string(t.Params), t.DispatchTimes,
+				t.Mode, t.Priority, t.Status, t.LeaseSeconds, t.MaxAttempts, t.RetryBackoffSeconds, now, now)
+		}
+		if err != nil {
+			return err
+		}
+		t.Key.ID, err = res.LastInsertId()
+		return err
+	})
+	return t, mysqlErr("create task", err)
+}
+
+func templateLive(ctx context.Context, tx *sql.Tx, id int64) error {
+	var one int
+	err := tx.QueryRowContext(ctx, "SELECT 1 FROM task_params_template WHERE id = ? AND status = 1", id).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return taskd.Errorf(taskd.CodeInvalid, "template_id: template %d does not exist", id)
+	}
+	return err
+}
+
+const taskColumns = `id, executor, start_time, template_id, params, dispatch_times, mode, priority, status,
+	lease_seconds, max_attempts, retry_backoff_seconds, created_at, updated_at`
+
+func scanTask(row scanner, kind taskd.Kind) (taskd.Task, error) {
+	t := taskd.Task{Key: taskd.TaskKey{Kind: kind}}
+	var params string
+	var space sql.NullInt64
+	var end sql.NullTime
+	dest := []any{&t.Key.ID, &t.Executor, &t.StartTime, &t.TemplateID, &params, &t.DispatchTimes, &t.Mode,
+		&t.Priority, &t.Status, &t.LeaseSeconds, &t.MaxAttempts, &t.RetryBackoffSeconds, &t.CreatedAt, &t.UpdatedAt}
+	if kind == taskd.KindRotate {
+		dest = append(dest, &space, &end)
+	}
+	if err := row.Scan(dest...); err != nil {
+		return t, err
+	}
+	t.Params = json.RawMessage(params)
+	t.StartTime = t.StartTime.UTC()
+	t.SpaceMinutes = int(space.Int64)
+	if end.Valid {
+		e := end.Time.UTC()
+		t.EndTime = &e
+	}
+	return t, nil
+}
+
+func selectTask(k taskd.Kind) string {
+	cols := taskColumns
+	if k == taskd.KindRotate {
+		cols += ", space_minutes, end_time"
+	}
+	return "SELECT " + cols + " FROM " + taskTable(k)
+}
+
+// GetTask returns a task that is not deleted, or not_found.
+func (s *Store) GetTask(ctx context.Context, key taskd.TaskKey) (taskd.Task, error) {
+	t, err := scanTask(s.db.QueryRowContext(ctx, selectTask(key.Kind)+" WHERE id = ? AND status <> ?",
+		key.ID, taskd.StatusDeleted), key.Kind)
+	if errors.Is(err, sql.ErrNoRows) {
+		return t, taskd.Errorf(taskd.CodeNotFound, "task %s not found", key)
+	}
+	return t, mysqlErr("get task", err)
+}
+
+// ReplaceTask replaces the editable fields of a live task and returns the task before
+// and after. Claims already made are kept: a lower quota only stops further dispatch.
+func (s *Store) ReplaceTask(ctx context.Context, t taskd.Task, now time.Time) (before, after taskd.Task, err error) {
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		before, err = scanTask(tx.QueryRowContext(ctx, selectTask(t.Key.Kind)+" WHERE id = ? AND status <> ? FOR UPDATE",
+			t.Key.ID, taskd.StatusDeleted), t.Key.Kind)
+		if errors.Is(err, sql.ErrNoRows) {
+			return taskd.Errorf(taskd.CodeNotFound, "task %s not found", t.Key)
+		}
+		if err != nil {
+			return err
+		}
+		if err := templateLive(ctx, tx, t.TemplateID); err != nil {
+			return err
+		}
+		if t.Key.Kind == taskd.KindOnce {
+			_, err = tx.ExecContext(ctx, `UPDATE task_once SET executor = ?, start_time = ?, template_id = ?,
+				params = ?, dispatch_times = ?, mode = ?, priority = ?, status = ?, lease_seconds = ?,
+				max_attempts = ?, retry_backoff_seconds = ?, updated_at = ? WHERE id = ?`,
+				t.Executor, t.StartTime, t.TemplateID, string(t.Params), t.DispatchTimes, t.Mode, t.Priority,
+				t.Status, t.LeaseSeconds, t.MaxAttempts, t.RetryBackoffSeconds, now, t.Key.ID)
+		} else {
+			_, err = tx.ExecContext(ctx, `UPDATE task_rotate SET executor = ?, start_time = ?, space_minutes = ?,
+				end_time = ?, template_id = ?, params = ?, dispatch_times = ?, mode = ?, priority = ?, status = ?,
+				lease_seconds = ?, max_attempts = ?, retry_backoff_seconds = ?, updated_at = ? WHERE id = ?`,
+				t.Executor, t.StartTime, t.SpaceMinutes, t.EndTime, t.TemplateID, string(t.Params), t.DispatchTimes,
+				t.Mode, t.Priority, t.Status, t.LeaseSeconds, t.MaxAttempts, t.RetryBackoffSeconds, now, t.Key.ID)
+		}
+		t.CreatedAt, t.UpdatedAt = before.CreatedAt, now
+		after = t
+		return err
+	})
+	return before, after, mysqlErr("replace task", err)
+}
+
+// DeleteTask soft-deletes a task and returns it as it was.
+func (s *Store) DeleteTask(ctx context.Context, key taskd.TaskKey, now time.Time) (taskd.Task, error) {
+	var before taskd.Task
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		before, err = scanTask(tx.QueryRowContext(ctx, selectTask(key.Kind)+" WHERE id = ? AND status <> ? FOR UPDATE",
+			key.ID, taskd.StatusDeleted), key.Kind)
+		if errors.Is(err, sql.ErrNoRows) {
+			return taskd.Errorf(taskd.CodeNotFound, "task %s not found", key)
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, "UPDATE "+taskTable(key.Kind)+" SET status = ?, updated_at = ? WHERE id = ?",
+			taskd.StatusDeleted, now, key.ID)
+		return err
+	})
+	return before, mysqlErr("delete task", err)
+}
+
+// ---- groups ----
+
+// AddMembers adds uids to gid and returns those that were not members yet.
+func (s *Store) AddMembers(ctx context.Context, gid string, uids []string, now time.Time) ([]string, error) {
+	var added []string
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		added = added[:0]
+		for _, uid := range uids {
+			res, err := tx.ExecContext(ctx,
+				"INSERT IGNORE INTO group_member (gid, uid, created_at) VALUES (?, ?, ?)", gid, uid, now)
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n > 0 {
+				added = append(added, uid)
+			}
+		}
+		return nil
+	})
+	return added, mysqlErr("add members", err)
+}
+
+// RemoveMember removes uid from gid; it reports whether uid was a member.
+func (s *Store) RemoveMember(ctx context.Context, gid, uid string) (bool, error) {
+	res, err := s.db.ExecContext(ctx, "DELETE FROM group_member WHERE gid = ? AND uid = ?", gid, uid)
+	if err != nil {
+		return false, mysqlErr("remove member", err)
+	}
+	n, _ := res.RowsAffected()
+	return n > 0, nil
+}
+
+// ReplaceMembers makes uids the members of gid and returns every uid whose membership
+// changed (added or removed).
+func (s *Store) ReplaceMembers(ctx context.Context, gid string, uids []string, now time.Time) ([]string, error) {
+	var changed []string
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		current, err := members(ctx, tx, gid, true)
+		if err != nil {
+			return err
+		}
+		want := make(map[string]bool, len(uids))
+		for _, u := range uids {
+			want[u] = true
+		}
+		have := make(map[string]bool, len(current))
+		changed = changed[:0]
+		for _, u := range current {
+			have[u] = true
+			if !want[u] {
+				if _, err := tx.ExecContext(ctx, "DELETE FROM group_member WHERE gid = ? AND uid = ?", gid, u); err != nil {
+					return err
+				}
+				changed = append(changed, u)
+			}
+		}
+		for u := range want {
+			if !have[u] {
+				if _, err := tx.ExecContext(ctx,
+					"INSERT INTO group_member (gid, uid, created_at) VALUES (?, ?, ?)", gid, u, now); err != nil {
+					return err
+				}
+				changed = append(changed, u)
+			}
+		}
+		sort.Strings(changed)
+		return nil
+	})
+	return changed, mysqlErr("replace members", err)
+}
+
+type querier interface {
+	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
+}
+
+func members(ctx context.Context, q querier, gid string, lock bool) ([]string, error) {
+	query := "SELECT uid FROM group_member WHERE gid = ? ORDER BY uid"
+	if lock {
+		query += " FOR UPDATE"
+	}
+	rows, err := q.QueryContext(ctx, query, gid)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	uids := []string{}
+	for rows.Next() {
+		var u string
+		if err := rows.Scan(&u); err != nil {
+			return nil, err
+		}
+		uids = append(uids, u)
+	}
+	return uids, rows.Err()
+}
+
+// Members returns the uids in gid.
+func (s *Store) Members(ctx context.Context, gid string) ([]string, error) {
+	uids, err := members(ctx, s.db, gid, false)
+	return uids, mysqlErr("members", err)
+}
+
+// ---- client keys ----
+
+// CreateClientKey stores the hash of a new client key of uid.
+func (s *Store) CreateClientKey(ctx context.Context, uid, hash string, now time.Time) error {
+	_, err := s.db.ExecContext(ctx,
+		"INSERT INTO client_key (uid, key_hash, created_at) VALUES (?, ?, ?)", uid, hash, now)
+	return mysqlErr("create client key", err)
+}
+
+// RevokeClientKeys revokes every key of uid and returns how many were live.
+func (s *Store) RevokeClientKeys(ctx context.Context, uid string, now time.Time) (int, error) {
+	res, err := s.db.ExecContext(ctx,
+		"UPDATE client_key SET revoked_at = ? WHERE uid = ? AND revoked_at IS NULL", now, uid)
+	if err != nil {
+		return 0, mysqlErr("revoke client keys", err)
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
+}
+
+// ClientKeyHashes returns the hashes of uid's live keys.
+func (s *Store) ClientKeyHashes(ctx context.Context, uid string) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx,
+		"SELECT key_hash FROM client_key WHERE uid = ? AND revoked_at IS NULL", uid)
+	if err != nil {
+		return nil, mysqlErr("client keys", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var h string
+		if err := rows.Scan(&h); err != nil {
+			return nil, mysqlErr("client keys", err)
+		}
+		out = append(out, h)
+	}
+	return out, mysqlErr("client keys", rows.Err())
+}

@@ -1,0 +1,697 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/queue"
+)
+
+// DispatchState is where a dispatch record is in its life.
+type DispatchState uint8
+
+const (
+	StateOpen      DispatchState = 1 // dispatched, not yet completed
+	StateRetryWait DispatchState = 2 // failed, another attempt due at RetryAt (slot kept)
+	StateDone      DispatchState = 3 // completed, with a result
+	StateExpired   DispatchState = 4 // lease ran out; slot returned
+	StateRetried   DispatchState = 5 // failed and superseded by the next attempt
+)
+
+// Result is a completion's outcome.
+type Result uint8
+
+const (
+	ResultSuccess Result = 1
+	ResultFailure Result = 2
+)
+
+func (r Result) String() string {
+	switch r {
+	case ResultSuccess:
+		return "success"
+	case ResultFailure:
+		return "failure"
+	}
+	return ""
+}
+
+// Dispatch is one dispatch record: one attempt of one occurrence by one user.
+type Dispatch struct {
+	LogID          string
+	UID            string
+	Occurrence     taskd.Occurrence
+	Mode           taskd.Mode
+	Attempt        int
+	MaxAttempts    int
+	BackoffSeconds int
+	LeaseSeconds   int
+	State          DispatchState
+	Result         Result
+	TemplateID     int64
+	Params         json.RawMessage
+	DispatchedAt   time.Time
+	LeaseExpiresAt *time.Time
+	RetryAt        *time.Time
+	FinishedAt     *time.Time
+	RedoCount      int
+}
+
+// LeaseExpired reports whether the dispatch is open past its lease at now.
+func (d *Dispatch) LeaseExpired(now time.Time) bool {
+	return d.State == StateOpen && d.LeaseExpiresAt != nil && !now.Before(*d.LeaseExpiresAt)
+}
+
+const dispatchColumns = `log_id, uid, task_kind, task_id, due_at, mode, attempt, max_attempts,
+	retry_backoff_seconds, lease_seconds, state, COALESCE(result, 0), template_id, params,
+	dispatched_at, lease_expires_at, retry_at, finished_at, redo_count`
+
+type scanner interface{ Scan(...any) error }
+
+func scanDispatch(row scanner) (*Dispatch, error) {
+	var d Dispatch
+	var params string
+	err := row.Scan(&d.LogID, &d.UID, &d.Occurrence.Task.Kind, &d.Occurrence.Task.ID, &d.Occurrence.DueAt,
+		&d.Mode, &d.Attempt, &d.MaxAttempts, &d.BackoffSeconds, &d.LeaseSeconds, &d.State, &d.Result,
+		&d.TemplateID, &params, &d.DispatchedAt, &d.LeaseExpiresAt, &d.RetryAt, &d.FinishedAt, &d.RedoCount)
+	if err != nil {
+		return nil, err
+	}
+	d.Params = json.RawMessage(params)
+	d.Occurrence.DueAt = d.Occurrence.DueAt.UTC()
+	return &d, nil
+}
+
+// OpenDispatch returns uid's open (or retry-waiting) dispatch, or nil.
+func (s *Store) OpenDispatch(ctx context.Context, uid string) (*Dispatch, error) {
+	d, err := scanDispatch(s.db.QueryRowContext(ctx,
+		"SELECT "+dispatchColumns+" FROM dispatch WHERE open_uid = ?", uid))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, mysqlErr("open dispatch", err)
+	}
+	return d, nil
+}
+
+// GetDispatch returns the dispatch with logID or taskd.ErrNotFound.
+func (s *Store) GetDispatch(ctx context.Context, logID string) (*Dispatch, error) {
+	d, err := scanDispatch(s.db.QueryRowContext(ctx,
+		"SELECT "+dispatchColumns+" FROM dispatch WHERE log_id = ?", logID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, taskd.ErrNotFound
+	}
+	if err != nil {
+		return nil, mysqlErr("get dispatch", err)
+	}
+	return d, nil
+}
+
+// ClaimOutcome is what an attempt to dispatch an occurrence to a user came to.
+type ClaimOutcome uint8
+
+const (
+	Claimed    ClaimOutcome = iota + 1 // dispatched: the record is open
+	Exhausted                          // the quota is used up: drop the occurrence
+	AlreadyHad                         // once_per_user and the user had it: drop it
+	Gone                               // the task is no longer active or no longer has this occurrence: drop it
+	UserBusy                           // the user already has an open dispatch: return that one
+)
+
+// dispatchTask is the part of a task row a dispatch needs, read in the claim
+// transaction so that a concurrent edit (pause, lower quota) is respected.
+type dispatchTask struct {
+	status         taskd.Status
+	start          time.Time
+	space          int64 // minutes; rotate only
+	end            sql.NullTime
+	quota          int
+	mode           taskd.Mode
+	templateID     int64
+	params         string
+	leaseSeconds   int
+	maxAttempts    int
+	backoffSeconds int
+}
+
+func (t *dispatchTask) hasOccurrence(k taskd.Kind, due time.Time) bool {
+	if k == taskd.KindOnce {
+		return t.start.Equal(due)
+	}
+	var end *time.Time
+	if t.end.Valid {
+		end = &t.end.Time
+	}
+	return t.space > 0 && taskd.IsRotation(t.start, time.Duration(t.space)*time.Minute, end, due)
+}
+
+func loadDispatchTask(ctx context.Context, tx *sql.Tx, k taskd.TaskKey) (*dispatchTask, error) {
+	var t dispatchTask
+	var q string
+	dest := []any{&t.status, &t.start, &t.quota, &t.mode, &t.templateID, &t.params,
+		&t.leaseSeconds, &t.maxAttempts, &t.backoffSeconds}
+	const cols = "status, start_time, dispatch_times, mode, template_id, params, lease_seconds, max_attempts, retry_backoff_seconds"
+	if k.Kind == taskd.KindOnce {
+		q = "SELECT " + cols + " FROM task_once WHERE id = ? LOCK IN SHARE MODE"
+	} else {
+		q = "SELECT " + cols + ", space_minutes, end_time FROM task_rotate WHERE id = ? LOCK IN SHARE MODE"
+		dest = append(dest, &t.space, &t.end)
+	}
+	if err := tx.QueryRowContext(ctx, q, k.ID).Scan(dest...); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	t.start = t.start.UTC()
+	return &t, nil
+}
+
+// errAbort rolls a transaction back without it being an error.
+var errAbort = errors.New("abort")
+
+// Claim tries to dispatch occurrence occ to uid at now: it checks the task is still
+// active and still has the occurrence, claims a quota slot atomically (a conditional
+// increment, and for once_per_user a row whose key forbids a second claim by the same
+// user), and records the open dispatch, all in one transaction. On Claimed it returns
+// the new record.
+func (s *Store) Claim(ctx context.Context, uid string, occ taskd.Occurrence, now time.Time) (ClaimOutcome, *Dispatch, error) {
+	var outcome ClaimOutcome
+	var d *Dispatch
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		outcome, d = 0, nil
+		t, err := loadDispatchTask(ctx, tx, occ.Task)
+		if err != nil {
+			return err
+		}
+		if t == nil || t.status != taskd.StatusActive || !t.hasOccurrence(occ.Task.Kind, occ.DueAt) {
+			outcome = Gone
+			return errAbort
+		}
+		if t.mode == taskd.ModeOncePerUser {
+			_, err := tx.ExecContext(ctx,
+				"INSERT INTO occurrence_user (task_kind, task_id, due_at, uid) VALUES (?, ?, ?, ?)",
+				occ.Task.Kind, occ.Task.ID, occ.DueAt, uid)
+			if isDuplicate(err) {
+				outcome = AlreadyHad
+				return errAbort
+			}
+			if err != nil {
+				return err
+			}
+		}
+		// One statement: insert the counter at 1, or add one while below the quota.
+		// Rows affected is 1 (inserted), 2 (incremented) or 0 (exhausted).
+		res, err := tx.ExecContext(ctx, `INSERT INTO occurrence_claim (task_kind, task_id, due_at, claimed)
+			VALUES (?, ?, ?, 1)
+			ON DUPLICATE KEY UPDATE claimed = IF(? < 0 OR claimed < ?, claimed + 1, claimed)`,
+			occ.Task.Kind, occ.Task.ID, occ.DueAt, t.quota, t.quota)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 || t.quota == 0 {
+			outcome = Exhausted
+			return errAbort
+		}
+		d = &Dispatch{
+			LogID:          newID(),
+			UID:            uid,
+			Occurrence:     occ,
+			Mode:           t.mode,
+			Attempt:        1,
+			MaxAttempts:    max(t.maxAttempts, 1),
+			BackoffSeconds: t.backoffSeconds,
+			LeaseSeconds:   t.leaseSeconds,
+			State:          StateOpen,
+			TemplateID:     t.templateID,
+			Params:         json.RawMessage(t.params),
+			DispatchedAt:   now,
+		}
+		if err := insertDispatch(ctx, tx, d); err != nil {
+			if isDuplicate(err) {
+				outcome = UserBusy
+				return errAbort
+			}
+			return err
+		}
+		outcome = Claimed
+		return s.emit(ctx, tx, d, taskd.EventDispatch, now)
+	})
+	if errors.Is(err, errAbort) {
+		return outcome, nil, nil
+	}
+	if err != nil {
+		return 0, nil, mysqlErr("claim "+occ.String(), err)
+	}
+	return outcome, d, nil
+}
+
+func insertDispatch(ctx context.Context, tx *sql.Tx, d *Dispatch) error {
+	if d.LeaseSeconds > 0 {
+		exp := d.DispatchedAt.Add(time.Duration(d.LeaseSeconds) * time.Second)
+		d.LeaseExpiresAt = &exp
+	}
+	_, err := tx.ExecContext(ctx, `INSERT INTO dispatch (log_id, uid, open_uid, task_kind, task_id, due_at,
+		mode, attempt, max_attempts, retry_backoff_seconds, lease_seconds, state, template_id, params,
+		dispatched_at, lease_expires_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		d.LogID, d.UID, d.UID, d.Occurrence.Task.Kind, d.Occurrence.Task.ID, d.Occurrence.DueAt,
+		d.Mode, d.Attempt, d.MaxAttempts, d.BackoffSeconds, d.LeaseSeconds, StateOpen, d.TemplateID,
+		string(d.Params), d.DispatchedAt, d.LeaseExpiresAt)
+	return err
+}
+
+// Redo records that uid's open dispatch was handed out again.
+func (s *Store) Redo(ctx context.Context, d *Dispatch, now time.Time) error {
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx,
+			"UPDATE dispatch SET redo_count = redo_count + 1, last_redo_at = ? WHERE log_id = ? AND state = ?",
+			now, d.LogID, StateOpen)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return errAbort
+		}
+		d.RedoCount++
+		return s.emit(ctx, tx, d, taskd.EventRedo, now)
+	})
+	if err != nil && !errors.Is(err, errAbort) {
+		return mysqlErr("redo", err)
+	}
+	return nil
+}
+
+// Retry turns a retry-waiting dispatch into its next attempt: a new open record for
+// the same occurrence, keeping the quota slot. It returns nil if prev is no longer
+// waiting (someone else moved it on).
+func (s *Store) Retry(ctx context.Context, prev *Dispatch, now time.Time) (*Dispatch, error) {
+	var d *Dispatch
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx,
+			"UPDATE dispatch SET state = ?, open_uid = NULL WHERE log_id = ? AND state = ?",
+			StateRetried, prev.LogID, StateRetryWait)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return errAbort
+		}
+		next := *prev
+		next.LogID = newID()
+		next.Attempt = prev.Attempt + 1
+		next.State = StateOpen
+		next.Result = 0
+		next.DispatchedAt = now
+		next.LeaseExpiresAt, next.RetryAt, next.FinishedAt = nil, nil, nil
+		next.RedoCount = 0
+		if err := insertDispatch(ctx, tx, &next); err != nil {
+			return err
+		}
+		d = &next
+		return s.emit(ctx, tx, d, taskd.EventDispatch, now)
+	})
+	if errors.Is(err, errAbort) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, mysqlErr("retry", err)
+	}
+	return d, nil
+}
+
+// CompleteOutcome is what a complete came to.
+type CompleteOutcome uint8
+
+const (
+	Completed      CompleteOutcome = iota + 1 // finished; the cursor moved
+	RetryScheduled                            // failed with attempts left; next attempt at RetryAt
+	AlreadyDone                               // a repeated complete: nothing changed
+	Stale                                     // not the caller's open dispatch (expired, unknown, someone else's)
+	ExpiredNow                                // the lease had run out: expired now; the caller gets stale_lease
+)
+
+// Complete finishes uid's dispatch logID with result at now: the record is closed, the
+// user's cursor moves to the occurrence's due time and its exclude set is updated, in
+// one transaction. A failure with attempts left schedules a retry instead.
+func (s *Store) Complete(ctx context.Context, uid, logID string, result Result, detail json.RawMessage, now time.Time) (CompleteOutcome, *Dispatch, error) {
+	var outcome CompleteOutcome
+	var d *Dispatch
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		d, err = scanDispatch(tx.QueryRowContext(ctx,
+			"SELECT "+dispatchColumns+" FROM dispatch WHERE log_id = ? FOR UPDATE", logID))
+		if errors.Is(err, sql.ErrNoRows) || (err == nil && d.UID != uid) {
+			d, outcome = nil, Stale
+			return errAbort
+		}
+		if err != nil {
+			return err
+		}
+		switch d.State {
+		case StateDone, StateRetryWait, StateRetried:
+			outcome = AlreadyDone
+			return errAbort
+		case StateExpired:
+			outcome = Stale
+			return errAbort
+		}
+		if d.LeaseExpired(now) {
+			outcome = ExpiredNow
+			return s.expire(ctx, tx, d, now)
+		}
+		var detailArg any
+		if len(detail) > 0 {
+			detailArg = string(detail)
+		}
+		d.Result = result
+		d.FinishedAt = &now
+		if result == ResultFailure && d.Attempt < d.MaxAttempts {
+			retryAt := now.Add(backoff(d.BackoffSeconds, d.Attempt))
+			d.State, d.RetryAt = StateRetryWait, &retryAt
+			_, err := tx.ExecContext(ctx, `UPDATE dispatch SET state = ?, result = ?, detail = ?,
+				finished_at = ?, retry_at = ? WHERE log_id = ?`,
+				StateRetryWait, result, detailArg, now, retryAt, logID)
+			if err != nil {
+				return err
+			}
+			outcome = RetryScheduled
+			return s.emit(ctx, tx, d, taskd.EventComplete, now)
+		}
+		d.State = StateDone
+		_, err = tx.ExecContext(ctx, `UPDATE dispatch SET state = ?, result = ?, detail = ?,
+			finished_at = ?, open_uid = NULL WHERE log_id = ?`, StateDone, result, detailArg, now, logID)
+		if err != nil {
+			return err
+		}
+		if err := advanceCursor(ctx, tx, d, now); err != nil {
+			return err
+		}
+		outcome = Completed
+		return s.emit(ctx, tx, d, taskd.EventComplete, now)
+	})
+	if errors.Is(err, errAbort) {
+		return outcome, d, nil
+	}
+	if err != nil {
+		return 0, nil, mysqlErr("complete", err)
+	}
+	return outcome, d, nil
+}
+
+// backoff is the wait before attempt+1: base * 2^(attempt-1), capped at a day.
+func backoff(baseSeconds, attempt int) time.Duration {
+	d := time.Duration(baseSeconds) * time.Second
+	for i := 1; i < attempt && d < 24*time.Hour; i++ {
+		d *= 2
+	}
+	return min(d, 24*time.Hour)
+}
+
+// advanceCursor moves uid's cursor to the completed occurrence's due time. The exclude
+// set holds the keys completed at exactly the cursor, so ties are not dispatched again;
+// an until_exhausted occurrence is not excluded: it stays on offer while quota lasts.
+func advanceCursor(ctx context.Context, tx *sql.Tx, d *Dispatch, now time.Time) error {
+	var cursor time.Time
+	var raw string
+	err := tx.QueryRowContext(ctx, "SELECT cursor_at, exclude_keys FROM user_state WHERE uid = ? FOR UPDATE",
+		d.UID).Scan(&cursor, &raw)
+	exclude := []string{}
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return err
+	default:
+		cursor = cursor.UTC()
+		if raw != "" {
+			if err := json.Unmarshal([]byte(raw), &exclude); err != nil {
+				return fmt.Errorf("user_state %s: exclude_keys: %w", d.UID, err)
+			}
+		}
+	}
+	due := d.Occurrence.DueAt
+	switch {
+	case due.Before(cursor):
+		return nil // an old occurrence (e.g. a retried one): the cursor does not go back
+	case due.After(cursor):
+		cursor, exclude = due, []string{}
+	}
+	if d.Mode == taskd.ModeOncePerUser {
+		key := d.Occurrence.String()
+		if !contains(exclude, key) {
+			exclude = append(exclude, key)
+		}
+	}
+	b, _ := json.Marshal(exclude)
+	_, err = tx.ExecContext(ctx, `INSERT INTO user_state (uid, cursor_at, exclude_keys, updated_at)
+		VALUES (?, ?, ?, ?)
+		ON DUPLICATE KEY UPDATE cursor_at = VALUES(cursor_at), exclude_keys = VALUES(exclude_keys), updated_at = VALUES(updated_at)`,
+		d.UID, cursor, string(b), now)
+	return err
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Expire expires dispatch logID if it is still open past its lease at now, returning
+// its quota slot to the pool. It returns the expired record, or nil if there was
+// nothing to expire.
+func (s *Store) Expire(ctx context.Context, logID string, now time.Time) (*Dispatch, error) {
+	var d *Dispatch
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		d, err = scanDispatch(tx.QueryRowContext(ctx,
+			"SELECT "+dispatchColumns+" FROM dispatch WHERE log_id = ? FOR UPDATE", logID))
+		if errors.Is(err, sql.ErrNoRows) {
+			d = nil
+			return errAbort
+		}
+		if err != nil {
+			return err
+		}
+		if !d.LeaseExpired(now) {
+			d = nil
+			return errAbort
+		}
+		return s.expire(ctx, tx, d, now)
+	})
+	if errors.Is(err, errAbort) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, mysqlErr("expire", err)
+	}
+	return d, nil
+}
+
+// expire closes an open dispatch whose lease ran out and gives its slot back: the claim
+// counter goes down and a once_per_user claim row is removed, so the occurrence can be
+// dispatched again (to this user too).
+func (s *Store) expire(ctx context.Context, tx *sql.Tx, d *Dispatch, now time.Time) error {
+	if _, err := tx.ExecContext(ctx,
+		"UPDATE dispatch SET state = ?, finished_at = ?, open_uid = NULL WHERE log_id = ?",
+		StateExpired, now, d.LogID); err != nil {
+		return err
+	}
+	o := d.Occurrence
+	if _, err := tx.ExecContext(ctx,
+		"UPDATE occurrence_claim SET claimed = claimed - 1 WHERE task_kind = ? AND task_id = ? AND due_at = ? AND claimed > 0",
+		o.Task.Kind, o.Task.ID, o.DueAt); err != nil {
+		return err
+	}
+	if d.Mode == taskd.ModeOncePerUser {
+		if _, err := tx.ExecContext(ctx,
+			"DELETE FROM occurrence_user WHERE task_kind = ? AND task_id = ? AND due_at = ? AND uid = ?",
+			o.Task.Kind, o.Task.ID, o.DueAt, d.UID); err != nil {
+			return err
+		}
+	}
+	d.State, d.FinishedAt = StateExpired, &now
+	return s.emit(ctx, tx, d, taskd.EventExpire, now)
+}
+
+// ExpiredLeases lists up to limit open dispatches whose lease ran out before now.
+func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx,
+		"SELECT log_id FROM dispatch WHERE state = ? AND lease_expires_at <= ? ORDER BY lease_expires_at LIMIT ?",
+		StateOpen, now, limit)
+	if err != nil {
+		return nil, mysqlErr("expired leases", err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, mysqlErr("expired leases", err)
+		}
+		ids = append(ids, id)
+	}
+	return ids, mysqlErr("expired leases", rows.Err())
+}
+
+// emit writes the event for d to the outbox, in the caller's transaction, when a relay
+// is configured; otherwise the dispatch record itself is the event's durable form.
+func (s *Store) emit(ctx context.Context, tx *sql.Tx, d *Dispatch, typ taskd.EventType, now time.Time) error {
+	if !s.events.Outbox {
+		return nil
+	}
+	ev := taskd.Event{
+		EventID: newID(),
+		Type:    typ,
+		LogID:   d.LogID,
+		UID:     d.UID,
+		TaskID:  d.Occurrence.Task.String(),
+		Kind:    d.Occurrence.Task.Kind.String(),
+		DueAt:   d.Occurrence.DueAt,
+		Attempt: d.Attempt,
+		Node:    s.events.Node,
+		At:      now,
+	}
+	if typ == taskd.EventComplete {
+		ev.Result = d.Result.String()
+		ms := now.Sub(d.DispatchedAt).Milliseconds()
+		ev.LatencyMS = &ms
+	}
+	payload, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx,
+		"INSERT INTO event_outbox (event_id, uid, payload, created_at) VALUES (?, ?, ?, ?)",
+		ev.EventID, ev.UID, string(payload), now)
+	return err
+}
+
+// EventsConfig says whether state changes also write outbox events, and the node name
+// they carry.
+type EventsConfig struct {
+	Outbox bool
+	Node   string
+}
+
+// SetEvents configures event emission; call before serving.
+func (s *Store) SetEvents(c EventsConfig) { s.events = c }
+
+func newID() string { return uuid.Must(uuid.NewV7()).String() }
+
+// mysqlErr wraps a database error as unavailable (503) with context; nil stays nil.
+func mysqlErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	var te *taskd.Error
+	if errors.As(err, &te) {
+		return err
+	}
+	return taskd.Unavailable("mysql", fmt.Errorf("%s: %w", op, err))
+}
+
+// ---- the heap's source (queue.Loader) ----
+
+// UserGroups returns the ids of the groups uid belongs to.
+func (s *Store) UserGroups(ctx context.Context, uid string) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT gid FROM group_member WHERE uid = ? ORDER BY gid", uid)
+	if err != nil {
+		return nil, mysqlErr("user groups", err)
+	}
+	defer rows.Close()
+	var gids []string
+	for rows.Next() {
+		var g string
+		if err := rows.Scan(&g); err != nil {
+			return nil, mysqlErr("user groups", err)
+		}
+		gids = append(gids, g)
+	}
+	return gids, mysqlErr("user groups", rows.Err())
+}
+
+// LoadSource reads uid's cursor and exclude set and the active tasks targeted at uid or
+// its groups that can have an occurrence in [from, until): once tasks starting in the
+// range, rotate tasks started before until and not ended before from. Both queries
+// lead with executor, the index's first column.
+func (s *Store) LoadSource(ctx context.Context, uid string, groups []string, from, until time.Time) (queue.Source, error) {
+	var src queue.Source
+	var raw string
+	err := s.db.QueryRowContext(ctx, "SELECT cursor_at, exclude_keys FROM user_state WHERE uid = ?", uid).
+		Scan(&src.Cursor, &raw)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return src, mysqlErr("load source", err)
+	default:
+		src.Cursor = src.Cursor.UTC()
+		var keys []string
+		if err := json.Unmarshal([]byte(raw), &keys); err != nil {
+			return src, fmt.Errorf("user_state %s: exclude_keys: %w", uid, err)
+		}
+		src.Exclude = make(map[string]bool, len(keys))
+		for _, k := range keys {
+			src.Exclude[k] = true
+		}
+	}
+
+	executors := make([]any, 0, 1+len(groups))
+	executors = append(executors, taskd.UserExecutor(uid))
+	for _, g := range groups {
+		executors = append(executors, taskd.GroupExecutor(g))
+	}
+	in := "?" + strings.Repeat(", ?", len(executors)-1)
+	args := make([]any, 0, 2*len(executors)+6)
+	args = append(args, executors...)
+	args = append(args, from, until, taskd.StatusActive)
+	args = append(args, executors...)
+	args = append(args, until, from, taskd.StatusActive)
+	rows, err := s.db.QueryContext(ctx, `
+		SELECT 1, id, start_time, 0, NULL, priority FROM task_once
+		 WHERE executor IN (`+in+`) AND start_time >= ? AND start_time < ? AND status = ?
+		UNION ALL
+		SELECT 2, id, start_time, space_minutes, end_time, priority FROM task_rotate
+		 WHERE executor IN (`+in+`) AND start_time < ? AND (end_time IS NULL OR end_time >= ?) AND status = ?`,
+		args...)
+	if err != nil {
+		return src, mysqlErr("load source", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var kind taskd.Kind
+		var id, space int64
+		var start time.Time
+		var end sql.NullTime
+		var prio int
+		if err := rows.Scan(&kind, &id, &start, &space, &end, &prio); err != nil {
+			return src, mysqlErr("load source", err)
+		}
+		if kind == taskd.KindOnce {
+			src.Once = append(src.Once, queue.OnceTask{ID: id, Start: start.UTC(), Priority: prio})
+			continue
+		}
+		rt := queue.RotateTask{ID: id, Start: start.UTC(), Space: time.Duration(space) * time.Minute, Priority: prio}
+		if end.Valid {
+			rt.End = end.Time.UTC()
+		}
+		src.Rotate = append(src.Rotate, rt)
+	}
+	return src, mysqlErr("load source", rows.Err())
+}

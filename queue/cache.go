@@ -1,0 +1,402 @@
+package queue
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/internal/clock"
+)
+
+// Loader reads from the system of record (MySQL) what the cache is built from.
+type Loader interface {
+	// UserGroups returns the ids of the groups uid belongs to.
+	UserGroups(ctx context.Context, uid string) ([]string, error)
+	// LoadSource returns uid's cursor and exclude set and the active tasks targeted at
+	// uid or its groups that can have an occurrence in [from, until).
+	LoadSource(ctx context.Context, uid string, groups []string, from, until time.Time) (Source, error)
+	// ClientKeyHashes returns the hashes of uid's valid client keys.
+	ClientKeyHashes(ctx context.Context, uid string) ([]string, error)
+}
+
+// Config tunes the cache.
+type Config struct {
+	Prefix string // Redis key prefix
+	// CatchUp bounds how far behind now a user's offer may start.
+	CatchUp time.Duration
+	// Horizon is how far ahead a heap must reach to be valid (seed: CACHE_TIME, a day).
+	Horizon time.Duration
+	// Refresh is how long a heap stays valid: it is built to reach now+Horizon+Refresh.
+	Refresh time.Duration
+	// MaxDue is how many due entries one peek returns.
+	MaxDue int
+	// LockTTL bounds how long one node may hold a user's rebuild lock.
+	LockTTL time.Duration
+	// TTL is how long an idle user's heap and key set stay in Redis.
+	TTL time.Duration
+}
+
+func (c *Config) setDefaults() {
+	if c.CatchUp <= 0 {
+		c.CatchUp = time.Hour
+	}
+	if c.Horizon <= 0 {
+		c.Horizon = 24 * time.Hour
+	}
+	if c.Refresh <= 0 {
+		c.Refresh = time.Hour
+	}
+	if c.MaxDue <= 0 {
+		c.MaxDue = 8
+	}
+	if c.LockTTL <= 0 {
+		c.LockTTL = 3 * time.Second
+	}
+	if c.TTL <= 0 {
+		c.TTL = 48 * time.Hour
+	}
+}
+
+// Cache is the Redis side of the per-user heaps, open-dispatch hints and client keys.
+type Cache struct {
+	rdb    redis.UniversalClient
+	keys   Keys
+	loader Loader
+	clock  clock.Clock
+	cfg    Config
+	flight singleflight.Group
+	// groups remembers each user's groups so that the warm peek can name the group
+	// generation keys up front; a wrong guess costs one more round trip, never a wrong
+	// answer (the script compares against the groups the heap was built from).
+	groups sync.Map // uid -> comma-joined sorted group ids
+}
+
+// NewCache returns a cache over rdb that rebuilds from loader.
+func NewCache(rdb redis.UniversalClient, loader Loader, clk clock.Clock, cfg Config) *Cache {
+	cfg.setDefaults()
+	return &Cache{rdb: rdb, keys: Keys{Prefix: cfg.Prefix}, loader: loader, clock: clk, cfg: cfg}
+}
+
+// Keys returns the key builder (tests and admin invalidation use it).
+func (c *Cache) Keys() Keys { return c.keys }
+
+// OpenState is what the cache knows of a user's open dispatch.
+type OpenState uint8
+
+const (
+	OpenUnknown OpenState = iota // not cached: ask MySQL
+	OpenNone                     // no open dispatch
+	OpenSome                     // OpenLogID is open (a hint: verify in MySQL)
+)
+
+// View is a user's heap as seen by one peek.
+type View struct {
+	Open      OpenState
+	OpenLogID string
+	Due       []Entry // entries due now, in heap order
+	Next      *Entry  // the first entry not yet due
+}
+
+// ErrBadKey means the client key is not one of the user's valid keys.
+var ErrBadKey = taskd.Errorf(taskd.CodeUnauthenticated, "invalid or revoked client key")
+
+// Peek checks keyHash (unless empty) and returns the user's open dispatch hint and the
+// entries due at now, rebuilding the heap from MySQL first if it is cold or stale. A
+// warm peek is one Redis round trip.
+func (c *Cache) Peek(ctx context.Context, uid, keyHash string, now time.Time) (View, error) {
+	var groups string
+	if g, ok := c.groups.Load(uid); ok {
+		groups = g.(string)
+	}
+	for attempt := 0; ; attempt++ {
+		if attempt == 50 {
+			return View{}, taskd.Errorf(taskd.CodeUnavailable, "heap of user %s did not settle", uid)
+		}
+		gids := splitGroups(groups)
+		keys := make([]string, 0, 3+len(gids))
+		keys = append(keys, c.keys.User(uid), c.keys.Heap(uid), c.keys.ClientKeys(uid))
+		for _, g := range gids {
+			keys = append(keys, c.keys.Generation(g))
+		}
+		res, err := peekScript.Run(ctx, c.rdb, keys,
+			now.Unix(), now.Add(c.cfg.Horizon).Unix(), c.cfg.MaxDue, groups, keyHash).Slice()
+		if err != nil {
+			return View{}, unavailable("peek", err)
+		}
+		switch status := res[0].(string); status {
+		case "ok":
+			return parseView(res)
+		case "badkey":
+			return View{}, ErrBadKey
+		case "nokeys":
+			if err := c.loadKeys(ctx, uid); err != nil {
+				return View{}, err
+			}
+		case "groups":
+			groups = res[2].(string)
+			c.groups.Store(uid, groups)
+		case "cold", "stale":
+			if err := c.rebuild(ctx, uid, res[3].(string)); err != nil {
+				return View{}, err
+			}
+			if g, ok := c.groups.Load(uid); ok {
+				groups = g.(string)
+			}
+		default:
+			return View{}, fmt.Errorf("peek: unexpected status %q", status)
+		}
+	}
+}
+
+func parseView(res []any) (View, error) {
+	var v View
+	switch open := res[1].(string); open {
+	case "":
+		v.Open = OpenUnknown
+	case "-":
+		v.Open = OpenNone
+	default:
+		v.Open, v.OpenLogID = OpenSome, open
+	}
+	due := res[4].([]any)
+	for i := 0; i+1 < len(due); i += 2 {
+		e, err := parseScored(due[i], due[i+1])
+		if err != nil {
+			return View{}, err
+		}
+		v.Due = append(v.Due, e)
+	}
+	if next := res[5].([]any); len(next) == 2 {
+		e, err := parseScored(next[0], next[1])
+		if err != nil {
+			return View{}, err
+		}
+		v.Next = &e
+	}
+	return v, nil
+}
+
+func parseScored(member, score any) (Entry, error) {
+	s, err := strconv.ParseInt(score.(string), 10, 64)
+	if err != nil {
+		return Entry{}, fmt.Errorf("heap score %v: %w", score, err)
+	}
+	return ParseMember(member.(string), s)
+}
+
+func splitGroups(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}
+
+// rebuild rebuilds uid's heap, coalesced: one rebuild per (user, version) in this
+// process (singleflight), and one across processes (a short Redis lock; a node that
+// finds the lock taken waits briefly and lets its caller peek again).
+func (c *Cache) rebuild(ctx context.Context, uid, ver string) error {
+	_, err, _ := c.flight.Do(uid+"@"+ver, func() (any, error) {
+		token := randomToken()
+		ok, err := c.rdb.SetNX(ctx, c.keys.Lock(uid), token, c.cfg.LockTTL).Result()
+		if err != nil {
+			return nil, unavailable("rebuild lock", err)
+		}
+		if !ok {
+			return nil, sleep(ctx, 5*time.Millisecond)
+		}
+		defer unlockScript.Run(context.WithoutCancel(ctx), c.rdb, []string{c.keys.Lock(uid)}, token)
+		return nil, c.Rebuild(ctx, uid)
+	})
+	return err
+}
+
+// Rebuild reads uid's offer from MySQL and writes it to Redis, unless an invalidation
+// happened meanwhile (then the write is skipped and the next peek rebuilds again). The
+// versions are read before MySQL, so a write that passes the version check was built
+// from data at least as new as the versions it names.
+func (c *Cache) Rebuild(ctx context.Context, uid string) error {
+	ver, err := c.rdb.HGet(ctx, c.keys.User(uid), "ver").Result()
+	if errors.Is(err, redis.Nil) {
+		ver = "0"
+	} else if err != nil {
+		return unavailable("rebuild", err)
+	}
+	gids, err := c.loader.UserGroups(ctx, uid)
+	if err != nil {
+		return fmt.Errorf("rebuild %s: %w", uid, err)
+	}
+	sort.Strings(gids)
+	gens := make([]string, len(gids))
+	genKeys := make([]string, len(gids))
+	for i, g := range gids {
+		genKeys[i] = c.keys.Generation(g)
+	}
+	if len(gids) > 0 {
+		vals, err := c.rdb.MGet(ctx, genKeys...).Result()
+		if err != nil {
+			return unavailable("rebuild", err)
+		}
+		for i, v := range vals {
+			gens[i] = "0"
+			if s, ok := v.(string); ok {
+				gens[i] = s
+			}
+		}
+	}
+	now := c.clock.Now()
+	until := now.Add(c.cfg.Horizon + c.cfg.Refresh).Truncate(time.Second)
+	floor := now.Add(-c.cfg.CatchUp).Truncate(time.Second)
+	src, err := c.loader.LoadSource(ctx, uid, gids, floor, until)
+	if err != nil {
+		return fmt.Errorf("rebuild %s: %w", uid, err)
+	}
+	entries := Offer(src, EffectiveCursor(src.Cursor, now, c.cfg.CatchUp), until)
+
+	groups := strings.Join(gids, ",")
+	args := make([]any, 0, 5+2*len(entries))
+	args = append(args, ver, groups, strings.Join(gens, ","), until.Unix(), int64(c.cfg.TTL/time.Second))
+	for _, e := range entries {
+		args = append(args, e.DueAt.Unix(), Member(e))
+	}
+	keys := append([]string{c.keys.User(uid), c.keys.Heap(uid)}, genKeys...)
+	if err := rebuildScript.Run(ctx, c.rdb, keys, args...).Err(); err != nil {
+		return unavailable("rebuild", err)
+	}
+	c.groups.Store(uid, groups)
+	return nil
+}
+
+// Change is one heap update after a fetch or complete.
+type Change struct {
+	Entry Entry
+	// Put puts the entry back on offer (an until_exhausted completion); otherwise the
+	// entry is popped (dispatched or dropped) and a rotate entry advances.
+	Put bool
+}
+
+// Apply records a fetch's or complete's outcome: the open dispatch (a log id, "-" for
+// none, "" to leave it) and heap changes, in one round trip.
+func (c *Cache) Apply(ctx context.Context, uid, open string, changes []Change) error {
+	args := make([]any, 0, 1+4*len(changes))
+	args = append(args, open)
+	for _, ch := range changes {
+		op, next := "pop", int64(0)
+		if ch.Put {
+			op = "put"
+		} else if n, ok := ch.Entry.Next(); ok {
+			next = n.DueAt.Unix()
+		}
+		args = append(args, op, Member(ch.Entry), ch.Entry.DueAt.Unix(), next)
+	}
+	err := applyScript.Run(ctx, c.rdb, []string{c.keys.User(uid), c.keys.Heap(uid)}, args...).Err()
+	if err != nil {
+		return unavailable("apply", err)
+	}
+	return nil
+}
+
+// InvalidateUser makes uid's heap stale: its next fetch rebuilds it. Call it after the
+// MySQL change commits (a user task edit, a membership change, an expiry).
+func (c *Cache) InvalidateUser(ctx context.Context, uid string) error {
+	if err := c.rdb.HIncrBy(ctx, c.keys.User(uid), "ver", 1).Err(); err != nil {
+		return unavailable("invalidate user", err)
+	}
+	return nil
+}
+
+// InvalidateGroup makes the heap of every member of gid stale (seed: del task_info_{GID}).
+func (c *Cache) InvalidateGroup(ctx context.Context, gid string) error {
+	if err := c.rdb.Incr(ctx, c.keys.Generation(gid)).Err(); err != nil {
+		return unavailable("invalidate group", err)
+	}
+	return nil
+}
+
+// VerifyKey reports whether keyHash is one of uid's valid client keys, loading the key
+// set from MySQL when Redis does not have it.
+func (c *Cache) VerifyKey(ctx context.Context, uid, keyHash string) error {
+	for attempt := 0; attempt < 5; attempt++ {
+		member, err := c.rdb.SMIsMember(ctx, c.keys.ClientKeys(uid), keyHash, "-").Result()
+		if err != nil {
+			return unavailable("verify key", err)
+		}
+		if member[0] {
+			return nil
+		}
+		if member[1] {
+			return ErrBadKey
+		}
+		if err := c.loadKeys(ctx, uid); err != nil {
+			return err
+		}
+	}
+	return taskd.Errorf(taskd.CodeUnavailable, "client keys of user %s did not settle", uid)
+}
+
+func (c *Cache) loadKeys(ctx context.Context, uid string) error {
+	kver, err := c.rdb.HGet(ctx, c.keys.User(uid), "kver").Result()
+	if errors.Is(err, redis.Nil) {
+		kver = "0"
+	} else if err != nil {
+		return unavailable("load keys", err)
+	}
+	hashes, err := c.loader.ClientKeyHashes(ctx, uid)
+	if err != nil {
+		return fmt.Errorf("load keys of %s: %w", uid, err)
+	}
+	args := make([]any, 0, 2+len(hashes))
+	args = append(args, kver, int64(c.cfg.TTL/time.Second))
+	for _, h := range hashes {
+		args = append(args, h)
+	}
+	err = loadKeysScript.Run(ctx, c.rdb, []string{c.keys.User(uid), c.keys.ClientKeys(uid)}, args...).Err()
+	if err != nil {
+		return unavailable("load keys", err)
+	}
+	return nil
+}
+
+// KeysChanged drops uid's cached key set; call it after creating or revoking a key in
+// MySQL, so that a revoked key stops working at once.
+func (c *Cache) KeysChanged(ctx context.Context, uid string) error {
+	err := keysChangedScript.Run(ctx, c.rdb, []string{c.keys.User(uid), c.keys.ClientKeys(uid)}).Err()
+	if err != nil {
+		return unavailable("keys changed", err)
+	}
+	return nil
+}
+
+func unavailable(op string, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("redis %s: %w", op, err)
+	}
+	return taskd.Unavailable("redis", fmt.Errorf("%s: %w", op, err))
+}
+
+func randomToken() string {
+	b := make([]byte, 12)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

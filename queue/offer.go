@@ -1,0 +1,82 @@
+package queue
+
+import (
+	"time"
+
+	"github.com/taskpull/taskd"
+)
+
+// OnceTask is an active once task targeted at the user or one of its groups.
+type OnceTask struct {
+	ID       int64
+	Start    time.Time
+	Priority int
+}
+
+// RotateTask is an active rotate task targeted at the user or one of its groups.
+type RotateTask struct {
+	ID       int64
+	Start    time.Time
+	Space    time.Duration
+	End      time.Time // zero: no end
+	Priority int
+}
+
+// Source is everything a user's offer is built from, as read from MySQL.
+type Source struct {
+	Cursor  time.Time       // due time of the last completed occurrence; zero for a new user
+	Exclude map[string]bool // occurrence keys completed at exactly Cursor
+	Once    []OnceTask
+	Rotate  []RotateTask
+}
+
+// EffectiveCursor is where a user's offer starts: its cursor, but never more than
+// catchUp behind now (a new user starts there; a user back after a week does not grind
+// through a week of stale rotations).
+func EffectiveCursor(cursor, now time.Time, catchUp time.Duration) time.Time {
+	floor := now.Add(-catchUp).Truncate(time.Second)
+	if cursor.Before(floor) {
+		return floor
+	}
+	return cursor
+}
+
+// Offer returns the entries on offer from `from` (the effective cursor) up to until,
+// excluding the occurrences in src.Exclude that are due exactly at src.Cursor. Once
+// tasks give their one occurrence; rotate tasks their first occurrence at or after from
+// (start + ceil((from - start) / space) * space), stepping over an excluded one.
+func Offer(src Source, from, until time.Time) []Entry {
+	out := make([]Entry, 0, len(src.Once)+len(src.Rotate))
+	excluded := func(o taskd.Occurrence) bool {
+		return len(src.Exclude) > 0 && o.DueAt.Equal(src.Cursor) && src.Exclude[o.String()]
+	}
+	for _, t := range src.Once {
+		if t.Start.Before(from) || !t.Start.Before(until) {
+			continue
+		}
+		e := Entry{Task: taskd.TaskKey{Kind: taskd.KindOnce, ID: t.ID}, DueAt: t.Start, Priority: t.Priority}
+		if !excluded(e.Occurrence()) {
+			out = append(out, e)
+		}
+	}
+	for _, t := range src.Rotate {
+		if t.Space <= 0 {
+			continue
+		}
+		e := Entry{
+			Task:     taskd.TaskKey{Kind: taskd.KindRotate, ID: t.ID},
+			DueAt:    taskd.FirstRotation(t.Start, t.Space, from),
+			Priority: t.Priority,
+			Space:    t.Space,
+			End:      t.End,
+		}
+		if excluded(e.Occurrence()) {
+			e.DueAt = e.DueAt.Add(t.Space)
+		}
+		if !e.DueAt.Before(until) || (!t.End.IsZero() && e.DueAt.After(t.End)) {
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}
