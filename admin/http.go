@@ -52,7 +52,9 @@ type Handlers struct {
 // NewHandlers returns the admin handlers over svc.
 func NewHandlers(svc *Service, log *slog.Logger) *Handlers { return &Handlers{svc: svc, log: log} }
 
-func (h *Handlers) fail(w http.ResponseWriter, r *http.Request, err error) { web.Error(w, r, h.log, err) }
+func (h *Handlers) fail(w http.ResponseWriter, r *http.Request, err error) {
+	web.Error(w, r, h.log, err)
+}
 
 type templateRequest struct {
 	Name   string          `json:"name"`

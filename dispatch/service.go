@@ -220,12 +220,20 @@ func (s *Service) expired(ctx context.Context, logID string, now time.Time) erro
 		return err
 	}
 	s.log.InfoContext(ctx, "lease expired", "uid", d.UID, "log_id", d.LogID, "task_id", d.Occurrence.Task.String())
-	return s.afterExpire(ctx, d.UID)
+	return s.afterExpire(ctx, d)
 }
 
-func (s *Service) afterExpire(ctx context.Context, uid string) error {
-	s.apply(ctx, uid, "-", nil)
-	return s.cache.InvalidateUser(ctx, uid)
+// afterExpire puts the expired occurrence back on offer: to its user, and to everyone
+// the task targets (members who dropped it as exhausted see the returned slot).
+func (s *Service) afterExpire(ctx context.Context, d *store.Dispatch) error {
+	s.apply(ctx, d.UID, "-", nil)
+	if err := s.cache.InvalidateUser(ctx, d.UID); err != nil {
+		return err
+	}
+	if e, err := taskd.ParseExecutor(d.Executor); err == nil && e.Group {
+		return s.cache.InvalidateGroup(ctx, e.ID)
+	}
+	return nil
 }
 
 // apply writes a fetch's outcome to the cache. It is best effort: the cache is a hint,
@@ -265,7 +273,7 @@ func (s *Service) Complete(ctx context.Context, uid, keyHash, logID string, resu
 	case store.RetryScheduled, store.AlreadyDone:
 		return nil
 	case store.ExpiredNow:
-		if err := s.afterExpire(ctx, uid); err != nil {
+		if err := s.afterExpire(ctx, d); err != nil {
 			return err
 		}
 		return taskd.Errorf(taskd.CodeStaleLease, "log_id %s: the lease expired", logID)

@@ -63,6 +63,9 @@ type Dispatch struct {
 	RetryAt        *time.Time
 	FinishedAt     *time.Time
 	RedoCount      int
+	// Executor is the task's executor, filled in on expiry: the slot goes back to the
+	// pool of everyone the task targets.
+	Executor string
 }
 
 // LeaseExpired reports whether the dispatch is open past its lease at now.
@@ -522,6 +525,10 @@ func (s *Store) expire(ctx context.Context, tx *sql.Tx, d *Dispatch, now time.Ti
 			o.Task.Kind, o.Task.ID, o.DueAt, d.UID); err != nil {
 			return err
 		}
+	}
+	if err := tx.QueryRowContext(ctx, "SELECT executor FROM "+taskTable(o.Task.Kind)+" WHERE id = ?",
+		o.Task.ID).Scan(&d.Executor); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return err
 	}
 	d.State, d.FinishedAt = StateExpired, &now
 	return s.emit(ctx, tx, d, taskd.EventExpire, now)
