@@ -52,7 +52,7 @@ func (l *countingLoader) LoadSource(ctx context.Context, uid string, groups []st
 // env is a test deployment: one database, one Redis prefix, one fake clock, and n
 // server instances sharing them, each with its own HTTP server.
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	clock   *clock.Fake
 	store   *store.Store
 	rdb     *redis.Client
@@ -63,7 +63,7 @@ type env struct {
 	client  *http.Client
 }
 
-func newEnv(t *testing.T, instances int) *env {
+func newEnv(t testing.TB, instances int) *env {
 	t.Helper()
 	st := testenv.Store(t)
 	rdb, prefix := testenv.Redis(t)

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/taskpull/taskd/internal/testenv"
+)
+
+func TestRunRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{map[string]string{"DISPATCH_CATCH_UP": "soon"}, nil, "DISPATCH_CATCH_UP"},
+		{map[string]string{"DISPATCH_REDIS_DB": "99"}, nil, "DISPATCH_REDIS_DB"},
+		{nil, []string{"-catch-up", "-1h"}, "DISPATCH_CATCH_UP"},
+		{map[string]string{"DISPATCH_ADMIN_TOKEN": "short"}, nil, "DISPATCH_ADMIN_TOKEN"},
+		{nil, []string{"-no-such-flag"}, "no-such-flag"},
+	} {
+		getenv := func(k string) string { return c.env[k] }
+		err := run(t.Context(), c.args, getenv, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("env %v args %v: err %v, want it to name %s", c.env, c.args, err, c.want)
+		}
+	}
+}
+
+// The binary's run starts on the embedded defaults it is given, serves, and shuts down
+// gracefully when its context ends.
+func TestRunServesAndShutsDown(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.MySQLDSN(t)
+	_, prefix := testenv.Redis(t)
+	env := map[string]string{
+		"DISPATCH_ADDR":         "127.0.0.1:0",
+		"DISPATCH_MYSQL_DSN":    dsn,
+		"DISPATCH_REDIS_PREFIX": prefix,
+		"DISPATCH_ADMIN_TOKEN":  "a-long-admin-token",
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	pr, pw := io.Pipe()
+	errc := make(chan error, 1)
+	go func() {
+		errc <- run(ctx, nil, func(k string) string { return env[k] }, pw, io.Discard)
+		pw.Close()
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatalf("no listening line: %v", err)
+	}
+	go io.Copy(io.Discard, pr)
+	addr := strings.TrimSpace(strings.TrimPrefix(line, "dispatchd listening on "))
+	for _, path := range []string{"/healthz", "/readyz"} {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", path, resp.StatusCode, body)
+		}
+	}
+	req, _ := http.NewRequest("GET", "http://"+addr+"/v1/admin/templates", nil)
+	req.Header.Set("Authorization", "Bearer a-long-admin-token")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("admin with token: %v %v", resp, err)
+	}
+	resp.Body.Close()
+
+	// a request in flight when the shutdown starts still gets its answer
+	slow, _ := http.NewRequest("POST", "http://"+addr+"/v1/fetch", bytes.NewBufferString(`{"wait_ms": 1000}`))
+	key := enroll(t, addr)
+	slow.Header.Set("Authorization", "Bearer "+key)
+	got := make(chan int, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(slow)
+		if err != nil {
+			got <- 0
+			return
+		}
+		resp.Body.Close()
+		got <- resp.StatusCode
+	}()
+	time.Sleep(200 * time.Millisecond) // let the long poll reach the server
+	cancel()
+	if code := <-got; code != 200 {
+		t.Fatalf("in-flight request during shutdown: %d", code)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+}
+
+func enroll(t *testing.T, addr string) string {
+	t.Helper()
+	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/admin/clients/7/keys", nil)
+	req.Header.Set("Authorization", "Bearer a-long-admin-token")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	s := string(b)
+	i := strings.Index(s, `"client_key":"`)
+	if i < 0 {
+		t.Fatalf("issue key: %s", s)
+	}
+	s = s[i+len(`"client_key":"`):]
+	return s[:strings.Index(s, `"`)]
+}

@@ -1,0 +1,138 @@
+package app_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/dispatch"
+	"github.com/taskpull/taskd/internal/store"
+)
+
+// redisCounter counts commands sent to Redis (a script call is one).
+type redisCounter struct{ n atomic.Int64 }
+
+func (c *redisCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *redisCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (c *redisCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// A warm empty poll (the user has only future tasks) is one Redis round trip and never
+// touches MySQL: it still answers with the MySQL pool closed.
+func TestWarmEmptyPollIsOneRedisRoundTripAndNoMySQL(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0.Add(time.Hour))})
+	k := e.key("1")
+	uid, hash, _ := dispatch.ParseKey(k)
+	svc := e.apps[0].Dispatch
+	if _, err := svc.Fetch(t.Context(), uid, hash, 0); err != nil { // warms heap and key set
+		t.Fatal(err)
+	}
+	counter := &redisCounter{}
+	e.rdb.AddHook(counter)
+	e.store.DB().Close()
+	for i := 0; i < 10; i++ {
+		r, err := svc.Fetch(t.Context(), uid, hash, 0)
+		if err != nil {
+			t.Fatalf("warm empty poll with MySQL closed: %v", err)
+		}
+		if r.Task != nil || r.NextDueAt == nil || !r.NextDueAt.Equal(t0.Add(time.Hour)) {
+			t.Fatalf("warm empty poll: %+v", r)
+		}
+	}
+	if n := counter.n.Load(); n != 10 {
+		t.Fatalf("10 warm polls sent %d Redis commands, want 10", n)
+	}
+}
+
+func BenchmarkWarmEmptyPoll(b *testing.B) {
+	e := newEnv(b, 1)
+	e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0.Add(time.Hour))})
+	uid, hash, _ := dispatch.ParseKey(e.key("1"))
+	svc := e.apps[0].Dispatch
+	ctx := context.Background()
+	svc.Fetch(ctx, uid, hash, 0)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := svc.Fetch(ctx, uid, hash, 0); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// One cycle: the clock moves a minute, the user fetches the rotation now due (a claim
+// and a dispatch record in MySQL) and completes it (cursor moves).
+func BenchmarkDispatchCompleteCycle(b *testing.B) {
+	e := newEnv(b, 1)
+	e.task("rotate", map[string]any{"executor": "uid_1", "start_time": ts(t0), "space_minutes": 1})
+	k := e.key("1")
+	uid, hash, _ := dispatch.ParseKey(k)
+	svc := e.apps[0].Dispatch
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		e.clock.Advance(time.Minute)
+		r, err := svc.Fetch(ctx, uid, hash, 0)
+		if err != nil || r.Task == nil {
+			b.Fatalf("fetch: %+v %v", r.Task, err)
+		}
+		if err := svc.Complete(ctx, uid, hash, r.Task.LogID, store.ResultSuccess, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// A rebuild for a user with 500 once and 50 rotate tasks in the window (half through
+// its group).
+func BenchmarkHeapRebuild(b *testing.B) {
+	e := newEnv(b, 1)
+	ctx := context.Background()
+	e.admin("PUT", "/v1/admin/groups/g/members", map[string]any{"uids": []string{"1"}})
+	tpl := e.template()
+	for i := 0; i < 550; i++ {
+		t := taskd.Task{Key: taskd.TaskKey{Kind: taskd.KindOnce}, Executor: "uid_1", StartTime: t0.Add(time.Duration(i) * time.Minute),
+			TemplateID: tpl, Params: []byte(`{"n":1}`), DispatchTimes: 1, Mode: taskd.ModeOncePerUser, Priority: 1 + i%9,
+			Status: taskd.StatusActive, MaxAttempts: 1}
+		if i%2 == 1 {
+			t.Executor = "gid_g"
+		}
+		if i >= 500 {
+			t.Key.Kind, t.SpaceMinutes = taskd.KindRotate, 5+i%60
+		}
+		if _, err := e.store.CreateTask(ctx, t, t0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cache := e.apps[0].Cache
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := cache.Rebuild(ctx, "1"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	if n, _ := e.rdb.ZCard(ctx, cache.Keys().Heap("1")).Result(); n != 550 {
+		b.Fatalf("heap has %d entries, want 550", n)
+	}
+}
+
