@@ -135,4 +135,3 @@ func BenchmarkHeapRebuild(b *testing.B) {
 		b.Fatalf("heap has %d entries, want 550", n)
 	}
 }
-

@@ -154,11 +154,11 @@ func (e *env) key(uid string) string {
 }
 
 type task struct {
-	LogID    string `json:"log_id"`
-	TaskID   string `json:"task_id"`
-	DueAt    time.Time `json:"due_at"`
-	Redo     bool      `json:"redo"`
-	Attempt  int       `json:"attempt"`
+	LogID    string     `json:"log_id"`
+	TaskID   string     `json:"task_id"`
+	DueAt    time.Time  `json:"due_at"`
+	Redo     bool       `json:"redo"`
+	Attempt  int        `json:"attempt"`
 	LeaseExp *time.Time `json:"lease_expires_at"`
 }
 
