@@ -85,13 +85,16 @@ const maxRounds = 32
 func (s *Service) Fetch(ctx context.Context, uid, keyHash string, wait time.Duration) (FetchResult, error) {
 	wait = min(wait, s.cfg.MaxWait)
 	deadline := s.clock.Now().Add(wait)
+	// The wait is also bounded in real time, so that a long poll ends even when the
+	// injected clock stands still (as a test's fake clock does).
+	realDeadline := time.Now().Add(wait)
 	for {
 		res, err := s.fetch(ctx, uid, keyHash)
 		if err != nil || res.Task != nil || wait <= 0 {
 			return res, err
 		}
 		now := s.clock.Now()
-		if !now.Before(deadline) {
+		if !now.Before(deadline) || !time.Now().Before(realDeadline) {
 			return res, nil
 		}
 		pause := min(deadline.Sub(now), s.cfg.PollStep)

@@ -379,3 +379,23 @@ func flushPrefix(e *env) {
 		e.rdb.Del(e.t.Context(), iter.Val())
 	}
 }
+
+func TestLongPollReturnsWhenATaskFallsDue(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	id := e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0.Add(time.Minute))})
+	k := e.key("1")
+	done := make(chan map[string]any)
+	go func() {
+		_, out := e.do(0, "POST", "/v1/fetch", k, map[string]any{"wait_ms": 4000})
+		done <- out
+	}()
+	// the long poll looks again every second (real time); the task falls due meanwhile
+	time.Sleep(100 * time.Millisecond)
+	e.clock.Advance(time.Minute)
+	out := <-done
+	got, _ := out["task"].(map[string]any)
+	if got == nil || got["task_id"] != id {
+		t.Fatalf("long poll: %v, want %s", out, id)
+	}
+}
