@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -18,9 +19,45 @@ import (
 // bodyLimit bounds admin request bodies (a template schema or task params).
 const bodyLimit = 1 << 20
 
-// RequireAdmin lets through requests bearing one of the admin tokens. A valid client
-// key gets 403 (it is a real identity, just not an admin); anything else 401.
-func RequireAdmin(tokens []string, isClientKey func(ctx context.Context, key string) bool, log *slog.Logger) func(http.Handler) http.Handler {
+// Token is an admin bearer token and the name the audit log records for it.
+type Token struct{ Name, Secret string }
+
+// ParseTokens reads DISPATCH_ADMIN_TOKEN entries: "name=secret", or a bare secret
+// (named "admin", or "admin-N" when there are several).
+func ParseTokens(entries []string) []Token {
+	out := make([]Token, 0, len(entries))
+	for i, e := range entries {
+		name, secret, ok := strings.Cut(e, "=")
+		if !ok || name == "" {
+			name, secret = "admin", e
+			if len(entries) > 1 {
+				name = "admin-" + strconv.Itoa(i+1)
+			}
+		}
+		out = append(out, Token{Name: name, Secret: secret})
+	}
+	return out
+}
+
+type actorKey struct{}
+
+// ActorFrom returns the name of the admin token that authenticated the request.
+func ActorFrom(ctx context.Context) string {
+	if a, ok := ctx.Value(actorKey{}).(string); ok {
+		return a
+	}
+	return "system"
+}
+
+// WithActor returns ctx carrying actor (for callers outside HTTP, and tests).
+func WithActor(ctx context.Context, actor string) context.Context {
+	return context.WithValue(ctx, actorKey{}, actor)
+}
+
+// RequireAdmin lets through requests bearing one of the admin tokens and records which
+// one for the audit log. A valid client key gets 403 (it is a real identity, just not an
+// admin); anything else 401.
+func RequireAdmin(tokens []Token, isClientKey func(ctx context.Context, key string) bool, log *slog.Logger) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			got := web.Bearer(r)
@@ -29,8 +66,8 @@ func RequireAdmin(tokens []string, isClientKey func(ctx context.Context, key str
 				return
 			}
 			for _, t := range tokens {
-				if t != "" && subtle.ConstantTimeCompare([]byte(got), []byte(t)) == 1 {
-					next.ServeHTTP(w, r)
+				if t.Secret != "" && subtle.ConstantTimeCompare([]byte(got), []byte(t.Secret)) == 1 {
+					next.ServeHTTP(w, r.WithContext(WithActor(r.Context(), t.Name)))
 					return
 				}
 			}
@@ -123,7 +160,7 @@ func (h *Handlers) DeleteTemplate() http.Handler {
 			h.fail(w, r, err)
 			return
 		}
-		if err := h.svc.store.DeleteTemplate(r.Context(), id, h.svc.now()); err != nil {
+		if err := h.svc.DeleteTemplate(r.Context(), id); err != nil {
 			h.fail(w, r, err)
 			return
 		}
@@ -441,7 +478,7 @@ func (h *Handlers) members(w http.ResponseWriter, r *http.Request, gid string, e
 // IssueKey is POST /v1/admin/clients/{uid}/keys.
 func (h *Handlers) IssueKey() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key, err := h.svc.dispatch.IssueKey(r.Context(), chi.URLParam(r, "uid"))
+		key, err := h.svc.IssueKey(r.Context(), chi.URLParam(r, "uid"))
 		if err != nil {
 			h.fail(w, r, err)
 			return
@@ -458,7 +495,7 @@ func (h *Handlers) RevokeKeys() http.Handler {
 			h.fail(w, r, taskd.Errorf(taskd.CodeInvalid, "uid: must be 1 to 64 of [A-Za-z0-9_-]"))
 			return
 		}
-		n, err := h.svc.dispatch.RevokeKeys(r.Context(), uid)
+		n, err := h.svc.RevokeKeys(r.Context(), uid)
 		if err != nil {
 			h.fail(w, r, err)
 			return

@@ -66,7 +66,7 @@ func (s *Service) CreateTemplate(ctx context.Context, name string, schema json.R
 	}
 	var compact bytes.Buffer
 	json.Compact(&compact, schema)
-	return s.store.CreateTemplate(ctx, name, compact.Bytes(), s.now())
+	return s.store.CreateTemplate(ctx, ActorFrom(ctx), name, compact.Bytes(), s.now())
 }
 
 // validateParams checks params against the task's template schema (422 otherwise).
@@ -101,7 +101,7 @@ func (s *Service) CreateTask(ctx context.Context, t taskd.Task) (taskd.Task, err
 	if err := s.validateParams(ctx, t.TemplateID, t.Params); err != nil {
 		return taskd.Task{}, err
 	}
-	t, err := s.store.CreateTask(ctx, t, s.now())
+	t, err := s.store.CreateTask(ctx, ActorFrom(ctx), t, s.now())
 	if err != nil {
 		return t, err
 	}
@@ -114,7 +114,7 @@ func (s *Service) ReplaceTask(ctx context.Context, t taskd.Task) (taskd.Task, er
 	if err := s.validateParams(ctx, t.TemplateID, t.Params); err != nil {
 		return taskd.Task{}, err
 	}
-	before, after, err := s.store.ReplaceTask(ctx, t, s.now())
+	before, after, err := s.store.ReplaceTask(ctx, ActorFrom(ctx), t, s.now())
 	if err != nil {
 		return after, err
 	}
@@ -126,7 +126,7 @@ func (s *Service) ReplaceTask(ctx context.Context, t taskd.Task) (taskd.Task, er
 
 // DeleteTask soft-deletes a task and invalidates its executor's heaps.
 func (s *Service) DeleteTask(ctx context.Context, key taskd.TaskKey) error {
-	before, err := s.store.DeleteTask(ctx, key, s.now())
+	before, err := s.store.DeleteTask(ctx, ActorFrom(ctx), key, s.now())
 	if err != nil {
 		return err
 	}
@@ -155,7 +155,7 @@ func (s *Service) invalidateUsers(ctx context.Context, uids []string) error {
 
 // AddMembers adds users to a group; their heaps are rebuilt on their next fetch.
 func (s *Service) AddMembers(ctx context.Context, gid string, uids []string) error {
-	added, err := s.store.AddMembers(ctx, gid, uids, s.now())
+	added, err := s.store.AddMembers(ctx, ActorFrom(ctx), gid, uids, s.now())
 	if err != nil {
 		return err
 	}
@@ -164,17 +164,32 @@ func (s *Service) AddMembers(ctx context.Context, gid string, uids []string) err
 
 // ReplaceMembers sets a group's members.
 func (s *Service) ReplaceMembers(ctx context.Context, gid string, uids []string) error {
-	changed, err := s.store.ReplaceMembers(ctx, gid, uids, s.now())
+	changed, err := s.store.ReplaceMembers(ctx, ActorFrom(ctx), gid, uids, s.now())
 	if err != nil {
 		return err
 	}
 	return s.invalidateUsers(ctx, changed)
 }
 
+// DeleteTemplate soft-deletes a template that no live task uses.
+func (s *Service) DeleteTemplate(ctx context.Context, id int64) error {
+	return s.store.DeleteTemplate(ctx, ActorFrom(ctx), id, s.now())
+}
+
+// IssueKey creates a client key for uid.
+func (s *Service) IssueKey(ctx context.Context, uid string) (string, error) {
+	return s.dispatch.IssueKey(ctx, ActorFrom(ctx), uid)
+}
+
+// RevokeKeys revokes every key of uid.
+func (s *Service) RevokeKeys(ctx context.Context, uid string) (int, error) {
+	return s.dispatch.RevokeKeys(ctx, ActorFrom(ctx), uid)
+}
+
 // RemoveMember removes a user from a group: the group's tasks leave the user's offer
 // on its next fetch (an open dispatch may still be completed).
 func (s *Service) RemoveMember(ctx context.Context, gid, uid string) error {
-	removed, err := s.store.RemoveMember(ctx, gid, uid)
+	removed, err := s.store.RemoveMember(ctx, ActorFrom(ctx), gid, uid, s.now())
 	if err != nil {
 		return err
 	}

@@ -39,13 +39,14 @@ func newKey(uid string) string {
 	return uid + "." + base64.RawURLEncoding.EncodeToString(b)
 }
 
-// IssueKey creates a client key for uid and returns it; only its hash is kept.
-func (s *Service) IssueKey(ctx context.Context, uid string) (string, error) {
+// IssueKey creates a client key for uid and returns it; only its hash is kept. actor
+// is who asked, for the audit log.
+func (s *Service) IssueKey(ctx context.Context, actor, uid string) (string, error) {
 	if !taskd.ValidID(uid) {
 		return "", taskd.Errorf(taskd.CodeInvalid, "uid: must be 1 to 64 of [A-Za-z0-9_-], got %q", uid)
 	}
 	key := newKey(uid)
-	if err := s.store.CreateClientKey(ctx, uid, HashKey(key), s.clock.Now().UTC()); err != nil {
+	if err := s.store.CreateClientKey(ctx, actor, uid, HashKey(key), s.clock.Now().UTC()); err != nil {
 		return "", err
 	}
 	if err := s.cache.KeysChanged(ctx, uid); err != nil {
@@ -55,8 +56,8 @@ func (s *Service) IssueKey(ctx context.Context, uid string) (string, error) {
 }
 
 // RevokeKeys revokes every key of uid; they stop working at once.
-func (s *Service) RevokeKeys(ctx context.Context, uid string) (int, error) {
-	n, err := s.store.RevokeClientKeys(ctx, uid, s.clock.Now().UTC())
+func (s *Service) RevokeKeys(ctx context.Context, actor, uid string) (int, error) {
+	n, err := s.store.RevokeClientKeys(ctx, actor, uid, s.clock.Now().UTC())
 	if err != nil {
 		return 0, err
 	}
@@ -71,7 +72,7 @@ func (s *Service) Enroll(ctx context.Context, uid, secret string) (string, error
 	if subtle.ConstantTimeCompare([]byte(secret), []byte(s.cfg.EnrollSecret)) != 1 {
 		return "", taskd.Errorf(taskd.CodeUnauthenticated, "enroll_secret: wrong")
 	}
-	return s.IssueKey(ctx, uid)
+	return s.IssueKey(ctx, "enroll", uid)
 }
 
 // VerifyKey checks a client key (for callers outside fetch and complete, such as the

@@ -118,7 +118,7 @@ func BenchmarkHeapRebuild(b *testing.B) {
 		if i >= 500 {
 			t.Key.Kind, t.SpaceMinutes = taskd.KindRotate, 5+i%60
 		}
-		if _, err := e.store.CreateTask(ctx, t, t0); err != nil {
+		if _, err := e.store.CreateTask(ctx, "bench", t, t0); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -42,11 +42,12 @@ func (a *App) routes() http.Handler {
 	}
 	h := admin.NewHandlers(a.Admin, log)
 	r.Route("/v1/admin", func(r chi.Router) {
-		r.Use(admin.RequireAdmin(a.cfg.AdminTokens, isClientKey, log))
+		r.Use(admin.RequireAdmin(admin.ParseTokens(a.cfg.AdminTokens), isClientKey, log))
 		r.Method(http.MethodPost, "/templates", h.CreateTemplate())
 		r.Method(http.MethodGet, "/templates", h.ListTemplates())
 		r.Method(http.MethodGet, "/templates/{id}", h.GetTemplate())
 		r.Method(http.MethodDelete, "/templates/{id}", h.DeleteTemplate())
+		r.Method(http.MethodGet, "/tasks", h.ListTasks())
 		r.Method(http.MethodPost, "/tasks/{kind}", h.CreateTask())
 		r.Method(http.MethodGet, "/tasks/{kind}/{id}", h.GetTask())
 		r.Method(http.MethodPut, "/tasks/{kind}/{id}", h.ReplaceTask())
@@ -57,6 +58,10 @@ func (a *App) routes() http.Handler {
 		r.Method(http.MethodDelete, "/groups/{gid}/members/{uid}", h.RemoveMember())
 		r.Method(http.MethodPost, "/clients/{uid}/keys", h.IssueKey())
 		r.Method(http.MethodDelete, "/clients/{uid}/keys", h.RevokeKeys())
+		r.Method(http.MethodGet, "/schedule", h.Schedule())
+		r.Method(http.MethodGet, "/events", h.Events())
+		r.Method(http.MethodGet, "/stats", h.Stats())
+		r.Method(http.MethodGet, "/audit", h.Audit())
 	})
 	return r
 }

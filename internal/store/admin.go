@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/taskpull/taskd"
@@ -14,15 +15,21 @@ import (
 // ---- templates ----
 
 // CreateTemplate stores a template and returns it with its id.
-func (s *Store) CreateTemplate(ctx context.Context, name string, schema json.RawMessage, now time.Time) (taskd.Template, error) {
-	res, err := s.db.ExecContext(ctx,
-		"INSERT INTO task_params_template (name, schema_json, status, created_at, updated_at) VALUES (?, ?, 1, ?, ?)",
-		name, string(schema), now, now)
-	if err != nil {
-		return taskd.Template{}, mysqlErr("create template", err)
-	}
-	id, _ := res.LastInsertId()
-	return taskd.Template{ID: id, Name: name, Schema: schema, CreatedAt: now}, nil
+func (s *Store) CreateTemplate(ctx context.Context, actor, name string, schema json.RawMessage, now time.Time) (taskd.Template, error) {
+	t := taskd.Template{Name: name, Schema: schema, CreatedAt: now}
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx,
+			"INSERT INTO task_params_template (name, schema_json, status, created_at, updated_at) VALUES (?, ?, 1, ?, ?)",
+			name, string(schema), now, now)
+		if err != nil {
+			return err
+		}
+		if t.ID, err = res.LastInsertId(); err != nil {
+			return err
+		}
+		return audit(ctx, tx, actor, "template.create", "template:"+strconv.FormatInt(t.ID, 10), nil, t, now)
+	})
+	return t, mysqlErr("create template", err)
 }
 
 // GetTemplate returns a live template or taskd.ErrNotFound.
@@ -61,7 +68,7 @@ func (s *Store) ListTemplates(ctx context.Context) ([]taskd.Template, error) {
 }
 
 // DeleteTemplate soft-deletes a template no live task uses (conflict otherwise).
-func (s *Store) DeleteTemplate(ctx context.Context, id int64, now time.Time) error {
+func (s *Store) DeleteTemplate(ctx context.Context, actor string, id int64, now time.Time) error {
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var used int
 		err := tx.QueryRowContext(ctx, `SELECT
@@ -82,7 +89,7 @@ func (s *Store) DeleteTemplate(ctx context.Context, id int64, now time.Time) err
 		if n, _ := res.RowsAffected(); n == 0 {
 			return taskd.Errorf(taskd.CodeNotFound, "template %d not found", id)
 		}
-		return nil
+		return audit(ctx, tx, actor, "template.delete", "template:"+strconv.FormatInt(id, 10), map[string]int64{"id": id}, nil, now)
 	})
 	return mysqlErr("delete template", err)
 }
@@ -98,7 +105,7 @@ func taskTable(k taskd.Kind) string {
 
 // CreateTask stores t (its Key.Kind says which table) and returns it with its id. The
 // template must be live.
-func (s *Store) CreateTask(ctx context.Context, t taskd.Task, now time.Time) (taskd.Task, error) {
+func (s *Store) CreateTask(ctx context.Context, actor string, t taskd.Task, now time.Time) (taskd.Task, error) {
 	t.CreatedAt, t.UpdatedAt = now, now
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		if err := templateLive(ctx, tx, t.TemplateID); err != nil {
@@ -122,8 +129,10 @@ func (s *Store) CreateTask(ctx context.Context, t taskd.Task, now time.Time) (ta
 		if err != nil {
 			return err
 		}
-		t.Key.ID, err = res.LastInsertId()
-		return err
+		if t.Key.ID, err = res.LastInsertId(); err != nil {
+			return err
+		}
+		return audit(ctx, tx, actor, "task.create", t.Key.String(), nil, taskAudit(t), now)
 	})
 	return t, mysqlErr("create task", err)
 }
@@ -183,7 +192,7 @@ func (s *Store) GetTask(ctx context.Context, key taskd.TaskKey) (taskd.Task, err
 
 // ReplaceTask replaces the editable fields of a live task and returns the task before
 // and after. Claims already made are kept: a lower quota only stops further dispatch.
-func (s *Store) ReplaceTask(ctx context.Context, t taskd.Task, now time.Time) (before, after taskd.Task, err error) {
+func (s *Store) ReplaceTask(ctx context.Context, actor string, t taskd.Task, now time.Time) (before, after taskd.Task, err error) {
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
 		before, err = scanTask(tx.QueryRowContext(ctx, selectTask(t.Key.Kind)+" WHERE id = ? AND status <> ? FOR UPDATE",
@@ -210,15 +219,18 @@ func (s *Store) ReplaceTask(ctx context.Context, t taskd.Task, now time.Time) (b
 				t.Executor, t.StartTime, t.SpaceMinutes, t.EndTime, t.TemplateID, string(t.Params), t.DispatchTimes,
 				t.Mode, t.Priority, t.Status, t.LeaseSeconds, t.MaxAttempts, t.RetryBackoffSeconds, now, t.Key.ID)
 		}
+		if err != nil {
+			return err
+		}
 		t.CreatedAt, t.UpdatedAt = before.CreatedAt, now
 		after = t
-		return err
+		return audit(ctx, tx, actor, "task.replace", t.Key.String(), taskAudit(before), taskAudit(after), now)
 	})
 	return before, after, mysqlErr("replace task", err)
 }
 
 // DeleteTask soft-deletes a task and returns it as it was.
-func (s *Store) DeleteTask(ctx context.Context, key taskd.TaskKey, now time.Time) (taskd.Task, error) {
+func (s *Store) DeleteTask(ctx context.Context, actor string, key taskd.TaskKey, now time.Time) (taskd.Task, error) {
 	var before taskd.Task
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
@@ -232,7 +244,10 @@ func (s *Store) DeleteTask(ctx context.Context, key taskd.TaskKey, now time.Time
 		}
 		_, err = tx.ExecContext(ctx, "UPDATE "+taskTable(key.Kind)+" SET status = ?, updated_at = ? WHERE id = ?",
 			taskd.StatusDeleted, now, key.ID)
-		return err
+		if err != nil {
+			return err
+		}
+		return audit(ctx, tx, actor, "task.delete", key.String(), taskAudit(before), nil, now)
 	})
 	return before, mysqlErr("delete task", err)
 }
@@ -240,7 +255,7 @@ func (s *Store) DeleteTask(ctx context.Context, key taskd.TaskKey, now time.Time
 // ---- groups ----
 
 // AddMembers adds uids to gid and returns those that were not members yet.
-func (s *Store) AddMembers(ctx context.Context, gid string, uids []string, now time.Time) ([]string, error) {
+func (s *Store) AddMembers(ctx context.Context, actor, gid string, uids []string, now time.Time) ([]string, error) {
 	var added []string
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		added = added[:0]
@@ -254,24 +269,31 @@ func (s *Store) AddMembers(ctx context.Context, gid string, uids []string, now t
 				added = append(added, uid)
 			}
 		}
-		return nil
+		return audit(ctx, tx, actor, "group.add_members", "group:"+gid, nil, map[string]any{"added": added}, now)
 	})
 	return added, mysqlErr("add members", err)
 }
 
 // RemoveMember removes uid from gid; it reports whether uid was a member.
-func (s *Store) RemoveMember(ctx context.Context, gid, uid string) (bool, error) {
-	res, err := s.db.ExecContext(ctx, "DELETE FROM group_member WHERE gid = ? AND uid = ?", gid, uid)
-	if err != nil {
-		return false, mysqlErr("remove member", err)
-	}
-	n, _ := res.RowsAffected()
-	return n > 0, nil
+func (s *Store) RemoveMember(ctx context.Context, actor, gid, uid string, now time.Time) (bool, error) {
+	var removed bool
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, "DELETE FROM group_member WHERE gid = ? AND uid = ?", gid, uid)
+		if err != nil {
+			return err
+		}
+		n, _ := res.RowsAffected()
+		if removed = n > 0; !removed {
+			return nil
+		}
+		return audit(ctx, tx, actor, "group.remove_member", "group:"+gid, map[string]string{"uid": uid}, nil, now)
+	})
+	return removed, mysqlErr("remove member", err)
 }
 
 // ReplaceMembers makes uids the members of gid and returns every uid whose membership
 // changed (added or removed).
-func (s *Store) ReplaceMembers(ctx context.Context, gid string, uids []string, now time.Time) ([]string, error) {
+func (s *Store) ReplaceMembers(ctx context.Context, actor, gid string, uids []string, now time.Time) ([]string, error) {
 	var changed []string
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		current, err := members(ctx, tx, gid, true)
@@ -303,7 +325,13 @@ func (s *Store) ReplaceMembers(ctx context.Context, gid string, uids []string, n
 			}
 		}
 		sort.Strings(changed)
-		return nil
+		after := make([]string, 0, len(want))
+		for u := range want {
+			after = append(after, u)
+		}
+		sort.Strings(after)
+		return audit(ctx, tx, actor, "group.replace_members", "group:"+gid,
+			map[string]any{"uids": current}, map[string]any{"uids": after}, now)
 	})
 	return changed, mysqlErr("replace members", err)
 }
@@ -342,21 +370,32 @@ func (s *Store) Members(ctx context.Context, gid string) ([]string, error) {
 // ---- client keys ----
 
 // CreateClientKey stores the hash of a new client key of uid.
-func (s *Store) CreateClientKey(ctx context.Context, uid, hash string, now time.Time) error {
-	_, err := s.db.ExecContext(ctx,
-		"INSERT INTO client_key (uid, key_hash, created_at) VALUES (?, ?, ?)", uid, hash, now)
+func (s *Store) CreateClientKey(ctx context.Context, actor, uid, hash string, now time.Time) error {
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx,
+			"INSERT INTO client_key (uid, key_hash, created_at) VALUES (?, ?, ?)", uid, hash, now)
+		if err != nil {
+			return err
+		}
+		id, _ := res.LastInsertId()
+		return audit(ctx, tx, actor, "client_key.create", "user:"+uid, nil, map[string]int64{"key_id": id}, now)
+	})
 	return mysqlErr("create client key", err)
 }
 
 // RevokeClientKeys revokes every key of uid and returns how many were live.
-func (s *Store) RevokeClientKeys(ctx context.Context, uid string, now time.Time) (int, error) {
-	res, err := s.db.ExecContext(ctx,
-		"UPDATE client_key SET revoked_at = ? WHERE uid = ? AND revoked_at IS NULL", now, uid)
-	if err != nil {
-		return 0, mysqlErr("revoke client keys", err)
-	}
-	n, _ := res.RowsAffected()
-	return int(n), nil
+func (s *Store) RevokeClientKeys(ctx context.Context, actor, uid string, now time.Time) (int, error) {
+	var n int64
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx,
+			"UPDATE client_key SET revoked_at = ? WHERE uid = ? AND revoked_at IS NULL", now, uid)
+		if err != nil {
+			return err
+		}
+		n, _ = res.RowsAffected()
+		return audit(ctx, tx, actor, "client_key.revoke_all", "user:"+uid, nil, map[string]int64{"revoked": n}, now)
+	})
+	return int(n), mysqlErr("revoke client keys", err)
 }
 
 // ClientKeyHashes returns the hashes of uid's live keys.

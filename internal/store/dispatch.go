@@ -659,26 +659,51 @@ func (s *Store) LoadSource(ctx context.Context, uid string, groups []string, fro
 		}
 	}
 
-	executors := make([]any, 0, 1+len(groups))
+	executors := make([]string, 0, 1+len(groups))
 	executors = append(executors, taskd.UserExecutor(uid))
 	for _, g := range groups {
 		executors = append(executors, taskd.GroupExecutor(g))
 	}
+	tasks, err := s.OfferTasks(ctx, executors, from, until)
+	if err != nil {
+		return src, err
+	}
+	src.Once, src.Rotate = tasks.Once, tasks.Rotate
+	return src, nil
+}
+
+// OfferTasks are the active tasks of some executors that can have an occurrence in a
+// time range, with their quotas.
+type OfferTasks struct {
+	Once   []queue.OnceTask
+	Rotate []queue.RotateTask
+	Quota  map[taskd.TaskKey]int
+}
+
+// OfferTasks reads the active tasks targeted at executors that can have an occurrence
+// in [from, until): once tasks starting in the range, rotate tasks started before until
+// and not ended before from. Both queries lead with executor, the index's first column.
+func (s *Store) OfferTasks(ctx context.Context, executors []string, from, until time.Time) (OfferTasks, error) {
+	out := OfferTasks{Quota: map[taskd.TaskKey]int{}}
 	in := "?" + strings.Repeat(", ?", len(executors)-1)
 	args := make([]any, 0, 2*len(executors)+6)
-	args = append(args, executors...)
+	for _, e := range executors {
+		args = append(args, e)
+	}
 	args = append(args, from, until, taskd.StatusActive)
-	args = append(args, executors...)
+	for _, e := range executors {
+		args = append(args, e)
+	}
 	args = append(args, until, from, taskd.StatusActive)
 	rows, err := s.db.QueryContext(ctx, `
-		SELECT 1, id, start_time, 0, NULL, priority FROM task_once
+		SELECT 1, id, start_time, 0, NULL, priority, dispatch_times FROM task_once
 		 WHERE executor IN (`+in+`) AND start_time >= ? AND start_time < ? AND status = ?
 		UNION ALL
-		SELECT 2, id, start_time, space_minutes, end_time, priority FROM task_rotate
+		SELECT 2, id, start_time, space_minutes, end_time, priority, dispatch_times FROM task_rotate
 		 WHERE executor IN (`+in+`) AND start_time < ? AND (end_time IS NULL OR end_time >= ?) AND status = ?`,
 		args...)
 	if err != nil {
-		return src, mysqlErr("load source", err)
+		return out, mysqlErr("offer tasks", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -686,19 +711,20 @@ func (s *Store) LoadSource(ctx context.Context, uid string, groups []string, fro
 		var id, space int64
 		var start time.Time
 		var end sql.NullTime
-		var prio int
-		if err := rows.Scan(&kind, &id, &start, &space, &end, &prio); err != nil {
-			return src, mysqlErr("load source", err)
+		var prio, quota int
+		if err := rows.Scan(&kind, &id, &start, &space, &end, &prio, &quota); err != nil {
+			return out, mysqlErr("offer tasks", err)
 		}
+		out.Quota[taskd.TaskKey{Kind: kind, ID: id}] = quota
 		if kind == taskd.KindOnce {
-			src.Once = append(src.Once, queue.OnceTask{ID: id, Start: start.UTC(), Priority: prio})
+			out.Once = append(out.Once, queue.OnceTask{ID: id, Start: start.UTC(), Priority: prio})
 			continue
 		}
 		rt := queue.RotateTask{ID: id, Start: start.UTC(), Space: time.Duration(space) * time.Minute, Priority: prio}
 		if end.Valid {
 			rt.End = end.Time.UTC()
 		}
-		src.Rotate = append(src.Rotate, rt)
+		out.Rotate = append(out.Rotate, rt)
 	}
-	return src, mysqlErr("load source", rows.Err())
+	return out, mysqlErr("offer tasks", rows.Err())
 }

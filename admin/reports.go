@@ -1,0 +1,359 @@
+package admin
+
+import (
+	"context"
+	"encoding/base64"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/internal/store"
+	"github.com/taskpull/taskd/internal/web"
+	"github.com/taskpull/taskd/queue"
+)
+
+// MaxScheduleOccurrences caps one schedule answer; a longer one is truncated and says so.
+const MaxScheduleOccurrences = 10000
+
+// ScheduledOccurrence is one occurrence in a schedule preview.
+type ScheduledOccurrence struct {
+	TaskID    string    `json:"task_id"`
+	DueAt     time.Time `json:"due_at"`
+	Priority  int       `json:"priority"`
+	Claimed   int       `json:"claimed"`
+	Remaining *int      `json:"remaining"`
+}
+
+// Schedule lists the occurrences executor would be offered in [from, to), in the order
+// fetch offers them, with their quota claimed and remaining. It builds them with the
+// code the fetch path uses (queue.Offer and the heap); a user's schedule includes its
+// groups' tasks. truncated says the list stopped at MaxScheduleOccurrences.
+func (s *Service) Schedule(ctx context.Context, executor string, from, to time.Time) (occ []ScheduledOccurrence, truncated bool, err error) {
+	e, err := taskd.ParseExecutor(executor)
+	if err != nil {
+		return nil, false, err
+	}
+	executors := []string{e.String()}
+	if !e.Group {
+		gids, err := s.store.UserGroups(ctx, e.ID)
+		if err != nil {
+			return nil, false, err
+		}
+		for _, g := range gids {
+			executors = append(executors, taskd.GroupExecutor(g))
+		}
+	}
+	tasks, err := s.store.OfferTasks(ctx, executors, from, to)
+	if err != nil {
+		return nil, false, err
+	}
+	h := queue.NewHeap(queue.Offer(queue.Source{Once: tasks.Once, Rotate: tasks.Rotate}, from, to))
+	occ = []ScheduledOccurrence{}
+	for h.Len() > 0 {
+		if len(occ) == MaxScheduleOccurrences {
+			truncated = true
+			break
+		}
+		en, _ := h.Pop(to)
+		occ = append(occ, ScheduledOccurrence{TaskID: en.Task.String(), DueAt: en.DueAt, Priority: en.Priority})
+	}
+	keys := make([]taskd.TaskKey, 0, len(tasks.Quota))
+	for k := range tasks.Quota {
+		keys = append(keys, k)
+	}
+	claims, err := s.store.Claims(ctx, keys, from, to)
+	if err != nil {
+		return nil, false, err
+	}
+	for i := range occ {
+		o := &occ[i]
+		k, _ := taskd.ParseTaskKey(o.TaskID)
+		o.Claimed = claims[taskd.Occurrence{Task: k, DueAt: o.DueAt}.String()]
+		if q := tasks.Quota[k]; q != taskd.Unlimited {
+			left := max(q-o.Claimed, 0)
+			o.Remaining = &left
+		}
+	}
+	return occ, truncated, nil
+}
+
+// ---- query parameters ----
+
+func queryTime(q url.Values, name string, def time.Time) (time.Time, error) {
+	v := q.Get(name)
+	if v == "" {
+		return def, nil
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return t, taskd.Errorf(taskd.CodeInvalid, "%s: must be an RFC 3339 time, got %q", name, v)
+	}
+	return t.UTC(), nil
+}
+
+func queryRange(q url.Values, defFrom, defTo time.Time) (time.Time, time.Time, error) {
+	from, err := queryTime(q, "from", defFrom)
+	if err != nil {
+		return from, from, err
+	}
+	to, err := queryTime(q, "to", defTo)
+	if err != nil {
+		return from, to, err
+	}
+	if !to.After(from) {
+		return from, to, taskd.Errorf(taskd.CodeInvalid, "to: must be after from")
+	}
+	return from, to, nil
+}
+
+func queryLimit(q url.Values) (int, error) {
+	v := q.Get("limit")
+	if v == "" {
+		return 100, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 1000 {
+		return 0, taskd.Errorf(taskd.CodeInvalid, "limit: must be 1..1000, got %q", v)
+	}
+	return n, nil
+}
+
+// known refuses query parameters the endpoint does not take: a typo should not
+// silently widen a filter.
+func known(q url.Values, names ...string) error {
+	for k := range q {
+		found := false
+		for _, n := range names {
+			found = found || k == n
+		}
+		if !found {
+			return taskd.Errorf(taskd.CodeInvalid, "unknown query parameter %q", k)
+		}
+	}
+	return nil
+}
+
+func encodeCursor(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
+
+func decodeCursor(q url.Values) (string, error) {
+	v := q.Get("cursor")
+	if v == "" {
+		return "", nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(v)
+	if err != nil {
+		return "", taskd.Errorf(taskd.CodeInvalid, "cursor: not a cursor this server gave out")
+	}
+	return string(b), nil
+}
+
+var (
+	farPast   = time.Unix(0, 0).UTC()
+	farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+// ListTasks is GET /v1/admin/tasks.
+func (h *Handlers) ListTasks() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		var f store.TaskFilter
+		err := known(q, "executor", "kind", "status", "limit", "cursor")
+		if err == nil && q.Get("executor") != "" {
+			var e taskd.Executor
+			e, err = taskd.ParseExecutor(q.Get("executor"))
+			f.Executor = e.String()
+		}
+		if err == nil && q.Get("kind") != "" {
+			f.Kind, err = taskd.ParseKind(q.Get("kind"))
+		}
+		if err == nil {
+			switch q.Get("status") {
+			case "":
+			case "active":
+				f.Status = taskd.StatusActive
+			case "paused":
+				f.Status = taskd.StatusPaused
+			case "deleted":
+				f.Status = taskd.StatusDeleted
+			default:
+				err = taskd.Errorf(taskd.CodeInvalid, "status: must be active, paused or deleted")
+			}
+		}
+		limit, lerr := queryLimit(q)
+		cursor, cerr := decodeCursor(q)
+		var after taskd.TaskKey
+		if err == nil && lerr == nil && cerr == nil && cursor != "" {
+			if after, cerr = taskd.ParseTaskKey(cursor); cerr != nil {
+				cerr = taskd.Errorf(taskd.CodeInvalid, "cursor: not a cursor this server gave out")
+			}
+		}
+		for _, e := range []error{err, lerr, cerr} {
+			if e != nil {
+				h.fail(w, r, e)
+				return
+			}
+		}
+		tasks, more, err := h.svc.store.ListTasks(r.Context(), f, after, limit)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		views := make([]taskView, len(tasks))
+		for i, t := range tasks {
+			views[i] = viewTask(t)
+		}
+		next := ""
+		if more {
+			next = encodeCursor(tasks[len(tasks)-1].Key.String())
+		}
+		web.Encode(w, http.StatusOK, map[string]any{"tasks": views, "next_cursor": next})
+	})
+}
+
+// Schedule is GET /v1/admin/schedule.
+func (h *Handlers) Schedule() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		now := h.svc.now().Truncate(time.Second)
+		if err := known(q, "executor", "from", "to"); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		if q.Get("executor") == "" {
+			h.fail(w, r, taskd.Errorf(taskd.CodeInvalid, "executor: required (uid_<id> or gid_<id>)"))
+			return
+		}
+		from, to, err := queryRange(q, now, now.Add(7*24*time.Hour))
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		if to.Sub(from) > 366*24*time.Hour {
+			h.fail(w, r, taskd.Errorf(taskd.CodeInvalid, "to: at most a year after from"))
+			return
+		}
+		occ, truncated, err := h.svc.Schedule(r.Context(), q.Get("executor"), from, to)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		web.Encode(w, http.StatusOK, map[string]any{"occurrences": occ, "truncated": truncated})
+	})
+}
+
+// Events is GET /v1/admin/events.
+func (h *Handlers) Events() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		f := store.EventFilter{UID: q.Get("uid"), Type: taskd.EventType(q.Get("type"))}
+		err := known(q, "uid", "task_id", "type", "from", "to", "limit", "cursor")
+		if err == nil && f.UID != "" && !taskd.ValidID(f.UID) {
+			err = taskd.Errorf(taskd.CodeInvalid, "uid: must be 1 to 64 of [A-Za-z0-9_-]")
+		}
+		if err == nil && q.Get("task_id") != "" {
+			f.Task, err = taskd.ParseTaskKey(q.Get("task_id"))
+		}
+		if err == nil {
+			switch f.Type {
+			case "", taskd.EventDispatch, taskd.EventComplete, taskd.EventExpire, taskd.EventRedo:
+			default:
+				err = taskd.Errorf(taskd.CodeInvalid, "type: must be dispatch, complete, expire or redo")
+			}
+		}
+		if err == nil {
+			f.From, f.To, err = queryRange(q, farPast, farFuture)
+		}
+		limit, lerr := queryLimit(q)
+		cursor, cerr := decodeCursor(q)
+		var after *store.EventCursor
+		if cursor != "" && cerr == nil {
+			at, id, ok := strings.Cut(cursor, "|")
+			t, perr := time.Parse(time.RFC3339Nano, at)
+			if !ok || perr != nil {
+				cerr = taskd.Errorf(taskd.CodeInvalid, "cursor: not a cursor this server gave out")
+			}
+			after = &store.EventCursor{At: t, EventID: id}
+		}
+		for _, e := range []error{err, lerr, cerr} {
+			if e != nil {
+				h.fail(w, r, e)
+				return
+			}
+		}
+		events, err := h.svc.store.Events(r.Context(), f, after, limit+1)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		next := ""
+		if len(events) > limit {
+			events = events[:limit]
+			last := events[limit-1]
+			next = encodeCursor(last.At.Format(time.RFC3339Nano) + "|" + last.EventID)
+		}
+		web.Encode(w, http.StatusOK, map[string]any{"events": events, "next_cursor": next})
+	})
+}
+
+// Stats is GET /v1/admin/stats.
+func (h *Handlers) Stats() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		now := h.svc.now()
+		err := known(q, "from", "to")
+		from, to := now.Add(-24*time.Hour), now.Add(time.Second)
+		if err == nil {
+			from, to, err = queryRange(q, from, to)
+		}
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		stats, err := h.svc.store.Stats(r.Context(), from, to)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		web.Encode(w, http.StatusOK, map[string]any{"tasks": stats})
+	})
+}
+
+// Audit is GET /v1/admin/audit.
+func (h *Handlers) Audit() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		err := known(q, "from", "to", "limit", "cursor")
+		from, to := farPast, farFuture
+		if err == nil {
+			from, to, err = queryRange(q, from, to)
+		}
+		limit, lerr := queryLimit(q)
+		cursor, cerr := decodeCursor(q)
+		var afterID int64
+		if cursor != "" && cerr == nil {
+			if afterID, cerr = strconv.ParseInt(cursor, 10, 64); cerr != nil || afterID <= 0 {
+				cerr = taskd.Errorf(taskd.CodeInvalid, "cursor: not a cursor this server gave out")
+			}
+		}
+		for _, e := range []error{err, lerr, cerr} {
+			if e != nil {
+				h.fail(w, r, e)
+				return
+			}
+		}
+		entries, err := h.svc.store.AuditPage(r.Context(), from, to, afterID, limit+1)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		next := ""
+		if len(entries) > limit {
+			entries = entries[:limit]
+			next = encodeCursor(strconv.FormatInt(entries[limit-1].ID, 10))
+		}
+		web.Encode(w, http.StatusOK, map[string]any{"entries": entries, "next_cursor": next})
+	})
+}

@@ -1,0 +1,335 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/taskpull/taskd"
+)
+
+// TaskFilter narrows a task list. Zero values match everything (but deleted tasks,
+// which match only Status == StatusDeleted).
+type TaskFilter struct {
+	Executor string
+	Kind     taskd.Kind
+	Status   taskd.Status
+}
+
+// ListTasks returns up to limit tasks matching f in (kind, id) order, after the task
+// key after (zero: from the start), and whether more follow.
+func (s *Store) ListTasks(ctx context.Context, f TaskFilter, after taskd.TaskKey, limit int) ([]taskd.Task, bool, error) {
+	out := []taskd.Task{}
+	for _, kind := range []taskd.Kind{taskd.KindOnce, taskd.KindRotate} {
+		if (f.Kind != 0 && f.Kind != kind) || (after.Kind != 0 && kind < after.Kind) {
+			continue
+		}
+		q := selectTask(kind) + " WHERE 1 = 1"
+		var args []any
+		if f.Executor != "" {
+			q += " AND executor = ?"
+			args = append(args, f.Executor)
+		}
+		if f.Status != 0 {
+			q += " AND status = ?"
+			args = append(args, f.Status)
+		} else {
+			q += " AND status <> ?"
+			args = append(args, taskd.StatusDeleted)
+		}
+		if after.Kind == kind {
+			q += " AND id > ?"
+			args = append(args, after.ID)
+		}
+		q += " ORDER BY id LIMIT ?"
+		args = append(args, limit+1-len(out))
+		rows, err := s.db.QueryContext(ctx, q, args...)
+		if err != nil {
+			return nil, false, mysqlErr("list tasks", err)
+		}
+		for rows.Next() {
+			t, err := scanTask(rows, kind)
+			if err != nil {
+				rows.Close()
+				return nil, false, mysqlErr("list tasks", err)
+			}
+			out = append(out, t)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, false, mysqlErr("list tasks", err)
+		}
+		if len(out) > limit {
+			return out[:limit], true, nil
+		}
+	}
+	return out, false, nil
+}
+
+// Claims returns the claimed counts of the given tasks' occurrences due in [from, to),
+// by occurrence key.
+func (s *Store) Claims(ctx context.Context, tasks []taskd.TaskKey, from, to time.Time) (map[string]int, error) {
+	out := map[string]int{}
+	byKind := map[taskd.Kind][]any{}
+	for _, k := range tasks {
+		byKind[k.Kind] = append(byKind[k.Kind], k.ID)
+	}
+	for kind, ids := range byKind {
+		args := append([]any{kind}, ids...)
+		args = append(args, from, to)
+		rows, err := s.db.QueryContext(ctx, `SELECT task_id, due_at, claimed FROM occurrence_claim
+			WHERE task_kind = ? AND task_id IN (?`+strings.Repeat(", ?", len(ids)-1)+`) AND due_at >= ? AND due_at < ?`, args...)
+		if err != nil {
+			return nil, mysqlErr("claims", err)
+		}
+		for rows.Next() {
+			var o taskd.Occurrence
+			var n int
+			if err := rows.Scan(&o.Task.ID, &o.DueAt, &n); err != nil {
+				rows.Close()
+				return nil, mysqlErr("claims", err)
+			}
+			o.Task.Kind, o.DueAt = kind, o.DueAt.UTC()
+			out[o.String()] = n
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, mysqlErr("claims", err)
+		}
+	}
+	return out, nil
+}
+
+// EventFilter narrows an event list.
+type EventFilter struct {
+	UID      string
+	Task     taskd.TaskKey // zero: any
+	Type     taskd.EventType
+	From, To time.Time
+}
+
+// EventCursor is where a page of events ends: events are ordered by (at, event_id)
+// descending.
+type EventCursor struct {
+	At      time.Time
+	EventID string
+}
+
+// StoredEvent is an event as the dispatch records tell it.
+type StoredEvent struct {
+	EventID string          `json:"event_id"`
+	Type    taskd.EventType `json:"type"`
+	LogID   string          `json:"log_id"`
+	UID     string          `json:"uid"`
+	TaskID  string          `json:"task_id"`
+	DueAt   time.Time       `json:"due_at"`
+	Attempt int             `json:"attempt"`
+	Result  string          `json:"result,omitempty"`
+	At      time.Time       `json:"at"`
+}
+
+// Events derives events from the dispatch records, newest first: each record is a
+// dispatch event, its completion a complete event, its expiry an expire event and its
+// latest redo a redo event. The event id is the log id and the type, so it is stable.
+func (s *Store) Events(ctx context.Context, f EventFilter, after *EventCursor, limit int) ([]StoredEvent, error) {
+	where := ""
+	var common []any
+	if f.UID != "" {
+		where += " AND uid = ?"
+		common = append(common, f.UID)
+	}
+	if f.Task.Kind != 0 {
+		where += " AND task_kind = ? AND task_id = ?"
+		common = append(common, f.Task.Kind, f.Task.ID)
+	}
+	parts := []struct {
+		typ       taskd.EventType
+		at, extra string
+	}{
+		{taskd.EventDispatch, "dispatched_at", ""},
+		{taskd.EventComplete, "finished_at", " AND result IS NOT NULL"},
+		{taskd.EventExpire, "finished_at", " AND state = 4"},
+		{taskd.EventRedo, "last_redo_at", ""},
+	}
+	var selects []string
+	var args []any
+	for _, p := range parts {
+		if f.Type != "" && f.Type != p.typ {
+			continue
+		}
+		result := "NULL"
+		if p.typ == taskd.EventComplete {
+			result = "result"
+		}
+		selects = append(selects, `SELECT CONCAT(log_id, '/`+string(p.typ)+`') AS event_id, '`+string(p.typ)+`' AS type,
+			log_id, uid, task_kind, task_id, due_at, attempt, `+result+` AS result, `+p.at+` AS at
+			FROM dispatch WHERE `+p.at+` >= ? AND `+p.at+` < ?`+p.extra+where)
+		args = append(args, f.From, f.To)
+		args = append(args, common...)
+	}
+	if len(selects) == 0 {
+		return []StoredEvent{}, nil
+	}
+	q := "SELECT event_id, type, log_id, uid, task_kind, task_id, due_at, attempt, result, at FROM (" +
+		strings.Join(selects, " UNION ALL ") + ") e"
+	if after != nil {
+		q += " WHERE at < ? OR (at = ? AND event_id < ?)"
+		args = append(args, after.At, after.At, after.EventID)
+	}
+	q += " ORDER BY at DESC, event_id DESC LIMIT ?"
+	args = append(args, limit)
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, mysqlErr("events", err)
+	}
+	defer rows.Close()
+	out := []StoredEvent{}
+	for rows.Next() {
+		var e StoredEvent
+		var k taskd.TaskKey
+		var result sql.NullInt64
+		if err := rows.Scan(&e.EventID, &e.Type, &e.LogID, &e.UID, &k.Kind, &k.ID, &e.DueAt, &e.Attempt, &result, &e.At); err != nil {
+			return nil, mysqlErr("events", err)
+		}
+		e.TaskID, e.DueAt, e.At = k.String(), e.DueAt.UTC(), e.At.UTC()
+		if result.Valid {
+			e.Result = Result(result.Int64).String()
+		}
+		out = append(out, e)
+	}
+	return out, mysqlErr("events", rows.Err())
+}
+
+// TaskStats is what happened to one task in a time range.
+type TaskStats struct {
+	TaskID       string `json:"task_id"`
+	Dispatched   int    `json:"dispatched"`
+	Completed    int    `json:"completed"`
+	Failed       int    `json:"failed"`
+	Expired      int    `json:"expired"`
+	Redo         int    `json:"redo"`
+	LatencyMSP50 *int64 `json:"latency_ms_p50"`
+	LatencyMSP95 *int64 `json:"latency_ms_p95"`
+	Claimed      int    `json:"claimed"`
+	Remaining    *int   `json:"remaining"`
+	key          taskd.TaskKey
+}
+
+// Stats summarises every task with activity in [from, to): dispatches made in the
+// range (and their redos), completions (success), failures and expiries that happened
+// in it, completion latency percentiles, and the quota claimed and remaining over the
+// occurrences due in it (remaining is null for unlimited tasks).
+func (s *Store) Stats(ctx context.Context, from, to time.Time) ([]TaskStats, error) {
+	byKey := map[taskd.TaskKey]*TaskStats{}
+	get := func(k taskd.TaskKey) *TaskStats {
+		st, ok := byKey[k]
+		if !ok {
+			st = &TaskStats{TaskID: k.String(), key: k}
+			byKey[k] = st
+		}
+		return st
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT task_kind, task_id,
+		SUM(dispatched_at >= ? AND dispatched_at < ?),
+		SUM(result = 1 AND finished_at >= ? AND finished_at < ?),
+		SUM(result = 2 AND finished_at >= ? AND finished_at < ?),
+		SUM(state = 4 AND finished_at >= ? AND finished_at < ?),
+		SUM(CASE WHEN dispatched_at >= ? AND dispatched_at < ? THEN redo_count ELSE 0 END)
+		FROM dispatch
+		WHERE (dispatched_at >= ? AND dispatched_at < ?) OR (finished_at >= ? AND finished_at < ?)
+		GROUP BY task_kind, task_id`,
+		from, to, from, to, from, to, from, to, from, to, from, to, from, to)
+	if err != nil {
+		return nil, mysqlErr("stats", err)
+	}
+	for rows.Next() {
+		var k taskd.TaskKey
+		var d, c, f, x, r int
+		if err := rows.Scan(&k.Kind, &k.ID, &d, &c, &f, &x, &r); err != nil {
+			rows.Close()
+			return nil, mysqlErr("stats", err)
+		}
+		st := get(k)
+		st.Dispatched, st.Completed, st.Failed, st.Expired, st.Redo = d, c, f, x, r
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, mysqlErr("stats", err)
+	}
+
+	rows, err = s.db.QueryContext(ctx, `SELECT task_kind, task_id,
+		TIMESTAMPDIFF(MICROSECOND, dispatched_at, finished_at) DIV 1000 FROM dispatch
+		WHERE result IS NOT NULL AND finished_at >= ? AND finished_at < ?`, from, to)
+	if err != nil {
+		return nil, mysqlErr("stats", err)
+	}
+	latencies := map[taskd.TaskKey][]int64{}
+	for rows.Next() {
+		var k taskd.TaskKey
+		var ms int64
+		if err := rows.Scan(&k.Kind, &k.ID, &ms); err != nil {
+			rows.Close()
+			return nil, mysqlErr("stats", err)
+		}
+		latencies[k] = append(latencies[k], ms)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, mysqlErr("stats", err)
+	}
+	for k, ls := range latencies {
+		sort.Slice(ls, func(i, j int) bool { return ls[i] < ls[j] })
+		st := get(k)
+		st.LatencyMSP50, st.LatencyMSP95 = percentile(ls, 50), percentile(ls, 95)
+	}
+
+	for _, kind := range []taskd.Kind{taskd.KindOnce, taskd.KindRotate} {
+		rows, err := s.db.QueryContext(ctx, `SELECT c.task_id, SUM(c.claimed),
+			SUM(GREATEST(t.dispatch_times - c.claimed, 0)), MIN(t.dispatch_times)
+			FROM occurrence_claim c JOIN `+taskTable(kind)+` t ON t.id = c.task_id
+			WHERE c.task_kind = ? AND c.due_at >= ? AND c.due_at < ?
+			GROUP BY c.task_id`, kind, from, to)
+		if err != nil {
+			return nil, mysqlErr("stats", err)
+		}
+		for rows.Next() {
+			k := taskd.TaskKey{Kind: kind}
+			var claimed, remaining, quota int
+			if err := rows.Scan(&k.ID, &claimed, &remaining, &quota); err != nil {
+				rows.Close()
+				return nil, mysqlErr("stats", err)
+			}
+			st := get(k)
+			st.Claimed = claimed
+			if quota != taskd.Unlimited {
+				st.Remaining = &remaining
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, mysqlErr("stats", err)
+		}
+	}
+
+	out := make([]TaskStats, 0, len(byKey))
+	for _, st := range byKey {
+		out = append(out, *st)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i].key, out[j].key
+		return a.Kind < b.Kind || (a.Kind == b.Kind && a.ID < b.ID)
+	})
+	return out, nil
+}
+
+// percentile is the nearest-rank percentile of sorted values.
+func percentile(sorted []int64, p int) *int64 {
+	if len(sorted) == 0 {
+		return nil
+	}
+	rank := (p*len(sorted) + 99) / 100 // ceil(p/100 * n)
+	v := sorted[max(rank, 1)-1]
+	return &v
+}
