@@ -452,3 +452,27 @@ func TestEditsRacingWithFetchesLeaveNoStaleCache(t *testing.T) {
 		}
 	}
 }
+
+func TestQuotaCutKeepsClaimsAndOpenDispatchSurvivesLeavingTheGroup(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	uids, keys := e.groupOf("g", 5)
+	tpl := e.template()
+	body := map[string]any{"executor": "gid_g", "start_time": ts(t0.Add(-time.Minute)), "template_id": tpl, "dispatch_times": 5}
+	id := e.admin("POST", "/v1/admin/tasks/once", body)["task_id"].(string)
+	var open []*task
+	for _, k := range keys[:3] {
+		open = append(open, mustFetch(t, e, k))
+	}
+	body["dispatch_times"] = 2
+	e.admin("PUT", "/v1/admin/tasks/once/"+id[len("once:"):], body)
+	if r := e.fetch(0, keys[3]); r.Task != nil {
+		t.Fatalf("quota cut to 2 below 3 claimed, yet dispatched: %+v", r.Task)
+	}
+	if n := e.count("SELECT claimed FROM occurrence_claim"); n != 3 {
+		t.Fatalf("claims after the cut: %d, want 3 kept", n)
+	}
+	e.admin("DELETE", "/v1/admin/groups/g/members/"+uids[0], nil)
+	e.mustComplete(keys[0], open[0].LogID) // an open dispatch may still be completed
+	e.checkClaims()
+}
