@@ -8,6 +8,7 @@ import (
 
 	"github.com/taskpull/taskd"
 	"github.com/taskpull/taskd/internal/clock"
+	"github.com/taskpull/taskd/internal/metrics"
 	"github.com/taskpull/taskd/internal/store"
 	"github.com/taskpull/taskd/queue"
 )
@@ -20,6 +21,8 @@ type Config struct {
 	PollStep time.Duration
 	// EnrollSecret lets agents enroll themselves; empty disables enrollment.
 	EnrollSecret string
+	// Metrics records fetches, dispatches, completions and expiries; nil records nothing.
+	Metrics *metrics.Metrics
 }
 
 // Service is fetch, complete and client keys.
@@ -83,6 +86,20 @@ const maxRounds = 32
 // checked against uid's valid client keys in the same Redis round trip as the heap
 // peek. With wait > 0 it long-polls until a task is due or wait (capped) runs out.
 func (s *Service) Fetch(ctx context.Context, uid, keyHash string, wait time.Duration) (FetchResult, error) {
+	res, err := s.longPoll(ctx, uid, keyHash, wait)
+	switch {
+	case err != nil:
+	case res.Task == nil:
+		s.cfg.Metrics.Fetch("empty")
+	case res.Task.Redo:
+		s.cfg.Metrics.Fetch("redo")
+	default:
+		s.cfg.Metrics.Fetch("task")
+	}
+	return res, err
+}
+
+func (s *Service) longPoll(ctx context.Context, uid, keyHash string, wait time.Duration) (FetchResult, error) {
 	wait = min(wait, s.cfg.MaxWait)
 	deadline := s.clock.Now().Add(wait)
 	// The wait is also bounded in real time, so that a long poll ends even when the
@@ -140,15 +157,18 @@ func (s *Service) fetch(ctx context.Context, uid, keyHash string) (FetchResult, 
 			}
 			switch outcome {
 			case store.Claimed:
+				s.cfg.Metrics.Dispatched(d.Occurrence.Task.Kind.String())
 				changes = append(changes, queue.Change{Entry: e})
 				s.apply(ctx, uid, d.LogID, changes)
 				return FetchResult{Task: assignment(d, false), NextDueAt: nextDue(view.Due[i+1:], view.Next)}, nil
 			case store.UserBusy:
 				// Another request of this user dispatched first: hand that one out.
+				s.cfg.Metrics.ClaimRefused("user_busy")
 				s.apply(ctx, uid, "", changes)
 				res, _, err := s.resumeOpen(ctx, uid, now)
 				return res, err
 			default: // exhausted, already had it, or gone: drop it, try the next
+				s.cfg.Metrics.ClaimRefused(refusal(outcome))
 				changes = append(changes, queue.Change{Entry: e})
 			}
 		}
@@ -159,6 +179,16 @@ func (s *Service) fetch(ctx context.Context, uid, keyHash string) (FetchResult, 
 		}
 	}
 	return FetchResult{NextDueAt: nextDue(nil, view.Next)}, nil
+}
+
+func refusal(o store.ClaimOutcome) string {
+	switch o {
+	case store.Exhausted:
+		return "exhausted"
+	case store.AlreadyHad:
+		return "already_had"
+	}
+	return "gone"
 }
 
 func nextDue(due []queue.Entry, next *queue.Entry) *time.Time {
@@ -198,6 +228,7 @@ func (s *Service) resumeOpen(ctx context.Context, uid string, now time.Time) (Fe
 			if next == nil {
 				continue // moved on meanwhile: look again
 			}
+			s.cfg.Metrics.Dispatched(next.Occurrence.Task.Kind.String())
 			s.apply(ctx, uid, next.LogID, nil)
 			return FetchResult{Task: assignment(next, false)}, true, nil
 		case d.LeaseExpired(now):
@@ -223,6 +254,7 @@ func (s *Service) expired(ctx context.Context, logID string, now time.Time) erro
 		return err
 	}
 	s.log.InfoContext(ctx, "lease expired", "uid", d.UID, "log_id", d.LogID, "task_id", d.Occurrence.Task.String())
+	s.cfg.Metrics.Expired(d.Occurrence.Task.Kind.String())
 	return s.afterExpire(ctx, d)
 }
 
@@ -263,6 +295,9 @@ func (s *Service) Complete(ctx context.Context, uid, keyHash, logID string, resu
 	if err != nil {
 		return err
 	}
+	if outcome == store.Completed || outcome == store.RetryScheduled {
+		s.cfg.Metrics.Completed(d.Occurrence.Task.Kind.String(), result.String())
+	}
 	switch outcome {
 	case store.Completed:
 		if d.Mode == taskd.ModeUntilExhausted {
@@ -276,6 +311,7 @@ func (s *Service) Complete(ctx context.Context, uid, keyHash, logID string, resu
 	case store.RetryScheduled, store.AlreadyDone:
 		return nil
 	case store.ExpiredNow:
+		s.cfg.Metrics.Expired(d.Occurrence.Task.Kind.String())
 		if err := s.afterExpire(ctx, d); err != nil {
 			return err
 		}

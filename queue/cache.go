@@ -17,6 +17,7 @@ import (
 
 	"github.com/taskpull/taskd"
 	"github.com/taskpull/taskd/internal/clock"
+	"github.com/taskpull/taskd/internal/metrics"
 )
 
 // Loader reads from the system of record (MySQL) what the cache is built from.
@@ -45,6 +46,8 @@ type Config struct {
 	LockTTL time.Duration
 	// TTL is how long an idle user's heap and key set stay in Redis.
 	TTL time.Duration
+	// Metrics records lookups and rebuilds; nil records nothing.
+	Metrics *metrics.Metrics
 }
 
 func (c *Config) setDefaults() {
@@ -136,6 +139,7 @@ func (c *Cache) Peek(ctx context.Context, uid, keyHash string, now time.Time) (V
 		}
 		switch status := res[0].(string); status {
 		case "ok":
+			c.cfg.Metrics.HeapLookup(true)
 			return parseView(res)
 		case "badkey":
 			return View{}, ErrBadKey
@@ -147,6 +151,7 @@ func (c *Cache) Peek(ctx context.Context, uid, keyHash string, now time.Time) (V
 			groups = res[2].(string)
 			c.groups.Store(uid, groups)
 		case "cold", "stale":
+			c.cfg.Metrics.HeapLookup(false)
 			if err := c.rebuild(ctx, uid, res[3].(string)); err != nil {
 				return View{}, err
 			}
@@ -226,6 +231,7 @@ func (c *Cache) rebuild(ctx context.Context, uid, ver string) error {
 // versions are read before MySQL, so a write that passes the version check was built
 // from data at least as new as the versions it names.
 func (c *Cache) Rebuild(ctx context.Context, uid string) error {
+	started := time.Now()
 	ver, err := c.rdb.HGet(ctx, c.keys.User(uid), "ver").Result()
 	if errors.Is(err, redis.Nil) {
 		ver = "0"
@@ -274,6 +280,7 @@ func (c *Cache) Rebuild(ctx context.Context, uid string) error {
 		return unavailable("rebuild", err)
 	}
 	c.groups.Store(uid, groups)
+	c.cfg.Metrics.Rebuilt(time.Since(started))
 	return nil
 }
 

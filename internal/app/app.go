@@ -9,11 +9,13 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/taskpull/taskd/admin"
 	"github.com/taskpull/taskd/dispatch"
 	"github.com/taskpull/taskd/internal/clock"
+	"github.com/taskpull/taskd/internal/metrics"
 	"github.com/taskpull/taskd/internal/store"
 	"github.com/taskpull/taskd/queue"
 )
@@ -35,6 +37,9 @@ type App struct {
 	Cache    *queue.Cache
 	Dispatch *dispatch.Service
 	Admin    *admin.Service
+	// Registry holds this instance's Prometheus metrics, served at /metrics.
+	Registry *prometheus.Registry
+	metrics  *metrics.Metrics
 	handler  http.Handler
 }
 
@@ -45,10 +50,12 @@ func New(cfg Config, deps Deps) *App {
 	if loader == nil {
 		loader = deps.Store
 	}
-	a := &App{cfg: cfg, deps: deps}
-	a.Cache = queue.NewCache(deps.Redis, loader, deps.Clock, queue.Config{Prefix: cfg.RedisPrefix, CatchUp: cfg.CatchUp})
+	a := &App{cfg: cfg, deps: deps, Registry: prometheus.NewRegistry()}
+	a.metrics = metrics.New(a.Registry)
+	a.Cache = queue.NewCache(deps.Redis, loader, deps.Clock,
+		queue.Config{Prefix: cfg.RedisPrefix, CatchUp: cfg.CatchUp, Metrics: a.metrics})
 	a.Dispatch = dispatch.NewService(deps.Store, a.Cache, deps.Clock, deps.Log,
-		dispatch.Config{MaxWait: cfg.MaxWait, EnrollSecret: cfg.EnrollSecret})
+		dispatch.Config{MaxWait: cfg.MaxWait, EnrollSecret: cfg.EnrollSecret, Metrics: a.metrics})
 	a.Admin = admin.NewService(deps.Store, a.Cache, a.Dispatch, deps.Clock, deps.Log)
 	a.handler = a.routes()
 	return a

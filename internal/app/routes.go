@@ -7,9 +7,11 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/taskpull/taskd"
 	"github.com/taskpull/taskd/admin"
+	"github.com/taskpull/taskd/api"
 	"github.com/taskpull/taskd/dispatch"
 	"github.com/taskpull/taskd/internal/web"
 )
@@ -18,7 +20,7 @@ import (
 func (a *App) routes() http.Handler {
 	log := a.deps.Log
 	r := chi.NewRouter()
-	r.Use(middleware.Recoverer)
+	r.Use(middleware.Recoverer, a.measure)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		web.Error(w, r, log, taskd.Errorf(taskd.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
 	})
@@ -31,6 +33,8 @@ func (a *App) routes() http.Handler {
 		web.Encode(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	r.Get("/readyz", a.handleReady())
+	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(a.Registry, promhttp.HandlerOpts{}))
+	r.Method(http.MethodGet, "/openapi.json", api.Handler())
 
 	r.Method(http.MethodPost, "/v1/enroll", dispatch.HandleEnroll(a.Dispatch, log))
 	r.Method(http.MethodPost, "/v1/fetch", dispatch.HandleFetch(a.Dispatch, log))
@@ -64,6 +68,25 @@ func (a *App) routes() http.Handler {
 		r.Method(http.MethodGet, "/audit", h.Audit())
 	})
 	return r
+}
+
+// measure records each request's latency under its route pattern (never the raw path,
+// which would carry ids into label values).
+func (a *App) measure(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		started := time.Now()
+		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		next.ServeHTTP(ww, r)
+		route := chi.RouteContext(r.Context()).RoutePattern()
+		if route == "" {
+			route = "unmatched"
+		}
+		status := ww.Status()
+		if status == 0 {
+			status = http.StatusOK
+		}
+		a.metrics.Request(route, r.Method, status, time.Since(started))
+	})
 }
 
 func (a *App) handleReady() http.HandlerFunc {

@@ -1,0 +1,131 @@
+// Package metrics defines the server's Prometheus metrics in one place, so names,
+// labels and help texts are consistent and reviewable. Labels are bounded: task kinds,
+// results, routes (patterns, never raw paths), status codes; never a user or task id.
+//
+// Every method is safe on a nil *Metrics, which records nothing (tests and benchmarks
+// that do not care pass nil).
+package metrics
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics holds the collectors.
+type Metrics struct {
+	requests      *prometheus.HistogramVec
+	fetches       *prometheus.CounterVec
+	dispatches    *prometheus.CounterVec
+	completions   *prometheus.CounterVec
+	expiries      *prometheus.CounterVec
+	claimRefusals *prometheus.CounterVec
+	heapLookups   *prometheus.CounterVec
+	rebuilds      prometheus.Histogram
+}
+
+// New registers the server's metrics (and the Go and process collectors) on reg.
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "taskd_http_request_duration_seconds",
+			Help:    "HTTP request latency by route pattern, method and status code.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10, 30},
+		}, []string{"route", "method", "status"}),
+		fetches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskd_fetches_total",
+			Help: "Fetches answered, by outcome: task (a new dispatch), redo (the open one again) or empty.",
+		}, []string{"outcome"}),
+		dispatches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskd_dispatches_total",
+			Help: "Dispatches made (new claims and retry attempts), by task kind.",
+		}, []string{"kind"}),
+		completions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskd_completions_total",
+			Help: "Completions recorded, by task kind and result.",
+		}, []string{"kind", "result"}),
+		expiries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskd_lease_expiries_total",
+			Help: "Open dispatches expired past their lease, by task kind.",
+		}, []string{"kind"}),
+		claimRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskd_quota_claim_conflicts_total",
+			Help: "Claims refused, by reason: exhausted, already_had, gone, user_busy.",
+		}, []string{"reason"}),
+		heapLookups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskd_heap_cache_lookups_total",
+			Help: "Heap cache lookups by result: hit, or miss (cold or stale: rebuilt).",
+		}, []string{"result"}),
+		rebuilds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "taskd_heap_rebuild_duration_seconds",
+			Help:    "Heap rebuilds from MySQL (count and duration).",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+		}),
+	}
+	reg.MustRegister(m.requests, m.fetches, m.dispatches, m.completions, m.expiries, m.claimRefusals,
+		m.heapLookups, m.rebuilds,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Request records one HTTP request.
+func (m *Metrics) Request(route, method string, status int, d time.Duration) {
+	if m != nil {
+		m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Observe(d.Seconds())
+	}
+}
+
+// Fetch records a fetch's outcome: "task", "redo" or "empty".
+func (m *Metrics) Fetch(outcome string) {
+	if m != nil {
+		m.fetches.WithLabelValues(outcome).Inc()
+	}
+}
+
+// Dispatched records a dispatch of a task of kind.
+func (m *Metrics) Dispatched(kind string) {
+	if m != nil {
+		m.dispatches.WithLabelValues(kind).Inc()
+	}
+}
+
+// Completed records a completion.
+func (m *Metrics) Completed(kind, result string) {
+	if m != nil {
+		m.completions.WithLabelValues(kind, result).Inc()
+	}
+}
+
+// Expired records a lease expiry.
+func (m *Metrics) Expired(kind string) {
+	if m != nil {
+		m.expiries.WithLabelValues(kind).Inc()
+	}
+}
+
+// ClaimRefused records a refused claim.
+func (m *Metrics) ClaimRefused(reason string) {
+	if m != nil {
+		m.claimRefusals.WithLabelValues(reason).Inc()
+	}
+}
+
+// HeapLookup records a heap cache lookup: hit or miss.
+func (m *Metrics) HeapLookup(hit bool) {
+	if m != nil {
+		r := "miss"
+		if hit {
+			r = "hit"
+		}
+		m.heapLookups.WithLabelValues(r).Inc()
+	}
+}
+
+// Rebuilt records a heap rebuild and its duration.
+func (m *Metrics) Rebuilt(d time.Duration) {
+	if m != nil {
+		m.rebuilds.Observe(d.Seconds())
+	}
+}
