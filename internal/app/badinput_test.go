@@ -1,9 +1,12 @@
 package app_test
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-chi/chi/v5"
 )
 
 // Bad input on every client endpoint gets the documented status and code, and writes
@@ -77,5 +80,25 @@ func TestAdminAuth(t *testing.T) {
 		if code, out := e.do(0, "GET", "/v1/admin/templates", c.token, nil); code != c.status {
 			t.Errorf("token %q: %d %v, want %d", c.token, code, out, c.status)
 		}
+	}
+	// every admin route: no token 401, a client key 403, and nothing written
+	err := chi.Walk(e.apps[0].Handler().(chi.Routes), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		if !strings.HasPrefix(route, "/v1/admin/") {
+			return nil
+		}
+		path := strings.NewReplacer("{kind}", "once", "{id}", "1", "{gid}", "g", "{uid}", "1").Replace(route)
+		for token, want := range map[string]int{"": 401, k: 403} {
+			code, out := e.do(0, method, path, token, `{}`)
+			if code != want {
+				t.Errorf("%s %s with token %q: %d %v, want %d", method, path, token, code, out, want)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count("SELECT COUNT(*) FROM audit_log WHERE action <> 'client_key.create'"); n != 0 {
+		t.Fatalf("unauthorised requests wrote %d audit entries", n)
 	}
 }
