@@ -221,9 +221,32 @@ func (c *Cache) rebuild(ctx context.Context, uid, ver string) error {
 			return nil, sleep(ctx, 5*time.Millisecond)
 		}
 		defer unlockScript.Run(context.WithoutCancel(ctx), c.rdb, []string{c.keys.Lock(uid)}, token)
+		// A caller that saw the heap cold just before another rebuild finished gets
+		// here after that rebuild released the lock: look again before reading MySQL.
+		if fresh, err := c.fresh(ctx, uid); err != nil || fresh {
+			return nil, err
+		}
 		return nil, c.Rebuild(ctx, uid)
 	})
 	return err
+}
+
+// fresh reports whether uid's heap is valid now (the peek script's verdict).
+func (c *Cache) fresh(ctx context.Context, uid string) (bool, error) {
+	var groups string
+	if g, ok := c.groups.Load(uid); ok {
+		groups = g.(string)
+	}
+	keys := []string{c.keys.User(uid), c.keys.Heap(uid), c.keys.ClientKeys(uid)}
+	for _, g := range splitGroups(groups) {
+		keys = append(keys, c.keys.Generation(g))
+	}
+	now := c.clock.Now()
+	res, err := peekScript.Run(ctx, c.rdb, keys, now.Unix(), now.Add(c.cfg.Horizon).Unix(), 0, groups, "").Slice()
+	if err != nil {
+		return false, unavailable("peek", err)
+	}
+	return res[0] == "ok", nil
 }
 
 // Rebuild reads uid's offer from MySQL and writes it to Redis, unless an invalidation
