@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/taskpull/taskd/internal/app"
+	"github.com/taskpull/taskd/internal/metrics"
+	"github.com/taskpull/taskd/logsink"
 )
 
 func main() {
@@ -29,6 +31,40 @@ func main() {
 
 // run starts the server and blocks until ctx is done, then shuts down gracefully:
 // in-flight requests finish (up to the shutdown timeout).
+// relayDone waits for the relay to stop.
+type relayDone chan struct{}
+
+func (d relayDone) Wait() { <-d }
+
+// startRelay runs the outbox relay to Kafka in the background until ctx is done. The
+// brokers come from the merged config (flags win); the relay's tuning from env.
+func startRelay(ctx context.Context, cfg app.Config, getenv func(string) string, deps app.Deps, a *app.App, log *slog.Logger) (relayDone, error) {
+	rc, err := logsink.LoadRelayConfig(getenv)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	rc.Brokers = cfg.KafkaBrokers
+	if err := rc.Validate(); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	relay, err := logsink.NewRelay(rc, logsink.StoreOutbox(deps.Store), log)
+	if err != nil {
+		return nil, err
+	}
+	metrics.RegisterRelay(a.Registry, func() metrics.RelayStats {
+		s := relay.Stats()
+		return metrics.RelayStats{Active: s.Active, Backlog: s.Backlog, OldestAge: s.OldestAge, Sent: s.Sent, Failures: s.Failures}
+	})
+	done := make(relayDone)
+	go func() {
+		defer close(done)
+		if err := relay.Run(ctx); err != nil {
+			log.Error("outbox relay stopped", "component", "relay", "err", err)
+		}
+	}()
+	return done, nil
+}
+
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cfg, err := app.LoadConfig(args, getenv, stderr)
 	if err != nil {
@@ -59,8 +95,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
 	bg, stopBG := context.WithCancel(ctx)
-	defer stopBG()
+	var relay relayDone
+	defer func() {
+		stopBG()
+		if relay != nil {
+			relay.Wait() // the relay finishes its round; what it did not send stays in the outbox
+		}
+	}()
 	go a.RunBackground(bg)
+	if len(cfg.KafkaBrokers) > 0 {
+		if relay, err = startRelay(bg, cfg, getenv, deps, a, log); err != nil {
+			return err
+		}
+	}
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -120,3 +121,5 @@ func enroll(t *testing.T, addr string) string {
 	s = s[i+len(`"client_key":"`):]
 	return s[:strings.Index(s, `"`)]
 }
+
+func slogDiscard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -70,6 +70,42 @@ func New(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
+// RelayStats is what the outbox relay reports about itself.
+type RelayStats struct {
+	Active    bool
+	Backlog   int64
+	OldestAge time.Duration
+	Sent      uint64
+	Failures  uint64
+}
+
+// RegisterRelay exposes the outbox relay's progress, read from stats at scrape time.
+func RegisterRelay(reg prometheus.Registerer, stats func() RelayStats) {
+	gauge := func(name, help string, v func(RelayStats) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return v(stats()) })
+	}
+	counter := func(name, help string, v func(RelayStats) float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return v(stats()) })
+	}
+	reg.MustRegister(
+		gauge("taskd_outbox_backlog_events", "Outbox rows waiting for Kafka (as last measured).",
+			func(s RelayStats) float64 { return float64(s.Backlog) }),
+		gauge("taskd_outbox_oldest_age_seconds", "Age of the oldest outbox row waiting for Kafka.",
+			func(s RelayStats) float64 { return s.OldestAge.Seconds() }),
+		gauge("taskd_outbox_relay_active", "1 while this process holds the relay lease.",
+			func(s RelayStats) float64 {
+				if s.Active {
+					return 1
+				}
+				return 0
+			}),
+		counter("taskd_outbox_relayed_events_total", "Events Kafka acknowledged and the outbox forgot.",
+			func(s RelayStats) float64 { return float64(s.Sent) }),
+		counter("taskd_outbox_relay_failures_total", "Relay rounds that failed (Kafka or MySQL unavailable).",
+			func(s RelayStats) float64 { return float64(s.Failures) }),
+	)
+}
+
 // Request records one HTTP request.
 func (m *Metrics) Request(route, method string, status int, d time.Duration) {
 	if m != nil {

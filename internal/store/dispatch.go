@@ -577,14 +577,7 @@ func (s *Store) emit(ctx context.Context, tx *sql.Tx, d *Dispatch, typ taskd.Eve
 		ms := now.Sub(d.DispatchedAt).Milliseconds()
 		ev.LatencyMS = &ms
 	}
-	payload, err := json.Marshal(ev)
-	if err != nil {
-		return err
-	}
-	_, err = tx.ExecContext(ctx,
-		"INSERT INTO event_outbox (event_id, uid, payload, created_at) VALUES (?, ?, ?, ?)",
-		ev.EventID, ev.UID, string(payload), now)
-	return err
+	return appendOutboxTx(ctx, tx, []taskd.Event{ev})
 }
 
 // EventsConfig says whether state changes also write outbox events, and the node name

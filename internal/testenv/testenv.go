@@ -68,10 +68,11 @@ func MySQLDSN(t testing.TB) string {
 	return dsn
 }
 
-// Store opens a Store on a fresh database (see MySQLDSN), closed when t ends.
+// Store opens a Store on a fresh database (see MySQLDSN), closed when t ends. Its pool
+// is small: parallel tests and packages share one server and its max_connections.
 func Store(t testing.TB) *store.Store {
 	t.Helper()
-	s, err := store.Open(context.Background(), MySQLDSN(t), store.OpenOptions{MaxConns: 64})
+	s, err := store.Open(context.Background(), MySQLDSN(t), store.OpenOptions{MaxConns: 12})
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}

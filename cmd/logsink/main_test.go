@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/internal/esfake"
+	"github.com/taskpull/taskd/internal/testenv"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestRunRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{map[string]string{}, nil, "DISPATCH_KAFKA_BROKERS"},
+		{map[string]string{"DISPATCH_KAFKA_BROKERS": "k:9092"}, nil, "DISPATCH_ES_URLS"},
+		{map[string]string{"DISPATCH_KAFKA_BROKERS": "k:9092", "DISPATCH_ES_URLS": "http://es:9200",
+			"DISPATCH_ES_RETENTION_DAYS": "0"}, nil, "DISPATCH_ES_RETENTION_DAYS"},
+		{map[string]string{"DISPATCH_KAFKA_BROKERS": "k:9092", "DISPATCH_ES_URLS": "http://es:9200",
+			"DISPATCH_ES_FLUSH_INTERVAL": "soon"}, nil, "DISPATCH_ES_FLUSH_INTERVAL"},
+		// The flag wins over the (valid) environment.
+		{map[string]string{"DISPATCH_KAFKA_BROKERS": "k:9092", "DISPATCH_ES_URLS": "http://es:9200"},
+			[]string{"-es-index-prefix", "Bad Prefix"}, "DISPATCH_ES_INDEX_PREFIX"},
+		{map[string]string{}, []string{"-no-such-flag"}, "no-such-flag"},
+	} {
+		var stderr bytes.Buffer
+		err := run(context.Background(), tc.args, env(tc.env), &bytes.Buffer{}, &stderr)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("env %v args %v: %v, want an error naming %s", tc.env, tc.args, err, tc.want)
+		}
+	}
+}
+
+// run consumes events into Elasticsearch until its context ends, then returns nil.
+func TestRunIndexesAndStops(t *testing.T) {
+	t.Parallel()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	es := esfake.New(t)
+	topic := "events-" + testenv.Suffix()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-kafka-topic", topic, "-es-flush-interval", "20ms"}, env(map[string]string{
+			"DISPATCH_KAFKA_BROKERS":     strings.Join(cluster.ListenAddrs(), ","),
+			"DISPATCH_ES_URLS":           "http://elastic:secret@" + strings.TrimPrefix(es.URL(), "http://"),
+			"DISPATCH_KAFKA_GROUP":       "group-" + topic,
+			"DISPATCH_KAFKA_PARTITIONS":  "2",
+			"DISPATCH_ES_RETENTION_DAYS": "3",
+		}), &bytes.Buffer{}, &stderr)
+	}()
+
+	// The sink creates the topic; produce once it exists.
+	w := &kafka.Writer{Addr: kafka.TCP(cluster.ListenAddrs()...), Topic: topic, RequiredAcks: kafka.RequireAll,
+		BatchTimeout: 5 * time.Millisecond}
+	defer w.Close()
+	var msgs []kafka.Message
+	for i := range 100 {
+		b, _ := json.Marshal(taskd.Event{EventID: fmt.Sprintf("ev-%03d", i), Type: taskd.EventDispatch,
+			UID: "u1", At: time.Date(2026, 11, 21, 10, 0, i, 0, time.UTC)})
+		msgs = append(msgs, kafka.Message{Key: []byte("u1"), Value: b})
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := w.WriteMessages(ctx, msgs...)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("produce: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for es.Count() < 100 {
+		if time.Now().After(deadline) {
+			t.Fatalf("indexed %d of 100", es.Count())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("run did not return after cancel")
+	}
+	logs := stderr.String()
+	if strings.Contains(logs, "secret") {
+		t.Fatal("the Elasticsearch password reached the logs")
+	}
+	if !strings.Contains(logs, `"component":"logsink"`) || !strings.Contains(logs, `"msg":"stopped"`) {
+		t.Fatalf("logs lack the sink's lines:\n%s", logs)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

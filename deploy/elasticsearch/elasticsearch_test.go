@@ -1,0 +1,173 @@
+package elasticsearch
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"regexp"
+	"testing"
+)
+
+func templateFields(t *testing.T) map[string]string {
+	t.Helper()
+	b, err := IndexTemplate("ev", "ev-policy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tpl struct {
+		IndexPatterns []string `json:"index_patterns"`
+		Template      struct {
+			Settings map[string]any `json:"settings"`
+			Mappings struct {
+				Properties map[string]struct {
+					Type string `json:"type"`
+				} `json:"properties"`
+			} `json:"mappings"`
+		} `json:"template"`
+	}
+	if err := json.Unmarshal(b, &tpl); err != nil {
+		t.Fatal(err)
+	}
+	if len(tpl.IndexPatterns) != 1 || tpl.IndexPatterns[0] != "ev-*" {
+		t.Fatalf("index patterns %v", tpl.IndexPatterns)
+	}
+	if tpl.Template.Settings["index.lifecycle.name"] != "ev-policy" {
+		t.Fatalf("settings %v", tpl.Template.Settings)
+	}
+	fields := map[string]string{}
+	for name, p := range tpl.Template.Mappings.Properties {
+		fields[name] = p.Type
+	}
+	return fields
+}
+
+// Every field of taskd.Event is mapped explicitly, with the type queries rely on.
+func TestIndexTemplateMapsEveryEventField(t *testing.T) {
+	fields := templateFields(t)
+	for name, typ := range map[string]string{
+		"event_id": "keyword", "type": "keyword", "log_id": "keyword", "uid": "keyword",
+		"task_id": "keyword", "kind": "keyword", "due_at": "date", "attempt": "integer",
+		"result": "keyword", "latency_ms": "long", "node": "keyword", "at": "date",
+	} {
+		if fields[name] != typ {
+			t.Errorf("field %s mapped as %q, want %q", name, fields[name], typ)
+		}
+	}
+}
+
+func TestLifecyclePolicy(t *testing.T) {
+	for days, wantWarm := range map[int]bool{1: false, 2: false, 30: true} {
+		b, err := LifecyclePolicy(days)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p struct {
+			Policy struct {
+				Phases map[string]struct {
+					MinAge  string         `json:"min_age"`
+					Actions map[string]any `json:"actions"`
+				} `json:"phases"`
+			} `json:"policy"`
+		}
+		if err := json.Unmarshal(b, &p); err != nil {
+			t.Fatal(err)
+		}
+		del := p.Policy.Phases["delete"]
+		if _, ok := del.Actions["delete"]; !ok || del.MinAge != itoa(days)+"d" {
+			t.Fatalf("%d days: delete phase %+v", days, del)
+		}
+		if _, ok := p.Policy.Phases["warm"]; ok != wantWarm {
+			t.Fatalf("%d days: warm phase present %v", days, ok)
+		}
+	}
+	if _, err := LifecyclePolicy(0); err == nil {
+		t.Fatal("retention 0 accepted")
+	}
+}
+
+func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+// The Kibana saved objects parse, every reference resolves within the file, and every
+// field a visualization uses is mapped by the index template.
+func TestKibanaSavedObjects(t *testing.T) {
+	f, err := os.Open("../kibana/saved_objects.ndjson")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fields := templateFields(t)
+	type ref struct{ Name, Type, ID string }
+	type object struct {
+		Type       string         `json:"type"`
+		ID         string         `json:"id"`
+		Attributes map[string]any `json:"attributes"`
+		References []ref          `json:"references"`
+	}
+	var objs []object
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var o object
+		if err := json.Unmarshal(sc.Bytes(), &o); err != nil {
+			t.Fatalf("line %d: %v", len(objs)+1, err)
+		}
+		objs = append(objs, o)
+	}
+	ids := map[string]bool{}
+	count := map[string]int{}
+	for _, o := range objs {
+		ids[o.Type+"/"+o.ID] = true
+		count[o.Type]++
+	}
+	if count["index-pattern"] != 1 || count["dashboard"] != 1 || count["visualization"] < 5 {
+		t.Fatalf("objects by type: %v", count)
+	}
+	fieldRe := regexp.MustCompile(`"field":"([a-z_]+)"`)
+	kqlRe := regexp.MustCompile(`([a-z_]+) : `)
+	for _, o := range objs {
+		for _, r := range o.References {
+			if !ids[r.Type+"/"+r.ID] {
+				t.Errorf("%s %s references missing %s %s", o.Type, o.ID, r.Type, r.ID)
+			}
+		}
+		switch o.Type {
+		case "index-pattern":
+			if o.Attributes["title"] != "taskd-events-*" || o.Attributes["timeFieldName"] != "at" {
+				t.Errorf("data view %v", o.Attributes)
+			}
+		case "visualization":
+			vs, _ := o.Attributes["visState"].(string)
+			var state map[string]any
+			if err := json.Unmarshal([]byte(vs), &state); err != nil {
+				t.Fatalf("%s visState: %v", o.ID, err)
+			}
+			meta, _ := o.Attributes["kibanaSavedObjectMeta"].(map[string]any)
+			src, _ := meta["searchSourceJSON"].(string)
+			if !json.Valid([]byte(src)) {
+				t.Fatalf("%s searchSourceJSON is not JSON", o.ID)
+			}
+			for _, m := range append(fieldRe.FindAllStringSubmatch(vs, -1), kqlRe.FindAllStringSubmatch(vs+src, -1)...) {
+				if fields[m[1]] == "" {
+					t.Errorf("%s uses field %s, which the index template does not map", o.ID, m[1])
+				}
+			}
+		case "dashboard":
+			var panels []map[string]any
+			if err := json.Unmarshal([]byte(o.Attributes["panelsJSON"].(string)), &panels); err != nil {
+				t.Fatal(err)
+			}
+			names := map[string]bool{}
+			for _, r := range o.References {
+				names[r.Name] = true
+			}
+			for _, p := range panels {
+				if !names[p["panelRefName"].(string)] {
+					t.Errorf("panel %v has no reference", p["panelRefName"])
+				}
+			}
+			if len(panels) != count["visualization"] {
+				t.Errorf("%d panels for %d visualizations", len(panels), count["visualization"])
+			}
+		}
+	}
+}

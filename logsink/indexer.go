@@ -1,0 +1,302 @@
+package logsink
+
+import (
+	"bytes"
+	"container/heap"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/elastic/go-elasticsearch/v8/esapi"
+	"github.com/elastic/go-elasticsearch/v8/esutil"
+	"github.com/segmentio/kafka-go"
+)
+
+// job is one consumed message on its way to being done: indexed, or dead-lettered.
+type job struct {
+	msg   kafka.Message
+	entry *entry
+	index string // target index, from the event time
+	id    string // document _id: the event id
+	// attempt counts bulk submissions; answered is the last attempt whose outcome was
+	// handled. Exactly one outcome per attempt is acted on, whichever path sees it first.
+	attempt  int
+	answered atomic.Int64
+	due      time.Time // when a retry may go
+	reason   string    // why it is dead-lettered
+}
+
+// answer claims the outcome of attempt; false means it was already handled.
+func (j *job) answer(attempt int) bool {
+	return j.answered.CompareAndSwap(int64(attempt-1), int64(attempt))
+}
+
+// lane is one esutil.BulkIndexer with a single worker. BulkIndexer reports per-item
+// results only when a bulk request got a parseable answer: when the request fails (ES
+// down, 503 after the transport's retries, a bad body) the items of that flush are
+// dropped without a callback. With one worker per indexer, the items in a flush are
+// exactly those whose body the worker read since the previous flush, so the lane records
+// them as they are read and, at the end of each flush, sends every item that got no
+// answer back for a retry. Several lanes give several concurrent bulk requests.
+type lane struct {
+	s  *Sink
+	bi esutil.BulkIndexer
+
+	mu       sync.Mutex
+	buffered []laneItem
+}
+
+type laneItem struct {
+	j       *job
+	attempt int
+}
+
+type flushKey struct{}
+
+func (s *Sink) newLane() (*lane, error) {
+	l := &lane{s: s}
+	bi, err := esutil.NewBulkIndexer(esutil.BulkIndexerConfig{
+		Client:        ownBody{s.es},
+		NumWorkers:    1,
+		FlushBytes:    s.cfg.FlushBytes,
+		FlushInterval: s.cfg.FlushInterval,
+		OnError: func(_ context.Context, err error) {
+			s.warnf("bulk request failed; its items will be retried", "err", err)
+		},
+		OnFlushStart: l.flushStart,
+		OnFlushEnd:   l.flushEnd,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bulk indexer: %w", err)
+	}
+	l.bi = bi
+	return l, nil
+}
+
+// add submits a job; it blocks while the lane's worker is busy.
+func (l *lane) add(ctx context.Context, j *job) error {
+	j.attempt++
+	attempt := j.attempt
+	return l.bi.Add(ctx, esutil.BulkIndexerItem{
+		Action:     "index",
+		Index:      j.index,
+		DocumentID: j.id,
+		Body:       &itemBody{r: bytes.NewReader(j.msg.Value), onRead: func() { l.buffer(j, attempt) }},
+		OnSuccess: func(context.Context, esutil.BulkIndexerItem, esutil.BulkIndexerResponseItem) {
+			if j.answer(attempt) {
+				l.s.indexed.Add(1)
+				l.s.finish(j)
+			}
+		},
+		OnFailure: func(_ context.Context, _ esutil.BulkIndexerItem, res esutil.BulkIndexerResponseItem, err error) {
+			if j.answer(attempt) {
+				l.s.itemFailed(j, res, err)
+			}
+		},
+	})
+}
+
+func (l *lane) buffer(j *job, attempt int) {
+	l.mu.Lock()
+	l.buffered = append(l.buffered, laneItem{j, attempt})
+	l.mu.Unlock()
+}
+
+// flushStart takes the items of the flush about to be sent, and runs the request under
+// the sink's abort context, so a shutdown that gives up does not wait for a dead ES.
+func (l *lane) flushStart(context.Context) context.Context {
+	l.mu.Lock()
+	items := l.buffered
+	l.buffered = nil
+	l.mu.Unlock()
+	return context.WithValue(l.s.abortCtx, flushKey{}, items)
+}
+
+// flushEnd retries the items of the flush that got no per-item answer.
+func (l *lane) flushEnd(ctx context.Context) {
+	items, _ := ctx.Value(flushKey{}).([]laneItem)
+	for _, it := range items {
+		if it.j.answer(it.attempt) {
+			l.s.retry(it.j)
+		}
+	}
+}
+
+// ownBody gives each bulk request a body of its own. BulkIndexer sends its reusable
+// buffer as the body and resets it as soon as the request fails, but net/http may still
+// be writing that body from its connection goroutine when a failed round trip returns
+// (a reset connection, say): a data race that corrupts or crashes. Reading the buffer
+// out first costs one copy of each request.
+type ownBody struct{ next esapi.Transport }
+
+func (t ownBody) Perform(req *http.Request) (*http.Response, error) {
+	if req.Body != nil && req.Body != http.NoBody {
+		b, err := io.ReadAll(req.Body)
+		req.Body.Close()
+		if err != nil {
+			return nil, fmt.Errorf("bulk body: %w", err)
+		}
+		req.Body = io.NopCloser(bytes.NewReader(b))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+		req.ContentLength = int64(len(b))
+	}
+	return t.next.Perform(req)
+}
+
+// itemBody is an item's source that tells the lane when its worker reads it into a
+// bulk request buffer.
+type itemBody struct {
+	r      *bytes.Reader
+	onRead func()
+	seen   bool
+}
+
+func (b *itemBody) Read(p []byte) (int, error) {
+	if !b.seen {
+		b.seen = true
+		b.onRead()
+	}
+	return b.r.Read(p)
+}
+
+func (b *itemBody) Seek(off int64, whence int) (int64, error) { return b.r.Seek(off, whence) }
+
+var _ io.ReadSeeker = (*itemBody)(nil)
+
+// itemFailed sorts a failed item: throttling and server errors are retried until they
+// succeed; other client errors (a mapping conflict, a document ES cannot parse) would
+// fail forever, so the event goes to the dead-letter topic with the reason.
+func (s *Sink) itemFailed(j *job, res esutil.BulkIndexerResponseItem, err error) {
+	switch {
+	case err != nil, res.Status == 0, res.Status == 429, res.Status >= 500:
+		s.retry(j)
+	default:
+		j.reason = fmt.Sprintf("elasticsearch status %d: %s: %s", res.Status, res.Error.Type, res.Error.Reason)
+		s.deadLetter(j)
+	}
+}
+
+// retry schedules another attempt after the job's backoff. The queue has room for
+// every job in flight, so this never blocks a bulk worker.
+func (s *Sink) retry(j *job) {
+	s.retries.Add(1)
+	j.due = time.Now().Add(retryDelay(j.attempt, s.cfg.RetryMin, s.cfg.RetryMax))
+	select {
+	case s.retryCh <- j:
+	default:
+		s.abandon(j)
+	}
+}
+
+// retryLoop resubmits jobs when their backoff has passed. At shutdown what is still
+// waiting is abandoned: not committed, so consumed again at the next start.
+func (s *Sink) retryLoop(ctx context.Context) {
+	var waiting jobHeap
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		if len(waiting) > 0 {
+			timer.Reset(time.Until(waiting[0].due))
+		}
+		select {
+		case <-ctx.Done():
+			for _, j := range waiting {
+				s.abandon(j)
+			}
+			return
+		case j := <-s.retryCh:
+			heap.Push(&waiting, j)
+		case <-timer.C:
+			for len(waiting) > 0 && !waiting[0].due.After(time.Now()) {
+				j := heap.Pop(&waiting).(*job)
+				if err := s.submit(ctx, j); err != nil {
+					s.abandon(j)
+				}
+			}
+		}
+	}
+}
+
+type jobHeap []*job
+
+func (h jobHeap) Len() int           { return len(h) }
+func (h jobHeap) Less(i, k int) bool { return h[i].due.Before(h[k].due) }
+func (h jobHeap) Swap(i, k int)      { h[i], h[k] = h[k], h[i] }
+func (h *jobHeap) Push(x any)        { *h = append(*h, x.(*job)) }
+func (h *jobHeap) Pop() any {
+	old := *h
+	j := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return j
+}
+
+// deadLetter queues a job for the dead-letter topic; like retry, it never blocks.
+func (s *Sink) deadLetter(j *job) {
+	select {
+	case s.dlqCh <- j:
+	default:
+		s.abandon(j)
+	}
+}
+
+// dlqLoop writes dead letters to Kafka, retrying until Kafka takes them: only then are
+// they done and may their offsets be committed.
+func (s *Sink) dlqLoop(ctx context.Context) {
+	for {
+		var batch []*job
+		select {
+		case <-ctx.Done():
+			return
+		case j := <-s.dlqCh:
+			batch = append(batch, j)
+		}
+	more:
+		for len(batch) < 500 {
+			select {
+			case j := <-s.dlqCh:
+				batch = append(batch, j)
+			default:
+				break more
+			}
+		}
+		msgs := make([]kafka.Message, len(batch))
+		for i, j := range batch {
+			m := j.msg
+			h := append([]kafka.Header(nil), m.Headers...)
+			h = append(h,
+				kafka.Header{Key: "dlq_reason", Value: []byte(j.reason)},
+				kafka.Header{Key: "dlq_topic", Value: []byte(m.Topic)},
+				kafka.Header{Key: "dlq_partition", Value: []byte(strconv.Itoa(m.Partition))},
+				kafka.Header{Key: "dlq_offset", Value: []byte(strconv.FormatInt(m.Offset, 10))},
+			)
+			msgs[i] = kafka.Message{Key: m.Key, Value: m.Value, Headers: h, Time: m.Time}
+		}
+		b := backoff{min: s.cfg.RetryMin, max: s.cfg.RetryMax}
+		for {
+			err := s.dlq.WriteMessages(ctx, msgs...)
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				for _, j := range batch {
+					s.abandon(j)
+				}
+				return
+			}
+			s.warnf("dead-letter write failed; retrying", "err", err, "topic", s.cfg.DLQTopic)
+			sleep(ctx, b.next())
+		}
+		for _, j := range batch {
+			s.log.Warn("event dead-lettered", "reason", j.reason, "partition", j.msg.Partition,
+				"offset", j.msg.Offset, "event_id", j.id, "dlq_topic", s.cfg.DLQTopic)
+			s.deadLettered.Add(1)
+			s.finish(j)
+		}
+	}
+}
