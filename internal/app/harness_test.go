@@ -65,6 +65,12 @@ type env struct {
 
 func newEnv(t testing.TB, instances int) *env {
 	t.Helper()
+	return newEnvWith(t, instances, nil)
+}
+
+// newEnvWith is newEnv with the instances' config adjusted by tweak.
+func newEnvWith(t testing.TB, instances int, tweak func(*app.Config)) *env {
+	t.Helper()
 	st := testenv.Store(t)
 	rdb, prefix := testenv.Redis(t)
 	e := &env{t: t, clock: clock.NewFake(t0), store: st, rdb: rdb, prefix: prefix,
@@ -72,6 +78,9 @@ func newEnv(t testing.TB, instances int) *env {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := app.Config{RedisPrefix: prefix, CatchUp: time.Hour, AdminTokens: []string{adminToken},
 		EnrollSecret: "enroll-secret", MaxWait: 5 * time.Second, SweepInterval: time.Second, Node: "test"}
+	if tweak != nil {
+		tweak(&cfg)
+	}
 	for i := 0; i < instances; i++ {
 		loader := &countingLoader{Loader: st}
 		a := app.New(cfg, app.Deps{Store: st, Redis: rdb, Clock: e.clock, Log: log, Loader: loader})
