@@ -93,6 +93,24 @@ func (h *Handlers) fail(w http.ResponseWriter, r *http.Request, err error) {
 	web.Error(w, r, h.log, err)
 }
 
+// endpoint is an admin handler: it returns the status and the body to encode (none for
+// 204), or an error, which becomes the API's error reply.
+type endpoint func(w http.ResponseWriter, r *http.Request) (int, any, error)
+
+func (h *Handlers) serve(e endpoint) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		status, body, err := e(w, r)
+		switch {
+		case err != nil:
+			h.fail(w, r, err)
+		case status == http.StatusNoContent:
+			w.WriteHeader(status)
+		default:
+			web.Encode(w, status, body)
+		}
+	})
+}
+
 type templateRequest struct {
 	Name   string          `json:"name"`
 	Schema json.RawMessage `json:"schema"`
@@ -100,30 +118,21 @@ type templateRequest struct {
 
 // CreateTemplate is POST /v1/admin/templates.
 func (h *Handlers) CreateTemplate() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
 		var req templateRequest
 		if err := web.Decode(w, r, bodyLimit, false, &req); err != nil {
-			h.fail(w, r, err)
-			return
+			return 0, nil, err
 		}
 		t, err := h.svc.CreateTemplate(r.Context(), req.Name, req.Schema)
-		if err != nil {
-			h.fail(w, r, err)
-			return
-		}
-		web.Encode(w, http.StatusCreated, t)
+		return http.StatusCreated, t, err
 	})
 }
 
 // ListTemplates is GET /v1/admin/templates.
 func (h *Handlers) ListTemplates() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
 		ts, err := h.svc.store.ListTemplates(r.Context())
-		if err != nil {
-			h.fail(w, r, err)
-			return
-		}
-		web.Encode(w, http.StatusOK, map[string]any{"templates": ts})
+		return http.StatusOK, map[string]any{"templates": ts}, err
 	})
 }
 
@@ -137,34 +146,24 @@ func pathID(r *http.Request, name string) (int64, error) {
 
 // GetTemplate is GET /v1/admin/templates/{id}.
 func (h *Handlers) GetTemplate() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
 		id, err := pathID(r, "id")
 		if err != nil {
-			h.fail(w, r, err)
-			return
+			return 0, nil, err
 		}
 		t, err := h.svc.store.GetTemplate(r.Context(), id)
-		if err != nil {
-			h.fail(w, r, err)
-			return
-		}
-		web.Encode(w, http.StatusOK, t)
+		return http.StatusOK, t, err
 	})
 }
 
 // DeleteTemplate is DELETE /v1/admin/templates/{id}.
 func (h *Handlers) DeleteTemplate() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
 		id, err := pathID(r, "id")
 		if err != nil {
-			h.fail(w, r, err)
-			return
+			return 0, nil, err
 		}
-		if err := h.svc.DeleteTemplate(r.Context(), id); err != nil {
-			h.fail(w, r, err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
+		return http.StatusNoContent, nil, h.svc.DeleteTemplate(r.Context(), id)
 	})
 }
 
@@ -292,28 +291,26 @@ func pathKind(r *http.Request) (taskd.Kind, error) {
 
 // CreateTask is POST /v1/admin/tasks/{kind}.
 func (h *Handlers) CreateTask() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
 		kind, err := pathKind(r)
 		if err != nil {
-			h.fail(w, r, err)
-			return
+			return 0, nil, err
 		}
-		var req taskRequest
-		if err := web.Decode(w, r, bodyLimit, false, &req); err != nil {
-			h.fail(w, r, err)
-			return
-		}
-		t, err := req.task(kind)
+		t, err := decodeTask(w, r, kind)
 		if err != nil {
-			h.fail(w, r, err)
-			return
+			return 0, nil, err
 		}
-		if t, err = h.svc.CreateTask(r.Context(), t); err != nil {
-			h.fail(w, r, err)
-			return
-		}
-		web.Encode(w, http.StatusCreated, viewTask(t))
+		t, err = h.svc.CreateTask(r.Context(), t)
+		return http.StatusCreated, viewTask(t), err
 	})
+}
+
+func decodeTask(w http.ResponseWriter, r *http.Request, kind taskd.Kind) (taskd.Task, error) {
+	var req taskRequest
+	if err := web.Decode(w, r, bodyLimit, false, &req); err != nil {
+		return taskd.Task{}, err
+	}
+	return req.task(kind)
 }
 
 func pathTaskKey(r *http.Request) (taskd.TaskKey, error) {
@@ -327,61 +324,41 @@ func pathTaskKey(r *http.Request) (taskd.TaskKey, error) {
 
 // GetTask is GET /v1/admin/tasks/{kind}/{id}.
 func (h *Handlers) GetTask() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
 		key, err := pathTaskKey(r)
 		if err != nil {
-			h.fail(w, r, err)
-			return
+			return 0, nil, err
 		}
 		t, err := h.svc.store.GetTask(r.Context(), key)
-		if err != nil {
-			h.fail(w, r, err)
-			return
-		}
-		web.Encode(w, http.StatusOK, viewTask(t))
+		return http.StatusOK, viewTask(t), err
 	})
 }
 
 // ReplaceTask is PUT /v1/admin/tasks/{kind}/{id}.
 func (h *Handlers) ReplaceTask() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
 		key, err := pathTaskKey(r)
 		if err != nil {
-			h.fail(w, r, err)
-			return
+			return 0, nil, err
 		}
-		var req taskRequest
-		if err := web.Decode(w, r, bodyLimit, false, &req); err != nil {
-			h.fail(w, r, err)
-			return
-		}
-		t, err := req.task(key.Kind)
+		t, err := decodeTask(w, r, key.Kind)
 		if err != nil {
-			h.fail(w, r, err)
-			return
+			return 0, nil, err
 		}
 		t.Key = key
-		if t, err = h.svc.ReplaceTask(r.Context(), t); err != nil {
-			h.fail(w, r, err)
-			return
-		}
-		web.Encode(w, http.StatusOK, viewTask(t))
+		t, err = h.svc.ReplaceTask(r.Context(), t)
+		return http.StatusOK, viewTask(t), err
 	})
 }
 
 // DeleteTask is DELETE /v1/admin/tasks/{kind}/{id}.
 func (h *Handlers) DeleteTask() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
 		key, err := pathTaskKey(r)
 		if err != nil {
-			h.fail(w, r, err)
-			return
+			return 0, nil, err
 		}
-		if err := h.svc.DeleteTask(r.Context(), key); err != nil {
-			h.fail(w, r, err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
+		return http.StatusNoContent, nil, h.svc.DeleteTask(r.Context(), key)
 	})
 }
 
@@ -419,87 +396,75 @@ func (h *Handlers) decodeMembers(w http.ResponseWriter, r *http.Request) (string
 
 // ReplaceMembers is PUT /v1/admin/groups/{gid}/members.
 func (h *Handlers) ReplaceMembers() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		gid, uids, err := h.decodeMembers(w, r)
-		if err == nil {
-			err = h.svc.ReplaceMembers(r.Context(), gid, uids)
-		}
-		h.members(w, r, gid, err)
+	return h.changeMembers(func(ctx context.Context, gid string, uids []string) error {
+		return h.svc.ReplaceMembers(ctx, gid, uids)
 	})
 }
 
 // AddMembers is POST /v1/admin/groups/{gid}/members.
 func (h *Handlers) AddMembers() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return h.changeMembers(func(ctx context.Context, gid string, uids []string) error {
+		return h.svc.AddMembers(ctx, gid, uids)
+	})
+}
+
+// changeMembers decodes a membership change, applies it and answers the new members.
+func (h *Handlers) changeMembers(change func(ctx context.Context, gid string, uids []string) error) http.Handler {
+	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
 		gid, uids, err := h.decodeMembers(w, r)
-		if err == nil {
-			err = h.svc.AddMembers(r.Context(), gid, uids)
+		if err != nil {
+			return 0, nil, err
 		}
-		h.members(w, r, gid, err)
+		if err := change(r.Context(), gid, uids); err != nil {
+			return 0, nil, err
+		}
+		return h.members(r.Context(), gid)
 	})
 }
 
 // RemoveMember is DELETE /v1/admin/groups/{gid}/members/{uid}.
 func (h *Handlers) RemoveMember() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
 		gid, err := pathGroup(r)
-		if err == nil {
-			err = h.svc.RemoveMember(r.Context(), gid, chi.URLParam(r, "uid"))
-		}
 		if err != nil {
-			h.fail(w, r, err)
-			return
+			return 0, nil, err
 		}
-		w.WriteHeader(http.StatusNoContent)
+		return http.StatusNoContent, nil, h.svc.RemoveMember(r.Context(), gid, chi.URLParam(r, "uid"))
 	})
 }
 
 // ListMembers is GET /v1/admin/groups/{gid}/members.
 func (h *Handlers) ListMembers() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
 		gid, err := pathGroup(r)
-		h.members(w, r, gid, err)
+		if err != nil {
+			return 0, nil, err
+		}
+		return h.members(r.Context(), gid)
 	})
 }
 
-func (h *Handlers) members(w http.ResponseWriter, r *http.Request, gid string, err error) {
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	uids, err := h.svc.store.Members(r.Context(), gid)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	web.Encode(w, http.StatusOK, map[string]any{"uids": uids})
+func (h *Handlers) members(ctx context.Context, gid string) (int, any, error) {
+	uids, err := h.svc.store.Members(ctx, gid)
+	return http.StatusOK, map[string]any{"uids": uids}, err
 }
 
 // IssueKey is POST /v1/admin/clients/{uid}/keys.
 func (h *Handlers) IssueKey() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
 		key, err := h.svc.IssueKey(r.Context(), chi.URLParam(r, "uid"))
-		if err != nil {
-			h.fail(w, r, err)
-			return
-		}
-		web.Encode(w, http.StatusCreated, map[string]string{"client_key": key})
+		return http.StatusCreated, map[string]string{"client_key": key}, err
 	})
 }
 
 // RevokeKeys is DELETE /v1/admin/clients/{uid}/keys.
 func (h *Handlers) RevokeKeys() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
 		uid := chi.URLParam(r, "uid")
 		if !taskd.ValidID(uid) {
-			h.fail(w, r, taskd.Errorf(taskd.CodeInvalid, "uid: must be 1 to 64 of [A-Za-z0-9_-]"))
-			return
+			return 0, nil, taskd.Errorf(taskd.CodeInvalid, "uid: must be 1 to 64 of [A-Za-z0-9_-]")
 		}
 		n, err := h.svc.RevokeKeys(r.Context(), uid)
-		if err != nil {
-			h.fail(w, r, err)
-			return
-		}
-		web.Encode(w, http.StatusOK, map[string]int{"revoked": n})
+		return http.StatusOK, map[string]int{"revoked": n}, err
 	})
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/taskpull/taskd"
 	"github.com/taskpull/taskd/internal/store"
-	"github.com/taskpull/taskd/internal/web"
 	"github.com/taskpull/taskd/queue"
 )
 
@@ -157,7 +156,7 @@ var (
 
 // ListTasks is GET /v1/admin/tasks.
 func (h *Handlers) ListTasks() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
 		q := r.URL.Query()
 		var f store.TaskFilter
 		err := known(q, "executor", "kind", "status", "limit", "cursor")
@@ -192,14 +191,12 @@ func (h *Handlers) ListTasks() http.Handler {
 		}
 		for _, e := range []error{err, lerr, cerr} {
 			if e != nil {
-				h.fail(w, r, e)
-				return
+				return 0, nil, e
 			}
 		}
 		tasks, more, err := h.svc.store.ListTasks(r.Context(), f, after, limit)
 		if err != nil {
-			h.fail(w, r, err)
-			return
+			return 0, nil, err
 		}
 		views := make([]taskView, len(tasks))
 		for i, t := range tasks {
@@ -209,44 +206,39 @@ func (h *Handlers) ListTasks() http.Handler {
 		if more {
 			next = encodeCursor(tasks[len(tasks)-1].Key.String())
 		}
-		web.Encode(w, http.StatusOK, map[string]any{"tasks": views, "next_cursor": next})
+		return http.StatusOK, map[string]any{"tasks": views, "next_cursor": next}, nil
 	})
 }
 
 // Schedule is GET /v1/admin/schedule.
 func (h *Handlers) Schedule() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
 		q := r.URL.Query()
 		now := h.svc.now().Truncate(time.Second)
 		if err := known(q, "executor", "from", "to"); err != nil {
-			h.fail(w, r, err)
-			return
+			return 0, nil, err
 		}
 		if q.Get("executor") == "" {
-			h.fail(w, r, taskd.Errorf(taskd.CodeInvalid, "executor: required (uid_<id> or gid_<id>)"))
-			return
+			return 0, nil, taskd.Errorf(taskd.CodeInvalid, "executor: required (uid_<id> or gid_<id>)")
 		}
 		from, to, err := queryRange(q, now, now.Add(7*24*time.Hour))
 		if err != nil {
-			h.fail(w, r, err)
-			return
+			return 0, nil, err
 		}
 		if to.Sub(from) > 366*24*time.Hour {
-			h.fail(w, r, taskd.Errorf(taskd.CodeInvalid, "to: at most a year after from"))
-			return
+			return 0, nil, taskd.Errorf(taskd.CodeInvalid, "to: at most a year after from")
 		}
 		occ, truncated, err := h.svc.Schedule(r.Context(), q.Get("executor"), from, to)
 		if err != nil {
-			h.fail(w, r, err)
-			return
+			return 0, nil, err
 		}
-		web.Encode(w, http.StatusOK, map[string]any{"occurrences": occ, "truncated": truncated})
+		return http.StatusOK, map[string]any{"occurrences": occ, "truncated": truncated}, nil
 	})
 }
 
 // Events is GET /v1/admin/events.
 func (h *Handlers) Events() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
 		q := r.URL.Query()
 		f := store.EventFilter{UID: q.Get("uid"), Type: taskd.EventType(q.Get("type"))}
 		err := known(q, "uid", "task_id", "type", "from", "to", "limit", "cursor")
@@ -279,14 +271,12 @@ func (h *Handlers) Events() http.Handler {
 		}
 		for _, e := range []error{err, lerr, cerr} {
 			if e != nil {
-				h.fail(w, r, e)
-				return
+				return 0, nil, e
 			}
 		}
 		events, err := h.svc.store.Events(r.Context(), f, after, limit+1)
 		if err != nil {
-			h.fail(w, r, err)
-			return
+			return 0, nil, err
 		}
 		next := ""
 		if len(events) > limit {
@@ -294,13 +284,13 @@ func (h *Handlers) Events() http.Handler {
 			last := events[limit-1]
 			next = encodeCursor(last.At.Format(time.RFC3339Nano) + "|" + last.EventID)
 		}
-		web.Encode(w, http.StatusOK, map[string]any{"events": events, "next_cursor": next})
+		return http.StatusOK, map[string]any{"events": events, "next_cursor": next}, nil
 	})
 }
 
 // Stats is GET /v1/admin/stats.
 func (h *Handlers) Stats() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
 		q := r.URL.Query()
 		now := h.svc.now()
 		err := known(q, "from", "to")
@@ -309,21 +299,19 @@ func (h *Handlers) Stats() http.Handler {
 			from, to, err = queryRange(q, from, to)
 		}
 		if err != nil {
-			h.fail(w, r, err)
-			return
+			return 0, nil, err
 		}
 		stats, err := h.svc.store.Stats(r.Context(), from, to)
 		if err != nil {
-			h.fail(w, r, err)
-			return
+			return 0, nil, err
 		}
-		web.Encode(w, http.StatusOK, map[string]any{"tasks": stats})
+		return http.StatusOK, map[string]any{"tasks": stats}, nil
 	})
 }
 
 // Audit is GET /v1/admin/audit.
 func (h *Handlers) Audit() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
 		q := r.URL.Query()
 		err := known(q, "from", "to", "limit", "cursor")
 		from, to := farPast, farFuture
@@ -340,20 +328,18 @@ func (h *Handlers) Audit() http.Handler {
 		}
 		for _, e := range []error{err, lerr, cerr} {
 			if e != nil {
-				h.fail(w, r, e)
-				return
+				return 0, nil, e
 			}
 		}
 		entries, err := h.svc.store.AuditPage(r.Context(), from, to, afterID, limit+1)
 		if err != nil {
-			h.fail(w, r, err)
-			return
+			return 0, nil, err
 		}
 		next := ""
 		if len(entries) > limit {
 			entries = entries[:limit]
 			next = encodeCursor(strconv.FormatInt(entries[limit-1].ID, 10))
 		}
-		web.Encode(w, http.StatusOK, map[string]any{"entries": entries, "next_cursor": next})
+		return http.StatusOK, map[string]any{"entries": entries, "next_cursor": next}, nil
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,19 +48,7 @@ func TestRunServesAndShutsDown(t *testing.T) {
 		"DISPATCH_REDIS_PREFIX": prefix,
 		"DISPATCH_ADMIN_TOKEN":  "a-long-admin-token",
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	pr, pw := io.Pipe()
-	errc := make(chan error, 1)
-	go func() {
-		errc <- run(ctx, nil, func(k string) string { return env[k] }, pw, io.Discard)
-		pw.Close()
-	}()
-	line, err := bufio.NewReader(pr).ReadString('\n')
-	if err != nil {
-		t.Fatalf("no listening line: %v", err)
-	}
-	go io.Copy(io.Discard, pr)
-	addr := strings.TrimSpace(strings.TrimPrefix(line, "dispatchd listening on "))
+	addr, stop := startDispatchd(t, env)
 	for _, path := range []string{"/healthz", "/readyz"} {
 		resp, err := http.Get("http://" + addr + path)
 		if err != nil {
@@ -94,13 +83,44 @@ func TestRunServesAndShutsDown(t *testing.T) {
 		got <- resp.StatusCode
 	}()
 	time.Sleep(200 * time.Millisecond) // let the long poll reach the server
-	cancel()
+	shutdown := make(chan error, 1)
+	go func() { shutdown <- stop() }()
 	if code := <-got; code != 200 {
 		t.Fatalf("in-flight request during shutdown: %d", code)
 	}
-	if err := <-errc; err != nil {
+	if err := <-shutdown; err != nil {
 		t.Fatalf("run: %v", err)
 	}
+}
+
+// startDispatchd runs the binary's run with env on its own goroutine and returns the
+// address it listens on and a stop function that cancels it and returns run's error.
+func startDispatchd(t *testing.T, env map[string]string) (addr string, stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	pr, pw := io.Pipe()
+	errc := make(chan error, 1)
+	go func() {
+		errc <- run(ctx, nil, func(k string) string { return env[k] }, pw, io.Discard)
+		pw.Close()
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		cancel()
+		t.Fatalf("dispatchd did not start: %v (%v)", err, <-errc)
+	}
+	go io.Copy(io.Discard, pr)
+	var once sync.Once
+	var runErr error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			runErr = <-errc
+		})
+		return runErr
+	}
+	t.Cleanup(func() { stop() })
+	return strings.TrimSpace(strings.TrimPrefix(line, "dispatchd listening on ")), stop
 }
 
 func enroll(t *testing.T, addr string) string {

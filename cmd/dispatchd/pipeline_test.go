@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"sort"
 	"strings"
@@ -46,20 +44,8 @@ func TestEventPipelineEndToEnd(t *testing.T) {
 		"DISPATCH_KAFKA_TOPIC":         topic,
 		"DISPATCH_RELAY_POLL_INTERVAL": "20ms",
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	pr, pw := io.Pipe()
-	errc := make(chan error, 1)
-	go func() {
-		errc <- run(ctx, nil, func(k string) string { return env[k] }, pw, io.Discard)
-		pw.Close()
-	}()
-	line, err := bufio.NewReader(pr).ReadString('\n')
-	if err != nil {
-		t.Fatalf("dispatchd did not start: %v", err)
-	}
-	go io.Copy(io.Discard, pr)
-	base := "http://" + strings.TrimSpace(strings.TrimPrefix(line, "dispatchd listening on "))
+	addr, stopDispatchd := startDispatchd(t, env)
+	base := "http://" + addr
 
 	cfg := logsink.DefaultConfig()
 	cfg.KafkaBrokers, cfg.ESURLs = kafka.ListenAddrs(), []string{es.URL()}
@@ -182,8 +168,7 @@ func TestEventPipelineEndToEnd(t *testing.T) {
 	if err := <-sinkDone; err != nil {
 		t.Fatalf("sink: %v", err)
 	}
-	cancel()
-	if err := <-errc; err != nil {
+	if err := stopDispatchd(); err != nil {
 		t.Fatalf("dispatchd: %v", err)
 	}
 }
