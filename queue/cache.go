@@ -294,7 +294,7 @@ func (c *Cache) Rebuild(ctx context.Context, uid string) error {
 
 	groups := strings.Join(gids, ",")
 	args := make([]any, 0, 5+2*len(entries))
-	args = append(args, ver, groups, strings.Join(gens, ","), until.Unix(), int64(c.cfg.TTL/time.Second))
+	args = append(args, ver, groups, strings.Join(gens, ","), until.Unix(), c.ttl())
 	for _, e := range entries {
 		args = append(args, e.DueAt.Unix(), Member(e))
 	}
@@ -318,8 +318,8 @@ type Change struct {
 // Apply records a fetch's or complete's outcome: the open dispatch (a log id, "-" for
 // none, "" to leave it) and heap changes, in one round trip.
 func (c *Cache) Apply(ctx context.Context, uid, open string, changes []Change) error {
-	args := make([]any, 0, 1+4*len(changes))
-	args = append(args, open)
+	args := make([]any, 0, 2+4*len(changes))
+	args = append(args, open, c.ttl())
 	for _, ch := range changes {
 		op, next := "pop", int64(0)
 		if ch.Put {
@@ -339,15 +339,17 @@ func (c *Cache) Apply(ctx context.Context, uid, open string, changes []Change) e
 // InvalidateUser makes uid's heap stale: its next fetch rebuilds it. Call it after the
 // MySQL change commits (a user task edit, a membership change, an expiry).
 func (c *Cache) InvalidateUser(ctx context.Context, uid string) error {
-	if err := c.rdb.HIncrBy(ctx, c.keys.User(uid), "ver", 1).Err(); err != nil {
+	if err := invalidateScript.Run(ctx, c.rdb, []string{c.keys.User(uid)}, "ver", c.ttl()).Err(); err != nil {
 		return unavailable("invalidate user", err)
 	}
 	return nil
 }
 
+func (c *Cache) ttl() int64 { return int64(c.cfg.TTL / time.Second) }
+
 // InvalidateGroup makes the heap of every member of gid stale (seed: del task_info_{GID}).
 func (c *Cache) InvalidateGroup(ctx context.Context, gid string) error {
-	if err := c.rdb.Incr(ctx, c.keys.Generation(gid)).Err(); err != nil {
+	if err := invalidateScript.Run(ctx, c.rdb, []string{c.keys.Generation(gid)}, "", c.ttl()).Err(); err != nil {
 		return unavailable("invalidate group", err)
 	}
 	return nil
@@ -386,7 +388,7 @@ func (c *Cache) loadKeys(ctx context.Context, uid string) error {
 		return fmt.Errorf("load keys of %s: %w", uid, err)
 	}
 	args := make([]any, 0, 2+len(hashes))
-	args = append(args, kver, int64(c.cfg.TTL/time.Second))
+	args = append(args, kver, c.ttl())
 	for _, h := range hashes {
 		args = append(args, h)
 	}
@@ -400,7 +402,7 @@ func (c *Cache) loadKeys(ctx context.Context, uid string) error {
 // KeysChanged drops uid's cached key set; call it after creating or revoking a key in
 // MySQL, so that a revoked key stops working at once.
 func (c *Cache) KeysChanged(ctx context.Context, uid string) error {
-	err := keysChangedScript.Run(ctx, c.rdb, []string{c.keys.User(uid), c.keys.ClientKeys(uid)}).Err()
+	err := keysChangedScript.Run(ctx, c.rdb, []string{c.keys.User(uid), c.keys.ClientKeys(uid)}, c.ttl()).Err()
 	if err != nil {
 		return unavailable("keys changed", err)
 	}

@@ -75,12 +75,15 @@ return 1
 // popped due time (so a concurrent rebuild's newer content wins); a rotate member moves
 // to its next occurrence if that falls inside the window.
 //
-// KEYS: user hash, heap. ARGV: open ("" leaves it), then op, member, due, next
-// quadruples with op "pop" or "put" and next 0 for none.
+// KEYS: user hash, heap. ARGV: open ("" leaves it), ttl seconds, then op, member, due,
+// next quadruples with op "pop" or "put" and next 0 for none.
 var applyScript = redis.NewScript(`
-if ARGV[1] ~= '' then redis.call('HSET', KEYS[1], 'open', ARGV[1]) end
+if ARGV[1] ~= '' then
+  redis.call('HSET', KEYS[1], 'open', ARGV[1])
+  if redis.call('TTL', KEYS[1]) == -1 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
+end
 local win = tonumber(redis.call('HGET', KEYS[1], 'win') or '0')
-for i = 2, #ARGV, 4 do
+for i = 3, #ARGV, 4 do
   local op, m, due, nxt = ARGV[i], ARGV[i+1], tonumber(ARGV[i+2]), tonumber(ARGV[i+3])
   local cur = redis.call('ZSCORE', KEYS[2], m)
   if op == 'pop' then
@@ -91,6 +94,7 @@ for i = 2, #ARGV, 4 do
     if not cur or tonumber(cur) > due then redis.call('ZADD', KEYS[2], due, m) end
   end
 end
+if redis.call('TTL', KEYS[2]) == -1 then redis.call('EXPIRE', KEYS[2], ARGV[2]) end
 return 1
 `)
 
@@ -108,10 +112,23 @@ return 1
 `)
 
 // keysChangedScript invalidates the user's cached key set after a key was created or
-// revoked in MySQL. KEYS: user hash, key set.
+// revoked in MySQL. KEYS: user hash, key set. ARGV: ttl seconds.
 var keysChangedScript = redis.NewScript(`
 redis.call('HINCRBY', KEYS[1], 'kver', 1)
+if redis.call('TTL', KEYS[1]) == -1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
 redis.call('DEL', KEYS[2])
+return 1
+`)
+
+// invalidateScript bumps a version counter (a user hash field, or a group generation
+// key) and makes sure the key expires some day: a user who never fetches again must not
+// leave it behind forever. A generation outlives every heap built from it (the TTL is
+// the heaps' own), so expiring it cannot revive a stale heap.
+//
+// KEYS: the key. ARGV: the hash field ("" for a plain counter), ttl seconds.
+var invalidateScript = redis.NewScript(`
+if ARGV[1] ~= '' then redis.call('HINCRBY', KEYS[1], ARGV[1], 1) else redis.call('INCR', KEYS[1]) end
+if redis.call('TTL', KEYS[1]) == -1 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
 return 1
 `)
 

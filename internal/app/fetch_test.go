@@ -399,3 +399,27 @@ func TestLongPollReturnsWhenATaskFallsDue(t *testing.T) {
 		t.Fatalf("long poll: %v, want %s", out, id)
 	}
 }
+
+// Every key the server writes to Redis expires some day: a user who never comes back
+// leaves nothing behind for good.
+func TestEveryRedisKeyExpires(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	e.admin("PUT", "/v1/admin/groups/g/members", map[string]any{"uids": []string{"1", "2"}})
+	id := e.task("once", map[string]any{"executor": "gid_g", "start_time": ts(t0.Add(-time.Minute))})
+	e.admin("DELETE", "/v1/admin/tasks/once/"+id[len("once:"):], nil) // bumps the group's generation
+	k := e.key("1")
+	e.fetch(0, k)
+	e.admin("DELETE", "/v1/admin/clients/2/keys", nil)
+	iter := e.rdb.Scan(t.Context(), 0, e.prefix+"*", 100).Iterator()
+	n := 0
+	for iter.Next(t.Context()) {
+		n++
+		if ttl := e.rdb.TTL(t.Context(), iter.Val()).Val(); ttl < 0 {
+			t.Errorf("key %s has no expiry (%v)", iter.Val(), ttl)
+		}
+	}
+	if n < 4 {
+		t.Fatalf("only %d keys written; the test should see users, heap, keys and a generation", n)
+	}
+}

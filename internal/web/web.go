@@ -3,6 +3,7 @@
 package web
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -82,13 +83,13 @@ func Decode(w http.ResponseWriter, r *http.Request, limit int64, optional bool, 
 		}
 		return taskd.Errorf(taskd.CodeInvalid, "reading request body: %v", err)
 	}
-	if len(strings.TrimSpace(string(body))) == 0 {
+	if len(bytes.TrimSpace(body)) == 0 {
 		if optional {
 			return nil
 		}
 		return taskd.Errorf(taskd.CodeInvalid, "request body: required")
 	}
-	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return decodeError(err)
