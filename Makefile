@@ -17,3 +17,11 @@ bench: ## benchmarks (see README: Performance)
 lint:
 	gofmt -l . | tee /dev/stderr | (! read)
 	$(GO) vet ./...
+
+.PHONY: up down
+
+up: ## the full stack (MySQL 8, Redis 7, Kafka, Elasticsearch, Kibana, dispatchd, logsink); see docker-compose.yml
+	docker compose up -d --build
+
+down: ## stop the stack; the data volumes stay (docker compose down -v removes them)
+	docker compose down
