@@ -75,6 +75,9 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// LogLevel is debug, info, warn or error (DISPATCH_LOG_LEVEL, default info).
 	LogLevel string
+	// MetricsAddr serves /metrics and /healthz (DISPATCH_LOGSINK_METRICS_ADDR, default
+	// :9101); empty turns it off.
+	MetricsAddr string
 }
 
 // DefaultConfig returns the defaults; KafkaBrokers and ESURLs have none.
@@ -99,6 +102,7 @@ func DefaultConfig() Config {
 		MaxInFlight:      20000,
 		ShutdownTimeout:  20 * time.Second,
 		LogLevel:         "info",
+		MetricsAddr:      ":9101",
 	}
 }
 
@@ -190,6 +194,7 @@ func (c *Config) Load(args []string, getenv func(string) string, output io.Write
 	integer(&c.MaxInFlight, "max-in-flight", "DISPATCH_LOGSINK_MAX_IN_FLIGHT", "messages fetched but not yet indexed")
 	duration(&c.ShutdownTimeout, "shutdown-timeout", "DISPATCH_LOGSINK_SHUTDOWN_TIMEOUT", "graceful shutdown bound")
 	str(&c.LogLevel, "log-level", "DISPATCH_LOG_LEVEL", "debug, info, warn or error")
+	str(&c.MetricsAddr, "metrics-addr", "DISPATCH_LOGSINK_METRICS_ADDR", "listen address of /metrics and /healthz; empty: off")
 
 	if err := errors.Join(errs...); err != nil {
 		return err

@@ -28,6 +28,9 @@ type SinkStats struct {
 	DeadLettered uint64 // events sent to the dead-letter topic
 	Retries      uint64 // item attempts that will be tried again
 	InFlight     int    // messages fetched and not yet done
+	// Lag is the consumer lag: over the partitions this sink has read, the high
+	// watermark last seen minus the offset last committed (or first fetched).
+	Lag int64
 }
 
 // Sink consumes events from Kafka in a consumer group and bulk-indexes them into daily
@@ -56,6 +59,10 @@ type Sink struct {
 
 	indexed, deadLettered, retries atomic.Uint64
 	lastWarn                       atomic.Int64
+
+	lagMu     sync.Mutex
+	watermark map[int]int64 // partition -> high watermark last seen
+	position  map[int]int64 // partition -> offset committed (or first fetched)
 
 	// Test hooks: beforeCommit sees the offsets (the next to consume, per partition)
 	// about to be committed, onCommit those committed.
@@ -111,15 +118,34 @@ func NewSink(cfg Config, logger *slog.Logger) (*Sink, error) {
 		sem:     make(chan struct{}, cfg.MaxInFlight),
 		retryCh: make(chan *job, cfg.MaxInFlight),
 		dlqCh:   make(chan *job, cfg.MaxInFlight),
+
+		watermark: map[int]int64{},
+		position:  map[int]int64{},
 	}, nil
 }
 
 // Stats returns the sink's figures.
 func (s *Sink) Stats() SinkStats {
-	return SinkStats{
+	st := SinkStats{
 		Indexed: s.indexed.Load(), DeadLettered: s.deadLettered.Load(),
 		Retries: s.retries.Load(), InFlight: len(s.sem),
 	}
+	s.lagMu.Lock()
+	for p, hw := range s.watermark {
+		st.Lag += max(hw-s.position[p], 0)
+	}
+	s.lagMu.Unlock()
+	return st
+}
+
+// observe records a fetched message's partition watermark for the lag.
+func (s *Sink) observe(m kafka.Message) {
+	s.lagMu.Lock()
+	s.watermark[m.Partition] = m.HighWaterMark
+	if _, ok := s.position[m.Partition]; !ok {
+		s.position[m.Partition] = m.Offset
+	}
+	s.lagMu.Unlock()
 }
 
 func (s *Sink) readerConfig() kafka.ReaderConfig {
@@ -273,6 +299,7 @@ func (s *Sink) fetchLoop(ctx context.Context, r *kafka.Reader) error {
 			continue
 		}
 		b.reset()
+		s.observe(m)
 		j := &job{msg: m, entry: s.tracker.track(m.Partition, m.Offset)}
 		ev, err := decodeEvent(m.Value)
 		if err != nil {
@@ -358,6 +385,11 @@ func (s *Sink) commit(ctx context.Context, r *kafka.Reader) error {
 		return fmt.Errorf("commit offsets: %w", err)
 	}
 	s.tracker.committed(offs)
+	s.lagMu.Lock()
+	for p, off := range offs {
+		s.position[p] = off
+	}
+	s.lagMu.Unlock()
 	if s.onCommit != nil {
 		s.onCommit(offs)
 	}

@@ -10,11 +10,18 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/taskpull/taskd/logsink"
 )
@@ -51,7 +58,52 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	logger.Info("logsink starting", "component", "main", "kafka_brokers", strings.Join(cfg.KafkaBrokers, ","),
 		"es_urls", redact(cfg.ESURLs), "topic", cfg.Topic, "group", cfg.Group)
+	if cfg.MetricsAddr != "" {
+		ln, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("DISPATCH_LOGSINK_METRICS_ADDR: %w", err)
+		}
+		srv := &http.Server{Handler: metricsHandler(sink), ReadHeaderTimeout: 5 * time.Second}
+		go srv.Serve(ln)
+		defer srv.Close()
+		fmt.Fprintf(stdout, "logsink metrics on %s\n", ln.Addr())
+	}
 	return sink.Run(ctx)
+}
+
+// metricsHandler serves /metrics (the sink's throughput, dead letters, retries,
+// in-flight messages and consumer lag, read at scrape time) and /healthz.
+func metricsHandler(sink *logsink.Sink) http.Handler {
+	reg := prometheus.NewRegistry()
+	stat := func(v func(logsink.SinkStats) float64) func() float64 {
+		return func() float64 { return v(sink.Stats()) }
+	}
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "taskd_logsink_indexed_events_total",
+			Help: "Events Elasticsearch acknowledged (replays included)."},
+			stat(func(s logsink.SinkStats) float64 { return float64(s.Indexed) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "taskd_logsink_dead_lettered_events_total",
+			Help: "Events sent to the dead-letter topic (mapping errors, malformed messages)."},
+			stat(func(s logsink.SinkStats) float64 { return float64(s.DeadLettered) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "taskd_logsink_es_bulk_failures_total",
+			Help: "Bulk item attempts Elasticsearch refused with 429 or 5xx, or did not answer; each is retried."},
+			stat(func(s logsink.SinkStats) float64 { return float64(s.Retries) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "taskd_logsink_in_flight_events",
+			Help: "Events fetched from Kafka and not yet indexed or dead-lettered."},
+			stat(func(s logsink.SinkStats) float64 { return float64(s.InFlight) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "taskd_logsink_consumer_lag_events",
+			Help: "Consumer lag: high watermark last seen minus offset committed, summed over partitions."},
+			stat(func(s logsink.SinkStats) float64 { return float64(s.Lag) })),
+	)
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"status":"ok"}`)
+	})
+	return mux
 }
 
 // redact drops credentials embedded in URLs, which must not reach the logs.

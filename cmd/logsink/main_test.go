@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -59,16 +61,17 @@ func TestRunIndexesAndStops(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stderr syncBuffer
+	var stdout, stderr syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"-kafka-topic", topic, "-es-flush-interval", "20ms"}, env(map[string]string{
+		done <- run(ctx, []string{"-kafka-topic", topic, "-es-flush-interval", "20ms", "-metrics-addr", "127.0.0.1:0",
+			"-kafka-commit-interval", "20ms"}, env(map[string]string{
 			"DISPATCH_KAFKA_BROKERS":     strings.Join(cluster.ListenAddrs(), ","),
 			"DISPATCH_ES_URLS":           "http://elastic:secret@" + strings.TrimPrefix(es.URL(), "http://"),
 			"DISPATCH_KAFKA_GROUP":       "group-" + topic,
 			"DISPATCH_KAFKA_PARTITIONS":  "2",
 			"DISPATCH_ES_RETENTION_DAYS": "3",
-		}), &bytes.Buffer{}, &stderr)
+		}), &stdout, &stderr)
 	}()
 
 	// The sink creates the topic; produce once it exists.
@@ -97,6 +100,35 @@ func TestRunIndexesAndStops(t *testing.T) {
 			t.Fatalf("indexed %d of 100", es.Count())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	// /metrics reports what was indexed, and no lag once the offsets are committed.
+	var addr string
+	for addr == "" && time.Now().Before(deadline) {
+		if _, a, ok := strings.Cut(stdout.String(), "logsink metrics on "); ok {
+			addr = strings.TrimSpace(a)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var scrape string
+	for time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		scrape = string(b)
+		if strings.Contains(scrape, "taskd_logsink_indexed_events_total 100\n") &&
+			strings.Contains(scrape, "taskd_logsink_consumer_lag_events 0\n") {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, want := range []string{"taskd_logsink_indexed_events_total 100\n", "taskd_logsink_consumer_lag_events 0\n",
+		"taskd_logsink_dead_lettered_events_total 0\n", "taskd_logsink_es_bulk_failures_total 0\n"} {
+		if !strings.Contains(scrape, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
 	}
 	cancel()
 	select {
