@@ -318,7 +318,7 @@ func (s *Store) ReplaceMembers(ctx context.Context, actor, gid string, uids []st
 		for u := range want {
 			if !have[u] {
 				if _, err := tx.ExecContext(ctx,
-					"INSERT INTO group_member (gid, uid, created_at) VALUES (?, ?, ?)", gid, u, now); err != nil {
+					"INSERT IGNORE INTO group_member (gid, uid, created_at) VALUES (?, ?, ?)", gid, u, now); err != nil {
 					return err
 				}
 				changed = append(changed, u)

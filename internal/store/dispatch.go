@@ -604,6 +604,9 @@ func mysqlErr(op string, err error) error {
 	if errors.As(err, &te) {
 		return err
 	}
+	if isDuplicate(err) {
+		return &taskd.Error{Code: taskd.CodeConflict, Message: op + ": a concurrent change got there first; try again", Err: err}
+	}
 	return taskd.Unavailable("mysql", fmt.Errorf("%s: %w", op, err))
 }
 

@@ -56,6 +56,9 @@ func Open(ctx context.Context, dsn string, opt OpenOptions) (*Store, error) {
 	}
 	cfg.ParseTime = true
 	cfg.Loc = time.UTC
+	// Claims read "rows affected" to tell a taken slot from an exhausted quota: that
+	// count must be of changed rows, whatever the operator's DSN says.
+	cfg.ClientFoundRows = false
 	if cfg.Params == nil {
 		cfg.Params = map[string]string{}
 	}
