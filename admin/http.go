@@ -167,6 +167,14 @@ func (h *Handlers) DeleteTemplate() http.Handler {
 	})
 }
 
+// Task times fit a DATETIME and a Redis score; a period fits a time.Duration.
+var (
+	minTime = time.Unix(0, 0).UTC()
+	maxTime = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+const maxSpaceMinutes = 10 * 366 * 24 * 60
+
 // taskRequest is the body of task create and replace. Pointers tell "absent" from
 // zero, so defaults apply only to absent fields.
 type taskRequest struct {
@@ -196,6 +204,9 @@ func (req *taskRequest) task(kind taskd.Kind) (taskd.Task, error) {
 		return t, taskd.Errorf(taskd.CodeInvalid, "start_time: required")
 	}
 	t.StartTime = req.StartTime.UTC().Truncate(time.Second)
+	if t.StartTime.Before(minTime) || !t.StartTime.Before(maxTime) {
+		return t, taskd.Errorf(taskd.CodeInvalid, "start_time: must be between 1970 and 9999")
+	}
 	if req.TemplateID == nil || *req.TemplateID <= 0 {
 		return t, taskd.Errorf(taskd.CodeInvalid, "template_id: required, a template id")
 	}
@@ -252,12 +263,15 @@ func (req *taskRequest) task(kind taskd.Kind) (taskd.Task, error) {
 		}
 		return t, nil
 	}
-	if req.SpaceMinutes == nil || *req.SpaceMinutes < 1 {
-		return t, taskd.Errorf(taskd.CodeInvalid, "space_minutes: required, >= 1")
+	if req.SpaceMinutes == nil || *req.SpaceMinutes < 1 || *req.SpaceMinutes > maxSpaceMinutes {
+		return t, taskd.Errorf(taskd.CodeInvalid, "space_minutes: required, 1..%d (ten years)", maxSpaceMinutes)
 	}
 	t.SpaceMinutes = *req.SpaceMinutes
 	if req.EndTime != nil {
 		end := req.EndTime.UTC().Truncate(time.Second)
+		if !end.Before(maxTime) {
+			return t, taskd.Errorf(taskd.CodeInvalid, "end_time: must be before 9999")
+		}
 		if !end.After(t.StartTime) {
 			return t, taskd.Errorf(taskd.CodeInvalid, "end_time: must be after start_time")
 		}

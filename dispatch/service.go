@@ -138,7 +138,7 @@ func (s *Service) fetch(ctx context.Context, uid, keyHash string) (FetchResult, 
 	// 1. The open dispatch, if any, comes first. The cached hint only says whether to
 	// look; MySQL says what is open.
 	if view.Open != queue.OpenNone {
-		res, done, err := s.resumeOpen(ctx, uid, now)
+		res, done, err := s.resumeOpen(ctx, uid, view.OpenLogID, now)
 		if err != nil || done {
 			return res, err
 		}
@@ -147,8 +147,8 @@ func (s *Service) fetch(ctx context.Context, uid, keyHash string) (FetchResult, 
 		}
 	}
 	// 2. Claim the first due occurrence that still has a slot for this user.
-	var changes []queue.Change
 	for round := 0; len(view.Due) > 0 && round < maxRounds; round++ {
+		var changes []queue.Change
 		for i, e := range view.Due {
 			outcome, d, err := s.store.Claim(ctx, uid, e.Occurrence(), now)
 			if err != nil {
@@ -158,22 +158,26 @@ func (s *Service) fetch(ctx context.Context, uid, keyHash string) (FetchResult, 
 			switch outcome {
 			case store.Claimed:
 				s.cfg.Metrics.Dispatched(d.Occurrence.Task.Kind.String())
-				changes = append(changes, queue.Change{Entry: e})
-				s.apply(ctx, uid, d.LogID, changes)
+				s.apply(ctx, uid, d.LogID, append(changes, queue.Change{Entry: e}))
 				return FetchResult{Task: assignment(d, false), NextDueAt: nextDue(view.Due[i+1:], view.Next)}, nil
 			case store.UserBusy:
-				// Another request of this user dispatched first: hand that one out.
+				// Another request of this user dispatched first: hand that one out, or,
+				// if it is already finished, look at the heap again.
 				s.cfg.Metrics.ClaimRefused("user_busy")
 				s.apply(ctx, uid, "", changes)
-				res, _, err := s.resumeOpen(ctx, uid, now)
-				return res, err
+				res, done, err := s.resumeOpen(ctx, uid, "-", now)
+				if err != nil || done {
+					return res, err
+				}
+				changes = nil
 			default: // exhausted, already had it, or gone: drop it, try the next
 				s.cfg.Metrics.ClaimRefused(refusal(outcome))
 				changes = append(changes, queue.Change{Entry: e})
+				continue
 			}
+			break // UserBusy with nothing open any more: peek again
 		}
 		s.apply(ctx, uid, "", changes)
-		changes = nil
 		if view, err = s.cache.Peek(ctx, uid, "", now); err != nil {
 			return FetchResult{}, err
 		}
@@ -206,7 +210,9 @@ func nextDue(due []queue.Entry, next *queue.Entry) *time.Time {
 // resumeOpen handles uid's open dispatch: an open one is handed out again (redo), a
 // failed one waiting for its retry becomes the next attempt when due, and one past its
 // lease expires. done is false when nothing is open (any more) and the heap is next.
-func (s *Service) resumeOpen(ctx context.Context, uid string, now time.Time) (FetchResult, bool, error) {
+// seen is the open-dispatch hint the caller's peek saw ("" for unknown): the hint is
+// cleared only if it still says that.
+func (s *Service) resumeOpen(ctx context.Context, uid, seen string, now time.Time) (FetchResult, bool, error) {
 	for attempt := 0; attempt < 3; attempt++ {
 		d, err := s.store.OpenDispatch(ctx, uid)
 		if err != nil {
@@ -214,7 +220,7 @@ func (s *Service) resumeOpen(ctx context.Context, uid string, now time.Time) (Fe
 		}
 		switch {
 		case d == nil:
-			s.apply(ctx, uid, "-", nil)
+			s.clearOpen(ctx, uid, seen)
 			return FetchResult{}, false, nil
 		case d.State == store.StateRetryWait:
 			if now.Before(*d.RetryAt) {
@@ -236,8 +242,12 @@ func (s *Service) resumeOpen(ctx context.Context, uid string, now time.Time) (Fe
 				return FetchResult{}, false, err
 			}
 		default:
-			if err := s.store.Redo(ctx, d, now); err != nil {
+			redone, err := s.store.Redo(ctx, d, now)
+			if err != nil {
 				return FetchResult{}, false, err
+			}
+			if !redone {
+				continue // completed or expired meanwhile: look again
 			}
 			s.apply(ctx, uid, d.LogID, nil)
 			return FetchResult{Task: assignment(d, true)}, true, nil
@@ -258,14 +268,16 @@ func (s *Service) expired(ctx context.Context, logID string, now time.Time) erro
 	return s.afterExpire(ctx, d)
 }
 
-// afterExpire puts the expired occurrence back on offer: to its user, and to everyone
-// the task targets (members who dropped it as exhausted see the returned slot).
+// afterExpire puts the expired occurrence back on offer: to its user, and, when the
+// expiry reopened an exhausted occurrence, to everyone the task targets (members who
+// dropped it as exhausted must see the returned slot). An expiry that leaves slots
+// as they were for the others costs them nothing: their heaps still hold it.
 func (s *Service) afterExpire(ctx context.Context, d *store.Dispatch) error {
-	s.apply(ctx, d.UID, "-", nil)
+	s.clearOpen(ctx, d.UID, d.LogID)
 	if err := s.cache.InvalidateUser(ctx, d.UID); err != nil {
 		return err
 	}
-	if e, err := taskd.ParseExecutor(d.Executor); err == nil && e.Group {
+	if e, err := taskd.ParseExecutor(d.Executor); err == nil && e.Group && d.Reopened {
 		return s.cache.InvalidateGroup(ctx, e.ID)
 	}
 	return nil
@@ -280,6 +292,14 @@ func (s *Service) apply(ctx context.Context, uid, open string, changes []queue.C
 	}
 	if err := s.cache.Apply(ctx, uid, open, changes); err != nil {
 		s.log.WarnContext(ctx, "cache apply failed", "uid", uid, "err", err)
+	}
+}
+
+// clearOpen sets the open-dispatch hint to none if it still says expect; best effort,
+// like apply.
+func (s *Service) clearOpen(ctx context.Context, uid, expect string) {
+	if err := s.cache.ClearOpen(ctx, uid, expect); err != nil {
+		s.log.WarnContext(ctx, "cache clear failed", "uid", uid, "err", err)
 	}
 }
 
@@ -303,10 +323,10 @@ func (s *Service) Complete(ctx context.Context, uid, keyHash, logID string, resu
 		if d.Mode == taskd.ModeUntilExhausted {
 			// The occurrence stays on offer to this user while quota lasts; the rebuild
 			// from the new cursor puts it back.
-			s.apply(ctx, uid, "-", nil)
+			s.clearOpen(ctx, uid, logID)
 			return s.cache.InvalidateUser(ctx, uid)
 		}
-		s.apply(ctx, uid, "-", nil)
+		s.clearOpen(ctx, uid, logID)
 		return nil
 	case store.RetryScheduled, store.AlreadyDone:
 		return nil

@@ -18,10 +18,20 @@ func (s *Service) SweepExpired(ctx context.Context) (int, error) {
 			return total, err
 		}
 		for _, id := range ids {
-			if err := s.expired(ctx, id, now); err != nil {
+			d, err := s.store.Expire(ctx, id, now)
+			if err != nil {
 				return total, err
 			}
+			if d == nil {
+				continue // another node expired it first
+			}
 			total++
+			s.cfg.Metrics.Expired(d.Occurrence.Task.Kind.String())
+			// The expiry is committed; a cache failure must not stop the sweep (the
+			// user's next fetch finds the truth in MySQL).
+			if err := s.afterExpire(ctx, d); err != nil {
+				s.log.WarnContext(ctx, "cache update after expiry failed", "uid", d.UID, "log_id", d.LogID, "err", err)
+			}
 		}
 		if len(ids) < 200 {
 			return total, nil

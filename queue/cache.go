@@ -122,6 +122,7 @@ func (c *Cache) Peek(ctx context.Context, uid, keyHash string, now time.Time) (V
 	if g, ok := c.groups.Load(uid); ok {
 		groups = g.(string)
 	}
+	refused := 0
 	for attempt := 0; ; attempt++ {
 		if attempt == 50 {
 			return View{}, taskd.Errorf(taskd.CodeUnavailable, "heap of user %s did not settle", uid)
@@ -133,7 +134,7 @@ func (c *Cache) Peek(ctx context.Context, uid, keyHash string, now time.Time) (V
 			keys = append(keys, c.keys.Generation(g))
 		}
 		res, err := peekScript.Run(ctx, c.rdb, keys,
-			now.Unix(), now.Add(c.cfg.Horizon).Unix(), c.cfg.MaxDue, groups, keyHash).Slice()
+			now.Unix(), now.Add(c.cfg.Horizon).Unix(), c.cfg.MaxDue, groups, keyHash, c.floor(now)).Slice()
 		if err != nil {
 			return View{}, unavailable("peek", err)
 		}
@@ -152,8 +153,17 @@ func (c *Cache) Peek(ctx context.Context, uid, keyHash string, now time.Time) (V
 			c.groups.Store(uid, groups)
 		case "cold", "stale":
 			c.cfg.Metrics.HeapLookup(false)
-			if err := c.rebuild(ctx, uid, res[3].(string)); err != nil {
+			b, err := c.rebuild(ctx, uid, res[3].(string))
+			if err != nil {
 				return View{}, err
+			}
+			if b != nil && !b.written {
+				// Invalidations keep landing between this rebuild's reads and its
+				// write. The offer it read from MySQL is no older than this request:
+				// after a few refusals, serve it without caching it.
+				if refused++; refused >= maxRefusals {
+					return b.view(res[1].(string), now, c.cfg.MaxDue), nil
+				}
 			}
 			if g, ok := c.groups.Load(uid); ok {
 				groups = g.(string)
@@ -164,16 +174,46 @@ func (c *Cache) Peek(ctx context.Context, uid, keyHash string, now time.Time) (V
 	}
 }
 
+// maxRefusals is how many of its rebuilds' writes a peek lets newer invalidations
+// refuse before it serves the offer it read without caching it.
+const maxRefusals = 3
+
+func openState(open string) (OpenState, string) {
+	switch open {
+	case "":
+		return OpenUnknown, ""
+	case "-":
+		return OpenNone, ""
+	}
+	return OpenSome, open
+}
+
+// built is what a rebuild read, and whether it reached Redis.
+type built struct {
+	entries []Entry // in heap order
+	written bool
+}
+
+// view is the peek answer a refused rebuild's offer gives at now.
+func (b *built) view(open string, now time.Time, maxDue int) View {
+	var v View
+	v.Open, v.OpenLogID = openState(open)
+	for i, e := range b.entries {
+		if e.DueAt.After(now) {
+			next := b.entries[i]
+			v.Next = &next
+			break
+		}
+		if len(v.Due) < maxDue {
+			v.Due = append(v.Due, e)
+		}
+	}
+	return v
+}
+
 func parseView(res []any) (View, error) {
 	var v View
-	switch open := res[1].(string); open {
-	case "":
-		v.Open = OpenUnknown
-	case "-":
-		v.Open = OpenNone
-	default:
-		v.Open, v.OpenLogID = OpenSome, open
-	}
+	v.Open, v.OpenLogID = openState(res[1].(string))
 	due := res[4].([]any)
 	for i := 0; i+1 < len(due); i += 2 {
 		e, err := parseScored(due[i], due[i+1])
@@ -210,25 +250,29 @@ func splitGroups(s string) []string {
 // rebuild rebuilds uid's heap, coalesced: one rebuild per (user, version) in this
 // process (singleflight), and one across processes (a short Redis lock; a node that
 // finds the lock taken waits briefly and lets its caller peek again).
-func (c *Cache) rebuild(ctx context.Context, uid, ver string) error {
-	_, err, _ := c.flight.Do(uid+"@"+ver, func() (any, error) {
+func (c *Cache) rebuild(ctx context.Context, uid, ver string) (*built, error) {
+	b, err, _ := c.flight.Do(uid+"@"+ver, func() (any, error) {
+		// The work is shared by every caller waiting here: it must not end with the
+		// first caller's request.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.LockTTL)
+		defer cancel()
 		token := randomToken()
 		ok, err := c.rdb.SetNX(ctx, c.keys.Lock(uid), token, c.cfg.LockTTL).Result()
 		if err != nil {
-			return nil, unavailable("rebuild lock", err)
+			return (*built)(nil), unavailable("rebuild lock", err)
 		}
 		if !ok {
-			return nil, sleep(ctx, 5*time.Millisecond)
+			return (*built)(nil), sleep(ctx, 5*time.Millisecond)
 		}
 		defer unlockScript.Run(context.WithoutCancel(ctx), c.rdb, []string{c.keys.Lock(uid)}, token)
 		// A caller that saw the heap cold just before another rebuild finished gets
 		// here after that rebuild released the lock: look again before reading MySQL.
 		if fresh, err := c.fresh(ctx, uid); err != nil || fresh {
-			return nil, err
+			return (*built)(nil), err
 		}
-		return nil, c.Rebuild(ctx, uid)
+		return c.build(ctx, uid)
 	})
-	return err
+	return b.(*built), err
 }
 
 // fresh reports whether uid's heap is valid now (the peek script's verdict).
@@ -242,7 +286,7 @@ func (c *Cache) fresh(ctx context.Context, uid string) (bool, error) {
 		keys = append(keys, c.keys.Generation(g))
 	}
 	now := c.clock.Now()
-	res, err := peekScript.Run(ctx, c.rdb, keys, now.Unix(), now.Add(c.cfg.Horizon).Unix(), 0, groups, "").Slice()
+	res, err := peekScript.Run(ctx, c.rdb, keys, now.Unix(), now.Add(c.cfg.Horizon).Unix(), 0, groups, "", c.floor(now)).Slice()
 	if err != nil {
 		return false, unavailable("peek", err)
 	}
@@ -254,16 +298,21 @@ func (c *Cache) fresh(ctx context.Context, uid string) (bool, error) {
 // versions are read before MySQL, so a write that passes the version check was built
 // from data at least as new as the versions it names.
 func (c *Cache) Rebuild(ctx context.Context, uid string) error {
+	_, err := c.build(ctx, uid)
+	return err
+}
+
+func (c *Cache) build(ctx context.Context, uid string) (*built, error) {
 	started := time.Now()
 	ver, err := c.rdb.HGet(ctx, c.keys.User(uid), "ver").Result()
 	if errors.Is(err, redis.Nil) {
 		ver = "0"
 	} else if err != nil {
-		return unavailable("rebuild", err)
+		return nil, unavailable("rebuild", err)
 	}
 	gids, err := c.loader.UserGroups(ctx, uid)
 	if err != nil {
-		return fmt.Errorf("rebuild %s: %w", uid, err)
+		return nil, fmt.Errorf("rebuild %s: %w", uid, err)
 	}
 	sort.Strings(gids)
 	gens := make([]string, len(gids))
@@ -274,7 +323,7 @@ func (c *Cache) Rebuild(ctx context.Context, uid string) error {
 	if len(gids) > 0 {
 		vals, err := c.rdb.MGet(ctx, genKeys...).Result()
 		if err != nil {
-			return unavailable("rebuild", err)
+			return nil, unavailable("rebuild", err)
 		}
 		for i, v := range vals {
 			gens[i] = "0"
@@ -288,9 +337,10 @@ func (c *Cache) Rebuild(ctx context.Context, uid string) error {
 	floor := now.Add(-c.cfg.CatchUp).Truncate(time.Second)
 	src, err := c.loader.LoadSource(ctx, uid, gids, floor, until)
 	if err != nil {
-		return fmt.Errorf("rebuild %s: %w", uid, err)
+		return nil, fmt.Errorf("rebuild %s: %w", uid, err)
 	}
 	entries := Offer(src, EffectiveCursor(src.Cursor, now, c.cfg.CatchUp), until)
+	sort.Slice(entries, func(i, j int) bool { return Less(entries[i], entries[j]) })
 
 	groups := strings.Join(gids, ",")
 	args := make([]any, 0, 5+2*len(entries))
@@ -299,12 +349,13 @@ func (c *Cache) Rebuild(ctx context.Context, uid string) error {
 		args = append(args, e.DueAt.Unix(), Member(e))
 	}
 	keys := append([]string{c.keys.User(uid), c.keys.Heap(uid)}, genKeys...)
-	if err := rebuildScript.Run(ctx, c.rdb, keys, args...).Err(); err != nil {
-		return unavailable("rebuild", err)
+	written, err := rebuildScript.Run(ctx, c.rdb, keys, args...).Int()
+	if err != nil {
+		return nil, unavailable("rebuild", err)
 	}
 	c.groups.Store(uid, groups)
 	c.cfg.Metrics.Rebuilt(time.Since(started))
-	return nil
+	return &built{entries: entries, written: written == 1}, nil
 }
 
 // Change is one heap update after a fetch or complete.
@@ -315,11 +366,21 @@ type Change struct {
 	Put bool
 }
 
-// Apply records a fetch's or complete's outcome: the open dispatch (a log id, "-" for
-// none, "" to leave it) and heap changes, in one round trip.
+// Apply records a fetch's outcome: the open dispatch it made (a log id; "" leaves the
+// hint) and heap changes, in one round trip.
 func (c *Cache) Apply(ctx context.Context, uid, open string, changes []Change) error {
-	args := make([]any, 0, 2+4*len(changes))
-	args = append(args, open, c.ttl())
+	return c.apply(ctx, uid, open, "*", changes)
+}
+
+// ClearOpen sets uid's open-dispatch hint to none, but only if it still says expect
+// (a log id, or "" for unknown): a dispatch made meanwhile keeps its hint.
+func (c *Cache) ClearOpen(ctx context.Context, uid, expect string) error {
+	return c.apply(ctx, uid, "-", expect, nil)
+}
+
+func (c *Cache) apply(ctx context.Context, uid, open, expect string, changes []Change) error {
+	args := make([]any, 0, 3+4*len(changes))
+	args = append(args, open, c.ttl(), expect)
 	for _, ch := range changes {
 		op, next := "pop", int64(0)
 		if ch.Put {
@@ -346,6 +407,10 @@ func (c *Cache) InvalidateUser(ctx context.Context, uid string) error {
 }
 
 func (c *Cache) ttl() int64 { return int64(c.cfg.TTL / time.Second) }
+
+// floor is the catch-up floor at now, in Unix seconds: the same instant a rebuild at now
+// starts a new user's offer from.
+func (c *Cache) floor(now time.Time) int64 { return now.Add(-c.cfg.CatchUp).Truncate(time.Second).Unix() }
 
 // InvalidateGroup makes the heap of every member of gid stale (seed: del task_info_{GID}).
 func (c *Cache) InvalidateGroup(ctx context.Context, gid string) error {

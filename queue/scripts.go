@@ -12,7 +12,8 @@ import "github.com/redis/go-redis/v9"
 //
 // KEYS: user hash, heap, client key set, then the generation keys of the groups the
 // caller believes the user is in. ARGV: now, horizon (the heap must cover up to it),
-// max entries, the caller's groups, the key hash ("" to skip the check).
+// max entries, the caller's groups, the key hash ("" to skip the check), the catch-up
+// floor (an entry older than it makes the heap stale: the cursor never lags more).
 // Returns {status, open, groups, ver, due (member, score, ...), next (member, score)}
 // with status one of ok, cold, stale, groups, badkey, nokeys.
 var peekScript = redis.NewScript(`
@@ -27,6 +28,8 @@ local status = 'ok'
 if not h[2] then
   status = 'cold'
 elseif ver ~= h[2] or tonumber(h[5]) < tonumber(ARGV[2]) then
+  status = 'stale'
+elseif #redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[6], 'LIMIT', 0, 1) > 0 then
   status = 'stale'
 elseif h[3] ~= ARGV[4] then
   status = 'groups'
@@ -75,15 +78,17 @@ return 1
 // popped due time (so a concurrent rebuild's newer content wins); a rotate member moves
 // to its next occurrence if that falls inside the window.
 //
-// KEYS: user hash, heap. ARGV: open ("" leaves it), ttl seconds, then op, member, due,
-// next quadruples with op "pop" or "put" and next 0 for none.
+// KEYS: user hash, heap. ARGV: open ("" leaves it), ttl seconds, expect ("*" sets open
+// whatever it was; otherwise only if open is still expect, "" meaning absent: clearing
+// the hint must not wipe out a newer dispatch's), then op, member, due, next quadruples
+// with op "pop" or "put" and next 0 for none.
 var applyScript = redis.NewScript(`
-if ARGV[1] ~= '' then
+if ARGV[1] ~= '' and (ARGV[3] == '*' or (redis.call('HGET', KEYS[1], 'open') or '') == ARGV[3]) then
   redis.call('HSET', KEYS[1], 'open', ARGV[1])
   if redis.call('TTL', KEYS[1]) == -1 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
 end
 local win = tonumber(redis.call('HGET', KEYS[1], 'win') or '0')
-for i = 3, #ARGV, 4 do
+for i = 4, #ARGV, 4 do
   local op, m, due, nxt = ARGV[i], ARGV[i+1], tonumber(ARGV[i+2]), tonumber(ARGV[i+3])
   local cur = redis.call('ZSCORE', KEYS[2], m)
   if op == 'pop' then

@@ -423,3 +423,69 @@ func TestEveryRedisKeyExpires(t *testing.T) {
 		t.Fatalf("only %d keys written; the test should see users, heap, keys and a generation", n)
 	}
 }
+
+// The cursor never lags more than catch-up behind now, even while a heap built earlier
+// is still cached: occurrences older than that are missed.
+func TestCatchUpBoundsAWarmHeap(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	rot := e.task("rotate", map[string]any{"executor": "uid_1", "start_time": ts(t0.Add(-time.Hour)), "space_minutes": 20})
+	k := e.key("1")
+	first := mustFetch(t, e, k) // 09:00, from the catch-up floor
+	e.mustComplete(k, first.LogID)
+	e.clock.Advance(55 * time.Minute) // 10:55: the floor is 09:55; the heap still holds 09:20
+	r := mustFetch(t, e, k)
+	if r.TaskID != rot || r.DueAt.Before(e.clock.Now().Add(-time.Hour)) {
+		t.Fatalf("dispatched %s@%v, older than the catch-up floor %v", r.TaskID, r.DueAt, e.clock.Now().Add(-time.Hour))
+	}
+	if want := t0; !r.DueAt.Equal(want) { // every 20 minutes from 09:00: 10:00 is the first at or after 09:55
+		t.Fatalf("first occurrence at or after the floor: %v, want %v", r.DueAt, want)
+	}
+}
+
+// A retry of a task deleted during the backoff is not dispatched: the failure is final
+// and the user moves on.
+func TestRetryOfADeletedTaskIsNotDispatched(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	id := e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0.Add(-time.Minute)),
+		"max_attempts": 3, "retry_backoff_seconds": 10})
+	next := e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0.Add(-30 * time.Second))})
+	k := e.key("1")
+	d := mustFetch(t, e, k)
+	if code, _ := e.complete(0, k, d.LogID, "failure"); code != 200 {
+		t.Fatal("complete failure")
+	}
+	e.admin("DELETE", "/v1/admin/tasks/once/"+id[len("once:"):], nil)
+	e.clock.Advance(11 * time.Second)
+	if r := mustFetch(t, e, k); r.TaskID != next {
+		t.Fatalf("after the deleted task's backoff: got %s attempt %d, want %s", r.TaskID, r.Attempt, next)
+	}
+	e.checkClaims()
+}
+
+// Clearing the open-dispatch hint after an expiry (or a complete) must not wipe out the
+// hint of a dispatch made meanwhile: the agent would be told nothing is open.
+func TestLateHintClearDoesNotHideANewDispatch(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0.Add(-time.Minute)), "lease_seconds": 30})
+	e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0.Add(-30 * time.Second))})
+	k := e.key("1")
+	old := mustFetch(t, e, k)
+	e.clock.Advance(31 * time.Second)
+	if _, err := e.store.Expire(t.Context(), old.LogID, e.clock.Now()); err != nil { // the sweeper's MySQL part
+		t.Fatal(err)
+	}
+	cur := mustFetch(t, e, k) // a fetch in between dispatches anew (the expired one is on offer again too)
+	if cur.LogID == old.LogID {
+		t.Fatalf("the expired dispatch was handed out again")
+	}
+	if err := e.apps[0].Cache.ClearOpen(t.Context(), "1", old.LogID); err != nil { // the sweeper's late cache part
+		t.Fatal(err)
+	}
+	again := e.fetch(0, k)
+	if again.Task == nil || again.Task.LogID != cur.LogID || !again.Task.Redo {
+		t.Fatalf("open dispatch %s (%s) not handed out again: got %+v", cur.LogID, cur.TaskID, again.Task)
+	}
+}

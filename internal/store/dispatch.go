@@ -63,9 +63,11 @@ type Dispatch struct {
 	RetryAt        *time.Time
 	FinishedAt     *time.Time
 	RedoCount      int
-	// Executor is the task's executor, filled in on expiry: the slot goes back to the
-	// pool of everyone the task targets.
+	// Executor is the task's executor, filled in on expiry; Reopened says the expiry
+	// gave a slot back to an occurrence whose quota was used up, which the task's other
+	// targets may have dropped from their heaps.
 	Executor string
+	Reopened bool
 }
 
 // LeaseExpired reports whether the dispatch is open past its lease at now.
@@ -275,8 +277,9 @@ func insertDispatch(ctx context.Context, tx *sql.Tx, d *Dispatch) error {
 	return err
 }
 
-// Redo records that uid's open dispatch was handed out again.
-func (s *Store) Redo(ctx context.Context, d *Dispatch, now time.Time) error {
+// Redo records that uid's open dispatch was handed out again. It reports false if the
+// dispatch is no longer open (completed or expired meanwhile).
+func (s *Store) Redo(ctx context.Context, d *Dispatch, now time.Time) (bool, error) {
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx,
 			"UPDATE dispatch SET redo_count = redo_count + 1, last_redo_at = ? WHERE log_id = ? AND state = ?",
@@ -290,18 +293,40 @@ func (s *Store) Redo(ctx context.Context, d *Dispatch, now time.Time) error {
 		d.RedoCount++
 		return s.emit(ctx, tx, d, taskd.EventRedo, now)
 	})
-	if err != nil && !errors.Is(err, errAbort) {
-		return mysqlErr("redo", err)
+	if errors.Is(err, errAbort) {
+		return false, nil
 	}
-	return nil
+	if err != nil {
+		return false, mysqlErr("redo", err)
+	}
+	return true, nil
 }
 
 // Retry turns a retry-waiting dispatch into its next attempt: a new open record for
-// the same occurrence, keeping the quota slot. It returns nil if prev is no longer
-// waiting (someone else moved it on).
+// the same occurrence, keeping the quota slot, with the task's current params and
+// lease. If the task was paused or deleted meanwhile, the failure is final instead: the
+// record is closed and the cursor moves on. It returns nil when there is no next attempt
+// (closed, or someone else moved the dispatch on).
 func (s *Store) Retry(ctx context.Context, prev *Dispatch, now time.Time) (*Dispatch, error) {
 	var d *Dispatch
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		d = nil
+		t, err := loadDispatchTask(ctx, tx, prev.Occurrence.Task)
+		if err != nil {
+			return err
+		}
+		if t == nil || t.status != taskd.StatusActive {
+			res, err := tx.ExecContext(ctx,
+				"UPDATE dispatch SET state = ?, open_uid = NULL WHERE log_id = ? AND state = ?",
+				StateDone, prev.LogID, StateRetryWait)
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n == 0 {
+				return errAbort
+			}
+			return advanceCursor(ctx, tx, prev, now)
+		}
 		res, err := tx.ExecContext(ctx,
 			"UPDATE dispatch SET state = ?, open_uid = NULL WHERE log_id = ? AND state = ?",
 			StateRetried, prev.LogID, StateRetryWait)
@@ -316,6 +341,9 @@ func (s *Store) Retry(ctx context.Context, prev *Dispatch, now time.Time) (*Disp
 		next.Attempt = prev.Attempt + 1
 		next.State = StateOpen
 		next.Result = 0
+		next.Params = json.RawMessage(t.params)
+		next.TemplateID = t.templateID
+		next.LeaseSeconds = t.leaseSeconds
 		next.DispatchedAt = now
 		next.LeaseExpiresAt, next.RetryAt, next.FinishedAt = nil, nil, nil
 		next.RedoCount = 0
@@ -514,6 +542,15 @@ func (s *Store) expire(ctx context.Context, tx *sql.Tx, d *Dispatch, now time.Ti
 		return err
 	}
 	o := d.Occurrence
+	var claimed, quota int
+	err := tx.QueryRowContext(ctx, `SELECT c.claimed, t.dispatch_times FROM occurrence_claim c
+		JOIN `+taskTable(o.Task.Kind)+` t ON t.id = c.task_id
+		WHERE c.task_kind = ? AND c.task_id = ? AND c.due_at = ? FOR UPDATE`,
+		o.Task.Kind, o.Task.ID, o.DueAt).Scan(&claimed, &quota)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	d.Reopened = quota != taskd.Unlimited && claimed >= quota
 	if _, err := tx.ExecContext(ctx,
 		"UPDATE occurrence_claim SET claimed = claimed - 1 WHERE task_kind = ? AND task_id = ? AND due_at = ? AND claimed > 0",
 		o.Task.Kind, o.Task.ID, o.DueAt); err != nil {

@@ -1,0 +1,1 @@
+ALTER TABLE user_state MODIFY exclude_keys TEXT NOT NULL;
