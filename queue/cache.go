@@ -410,7 +410,9 @@ func (c *Cache) ttl() int64 { return int64(c.cfg.TTL / time.Second) }
 
 // floor is the catch-up floor at now, in Unix seconds: the same instant a rebuild at now
 // starts a new user's offer from.
-func (c *Cache) floor(now time.Time) int64 { return now.Add(-c.cfg.CatchUp).Truncate(time.Second).Unix() }
+func (c *Cache) floor(now time.Time) int64 {
+	return now.Add(-c.cfg.CatchUp).Truncate(time.Second).Unix()
+}
 
 // InvalidateGroup makes the heap of every member of gid stale (seed: del task_info_{GID}).
 func (c *Cache) InvalidateGroup(ctx context.Context, gid string) error {
