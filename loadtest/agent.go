@@ -1,0 +1,272 @@
+package loadtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// Endpoints whose latency is recorded.
+const (
+	EndpointFetch    = "fetch"
+	EndpointComplete = "complete"
+)
+
+// newHistogram records latencies in microseconds from 1 µs to 10 minutes with three
+// significant digits.
+func newHistogram() *hdrhistogram.Histogram { return hdrhistogram.New(1, 600_000_000, 3) }
+
+// errKey is what errors are counted by.
+type errKey struct {
+	Endpoint string
+	Status   int
+	Code     string
+}
+
+// recorder is one agent's tally; agents never share one, and they are merged at the
+// end, so the hot path takes no lock.
+type recorder struct {
+	hist       map[string]*hdrhistogram.Histogram
+	errs       map[errKey]int64
+	fetches    int64 // fetches answered 200
+	dispatched int64 // of them, a new task
+	redos      int64 // of them, the caller's open task again
+	empty      int64 // of them, nothing due
+	completed  int64 // completes answered 200
+	failures   int64 // of them, reported as failure
+	// Log ids the agent received and the ones whose complete was acknowledged, for the
+	// checker's cross-check.
+	gotLogIDs  []string
+	doneLogIDs []string
+}
+
+func newRecorder() *recorder {
+	return &recorder{
+		hist: map[string]*hdrhistogram.Histogram{EndpointFetch: newHistogram(), EndpointComplete: newHistogram()},
+		errs: map[errKey]int64{},
+	}
+}
+
+func (r *recorder) latency(endpoint string, d time.Duration) {
+	us := d.Microseconds()
+	if us < 1 {
+		us = 1
+	}
+	_ = r.hist[endpoint].RecordValue(us) // beyond 10 minutes: not recorded (timeouts are far shorter)
+}
+
+func (r *recorder) merge(o *recorder) {
+	for k, h := range o.hist {
+		r.hist[k].Merge(h)
+	}
+	for k, n := range o.errs {
+		r.errs[k] += n
+	}
+	r.fetches += o.fetches
+	r.dispatched += o.dispatched
+	r.redos += o.redos
+	r.empty += o.empty
+	r.completed += o.completed
+	r.failures += o.failures
+	r.gotLogIDs = append(r.gotLogIDs, o.gotLogIDs...)
+	r.doneLogIDs = append(r.doneLogIDs, o.doneLogIDs...)
+}
+
+// counters are shared by all agents for the live progress line.
+type counters struct {
+	requests atomic.Int64
+	errors   atomic.Int64
+}
+
+// phaseOptions shape one phase of agents.
+type phaseOptions struct {
+	agents   int
+	deadline time.Time // stop starting cycles at this time
+	cycles   int64     // stop after this many cycles in total; 0: no limit
+	once     bool      // each user exactly once (the warm-up)
+	rate     float64   // fetches per second in total; 0: closed loop
+	think    time.Duration
+	failRate float64
+	seed     uint64
+}
+
+// phaseResult is what a phase's agents did.
+type phaseResult struct {
+	rec     *recorder
+	elapsed time.Duration
+}
+
+// runAgents runs opts.agents agents over d's users until the deadline, the cycle
+// limit or (with once) one cycle per user. Agent a serves users a, a+agents, … in
+// turn. A cycle in progress at the deadline is finished (its complete is sent), so the
+// run leaves no open dispatch behind; ctx ends everything at once.
+func runAgents(ctx context.Context, c *Client, d *Deployed, opts phaseOptions, ctrs *counters) phaseResult {
+	start := time.Now()
+	var issued atomic.Int64 // cycles started (and, with a rate, the schedule's slot)
+	recs := make([]*recorder, opts.agents)
+	var wg sync.WaitGroup
+	for a := 0; a < opts.agents; a++ {
+		rec := newRecorder()
+		recs[a] = rec
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := mrand.New(mrand.NewPCG(opts.seed, uint64(a)))
+			users := len(d.Keys)
+			u := a
+			for {
+				if ctx.Err() != nil {
+					return
+				}
+				if opts.once {
+					if u >= users {
+						return
+					}
+				} else if !time.Now().Before(opts.deadline) {
+					return
+				}
+				k := issued.Add(1) - 1
+				if opts.cycles > 0 && k >= opts.cycles {
+					return
+				}
+				begin := time.Now()
+				if opts.rate > 0 {
+					// Open model: slot k starts at start + k/rate whether or not the agents
+					// kept up; latency counts from there, so queueing is not hidden.
+					begin = start.Add(time.Duration(float64(k) * float64(time.Second) / opts.rate))
+					if begin.After(opts.deadline) {
+						return
+					}
+					if wait := time.Until(begin); wait > 0 {
+						if !sleep(ctx, wait) {
+							return
+						}
+					}
+				}
+				cycle(ctx, c, d.Keys[u], begin, opts, rng, rec, ctrs)
+				u += opts.agents
+				if u >= users && !opts.once {
+					u = a % users
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	total := newRecorder()
+	for _, r := range recs {
+		total.merge(r)
+	}
+	return phaseResult{rec: total, elapsed: time.Since(start)}
+}
+
+// cycle is one agent cycle: fetch; if a task came, think, then complete it.
+func cycle(ctx context.Context, c *Client, key string, begin time.Time, opts phaseOptions, rng *mrand.Rand, rec *recorder, ctrs *counters) {
+	reply, err := c.Fetch(ctx, key)
+	rec.latency(EndpointFetch, time.Since(begin))
+	ctrs.requests.Add(1)
+	if err != nil {
+		recordErr(rec, ctrs, EndpointFetch, err)
+		return
+	}
+	rec.fetches++
+	t := reply.Task
+	if t == nil {
+		rec.empty++
+		return
+	}
+	if t.Redo {
+		rec.redos++
+	} else {
+		rec.dispatched++
+	}
+	rec.gotLogIDs = append(rec.gotLogIDs, t.LogID)
+	if opts.think > 0 && !sleep(ctx, opts.think) {
+		return
+	}
+	success := opts.failRate == 0 || rng.Float64() >= opts.failRate
+	t1 := time.Now()
+	err = c.Complete(ctx, key, t.LogID, success)
+	rec.latency(EndpointComplete, time.Since(t1))
+	ctrs.requests.Add(1)
+	if err != nil {
+		recordErr(rec, ctrs, EndpointComplete, err)
+		return
+	}
+	rec.completed++
+	if !success {
+		rec.failures++
+	}
+	rec.doneLogIDs = append(rec.doneLogIDs, t.LogID)
+}
+
+func recordErr(rec *recorder, ctrs *counters, endpoint string, err error) {
+	ctrs.errors.Add(1)
+	k := errKey{Endpoint: endpoint, Code: "error"}
+	var ae *APIError
+	if errors.As(err, &ae) {
+		k.Status, k.Code = ae.Status, ae.Code
+		if ae.Status == 0 {
+			k.Code = ae.Message
+		}
+	}
+	rec.errs[k]++
+}
+
+// sleep waits d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// progressLine writes a live line (elapsed, requests, errors, current rate) every
+// interval until stop is closed. On a terminal the line is rewritten in place.
+func progressLine(w io.Writer, tty bool, label string, interval time.Duration, ctrs *counters, stop <-chan struct{}) {
+	if interval <= 0 || w == nil {
+		return
+	}
+	start := time.Now()
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	var last int64
+	lastAt := start
+	width := 0
+	for {
+		select {
+		case <-stop:
+			if tty && width > 0 {
+				fmt.Fprintln(w)
+			}
+			return
+		case now := <-tick.C:
+			req := ctrs.requests.Load()
+			rate := float64(req-last) / now.Sub(lastAt).Seconds()
+			last, lastAt = req, now
+			line := fmt.Sprintf("%s  elapsed %5.1fs  requests %9d  errors %6d  rate %8.0f/s",
+				label, now.Sub(start).Seconds(), req, ctrs.errors.Load(), rate)
+			if tty {
+				pad := ""
+				if len(line) < width {
+					pad = strings.Repeat(" ", width-len(line))
+				}
+				width = len(line)
+				fmt.Fprint(w, "\r"+line+pad)
+			} else {
+				fmt.Fprintln(w, line)
+			}
+		}
+	}
+}

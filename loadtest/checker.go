@@ -1,0 +1,307 @@
+package loadtest
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Violation kinds.
+const (
+	// An occurrence held by more live and completed dispatches than its quota.
+	ViolationQuota = "quota_exceeded"
+	// A user holding an once_per_user occurrence twice.
+	ViolationTwice = "twice_per_user"
+	// A task's claimed counter differs from its live and completed dispatches.
+	ViolationClaimed = "claimed_mismatch"
+	// An agent received a log id that has no dispatch event (not durable in MySQL).
+	ViolationNotDurable = "dispatch_not_durable"
+	// An agent saw a complete acknowledged (200) that has no complete event.
+	ViolationCompleteMissing = "complete_missing"
+)
+
+// maxListed bounds the violations a result lists one by one (all are counted).
+const maxListed = 50
+
+// Observed is what the agents saw: the log ids they received from fetch and the ones
+// whose complete the server acknowledged with 200.
+type Observed struct {
+	Got  []string
+	Done []string
+}
+
+// Violation is one broken invariant.
+type Violation struct {
+	Kind   string `json:"kind"`
+	TaskID string `json:"task_id,omitempty"`
+	DueAt  string `json:"due_at,omitempty"`
+	UID    string `json:"uid,omitempty"`
+	LogID  string `json:"log_id,omitempty"`
+	Detail string `json:"detail"`
+}
+
+func (v Violation) String() string {
+	var b strings.Builder
+	b.WriteString(v.Kind)
+	if v.TaskID != "" {
+		b.WriteString(" " + v.TaskID)
+		if v.DueAt != "" {
+			b.WriteString("@" + v.DueAt)
+		}
+	}
+	if v.UID != "" {
+		b.WriteString(" uid=" + v.UID)
+	}
+	if v.LogID != "" {
+		b.WriteString(" log_id=" + v.LogID)
+	}
+	return b.String() + ": " + v.Detail
+}
+
+// CheckResult is what the checker found.
+type CheckResult struct {
+	Tasks          int `json:"tasks"`
+	Occurrences    int `json:"occurrences"` // occurrences with at least one dispatch
+	DispatchEvents int `json:"dispatch_events"`
+	ExpireEvents   int `json:"expire_events"`
+	CompleteEvents int `json:"complete_events"`
+	// Cross-check with the agents (absent in -check-only).
+	AgentReceived  int `json:"agent_received"`
+	AgentCompleted int `json:"agent_completed"`
+	// Events no agent saw: a reply lost on the way (a timeout after the server
+	// committed) shows up here. Information, not a violation.
+	UnseenDispatches int `json:"unseen_dispatches"`
+	UnseenCompletes  int `json:"unseen_completes"`
+
+	ViolationCount int            `json:"violation_count"`
+	ByKind         map[string]int `json:"violations_by_kind"`
+	Violations     []Violation    `json:"violations"` // the first maxListed
+	Notes          []string       `json:"notes,omitempty"`
+	Took           float64        `json:"took_seconds"`
+}
+
+// OK reports whether no invariant was broken.
+func (r *CheckResult) OK() bool { return r.ViolationCount == 0 }
+
+func (r *CheckResult) add(v Violation) {
+	r.ViolationCount++
+	if r.ByKind == nil {
+		r.ByKind = map[string]int{}
+	}
+	r.ByKind[v.Kind]++
+	if len(r.Violations) < maxListed {
+		r.Violations = append(r.Violations, v)
+	}
+}
+
+// CheckInput is everything the invariants are checked on.
+type CheckInput struct {
+	Tasks      map[string]Task // the run's tasks, by task key
+	Dispatches []Event         // dispatch events of those tasks
+	Expires    []Event
+	Completes  []Event
+	// Stats, if not nil, are the per-task claimed counters over a window holding every
+	// occurrence that was dispatched.
+	Stats    []TaskStat
+	Observed *Observed // nil: no cross-check with the agents
+}
+
+type occKey struct {
+	task string
+	due  time.Time
+}
+
+// Check checks the invariants (DESIGN.md section 5) on in.
+//
+// A quota slot is claimed by a first attempt and given back by an expiry; retries
+// (attempt > 1) keep the slot of their first attempt. So the dispatches holding an
+// occurrence are its first-attempt dispatch events minus its expire events, and per
+// user likewise: that count must not exceed dispatch_times, per user not exceed one
+// in once_per_user mode, and per task it must equal the server's claimed counter.
+func Check(in CheckInput) *CheckResult {
+	r := &CheckResult{Tasks: len(in.Tasks), DispatchEvents: len(in.Dispatches),
+		ExpireEvents: len(in.Expires), CompleteEvents: len(in.Completes), ByKind: map[string]int{}}
+	held := map[occKey]int{}
+	heldBy := map[occKey]map[string]int{}
+	count := func(e Event, delta int) {
+		k := occKey{e.TaskID, e.DueAt.UTC()}
+		held[k] += delta
+		if heldBy[k] == nil {
+			heldBy[k] = map[string]int{}
+		}
+		heldBy[k][e.UID] += delta
+	}
+	for _, e := range in.Dispatches {
+		if e.Attempt <= 1 {
+			count(e, 1)
+		}
+	}
+	for _, e := range in.Expires {
+		count(e, -1)
+	}
+	r.Occurrences = len(held)
+
+	keys := make([]occKey, 0, len(held))
+	for k := range held {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].task != keys[j].task {
+			return keys[i].task < keys[j].task
+		}
+		return keys[i].due.Before(keys[j].due)
+	})
+	heldPerTask := map[string]int{}
+	for _, k := range keys {
+		t, ok := in.Tasks[k.task]
+		if !ok {
+			continue
+		}
+		n := held[k]
+		heldPerTask[k.task] += n
+		due := k.due.Format(time.RFC3339)
+		if t.DispatchTimes >= 0 && n > t.DispatchTimes {
+			r.add(Violation{Kind: ViolationQuota, TaskID: k.task, DueAt: due,
+				Detail: fmt.Sprintf("%d live or completed dispatches, quota %d", n, t.DispatchTimes)})
+		}
+		if t.Mode == "once_per_user" {
+			uids := make([]string, 0, len(heldBy[k]))
+			for uid := range heldBy[k] {
+				uids = append(uids, uid)
+			}
+			sort.Strings(uids)
+			for _, uid := range uids {
+				if m := heldBy[k][uid]; m > 1 {
+					r.add(Violation{Kind: ViolationTwice, TaskID: k.task, DueAt: due, UID: uid,
+						Detail: fmt.Sprintf("user holds it %d times in once_per_user mode", m)})
+				}
+			}
+		}
+	}
+
+	if in.Stats != nil {
+		claimed := map[string]int{}
+		for _, s := range in.Stats {
+			claimed[s.TaskID] = s.Claimed
+		}
+		ids := make([]string, 0, len(in.Tasks))
+		for id := range in.Tasks {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		for _, id := range ids {
+			if in.Tasks[id].DispatchTimes < 0 {
+				continue // unlimited: no claim counter to compare
+			}
+			if c, h := claimed[id], heldPerTask[id]; c != h {
+				r.add(Violation{Kind: ViolationClaimed, TaskID: id,
+					Detail: fmt.Sprintf("claimed counter %d, live and completed dispatches %d", c, h)})
+			}
+		}
+	}
+
+	if in.Observed != nil {
+		dispatched := make(map[string]bool, len(in.Dispatches))
+		for _, e := range in.Dispatches {
+			dispatched[e.LogID] = true
+		}
+		completed := make(map[string]bool, len(in.Completes))
+		for _, e := range in.Completes {
+			completed[e.LogID] = true
+		}
+		got := map[string]bool{}
+		for _, id := range in.Observed.Got {
+			if got[id] {
+				continue // a redo: the same dispatch again
+			}
+			got[id] = true
+			if !dispatched[id] {
+				r.add(Violation{Kind: ViolationNotDurable, LogID: id,
+					Detail: "an agent received this dispatch but no dispatch event records it"})
+			}
+		}
+		done := map[string]bool{}
+		for _, id := range in.Observed.Done {
+			if done[id] {
+				continue
+			}
+			done[id] = true
+			if !completed[id] {
+				r.add(Violation{Kind: ViolationCompleteMissing, LogID: id,
+					Detail: "the server acknowledged this complete but no complete event records it"})
+			}
+		}
+		r.AgentReceived, r.AgentCompleted = len(got), len(done)
+		for id := range dispatched {
+			if !got[id] {
+				r.UnseenDispatches++
+			}
+		}
+		for id := range completed {
+			if !done[id] {
+				r.UnseenCompletes++
+			}
+		}
+	}
+	return r
+}
+
+// CheckTarget says which tasks and which events a check covers.
+type CheckTarget struct {
+	RunID string
+	// Since, if not zero, leaves out events before it (the run's setup start).
+	Since time.Time
+	// ClaimsFrom and ClaimsTo bound the due times the claimed counters are summed
+	// over; they must hold every occurrence the run could dispatch.
+	ClaimsFrom, ClaimsTo time.Time
+	MaxEvents            int64
+}
+
+// RunTask reports whether a task belongs to run runID: its executor is one of the
+// run's users or groups.
+func RunTask(t Task, runID string) bool {
+	return strings.HasPrefix(t.Executor, "uid_"+runID+"-") || strings.HasPrefix(t.Executor, "gid_"+runID+"-")
+}
+
+// CheckServer reads the run's tasks, events and claimed counters through the admin
+// API and checks them, with the agents' observations if obs is not nil.
+func CheckServer(ctx context.Context, c *Client, target CheckTarget, obs *Observed) (*CheckResult, error) {
+	start := time.Now()
+	all, err := c.Tasks(ctx, 10_000)
+	if err != nil {
+		return nil, err
+	}
+	in := CheckInput{Tasks: map[string]Task{}, Observed: obs}
+	for _, t := range all {
+		if RunTask(t, target.RunID) {
+			in.Tasks[t.TaskID] = t
+		}
+	}
+	keep := func(e Event) bool { _, ok := in.Tasks[e.TaskID]; return ok }
+	budget := target.MaxEvents
+	for _, p := range []struct {
+		typ string
+		out *[]Event
+	}{{"dispatch", &in.Dispatches}, {"expire", &in.Expires}, {"complete", &in.Completes}} {
+		evs, read, err := c.Events(ctx, p.typ, target.Since, budget, keep)
+		if err != nil {
+			return nil, err
+		}
+		*p.out = evs
+		budget -= read
+	}
+	if in.Stats, err = c.Stats(ctx, target.ClaimsFrom, target.ClaimsTo); err != nil {
+		return nil, err
+	}
+	r := Check(in)
+	if len(in.Tasks) == 0 {
+		r.Notes = append(r.Notes, "no task of run "+target.RunID+" found")
+	}
+	if obs == nil {
+		r.Notes = append(r.Notes, "no agent observations: the cross-check with the agents was skipped")
+	}
+	r.Took = time.Since(start).Seconds()
+	return r, nil
+}

@@ -1,0 +1,91 @@
+package loadtest
+
+import (
+	"testing"
+	"time"
+)
+
+var due = time.Date(2026, 11, 21, 9, 0, 0, 0, time.UTC)
+
+func ev(typ, logID, uid, task string, attempt int) Event {
+	return Event{Type: typ, LogID: logID, UID: uid, TaskID: task, DueAt: due, Attempt: attempt}
+}
+
+func checkTasks() map[string]Task {
+	return map[string]Task{
+		"once:1":   {TaskID: "once:1", DispatchTimes: 2, Mode: "once_per_user"},
+		"once:2":   {TaskID: "once:2", DispatchTimes: -1, Mode: "once_per_user"},
+		"rotate:1": {TaskID: "rotate:1", DispatchTimes: 3, Mode: "until_exhausted"},
+	}
+}
+
+func TestCheckCleanRunWithRetriesAndExpiries(t *testing.T) {
+	in := CheckInput{
+		Tasks: checkTasks(),
+		Dispatches: []Event{
+			ev("dispatch", "a", "u1", "once:1", 1),
+			ev("dispatch", "a2", "u1", "once:1", 2), // a retry keeps its slot
+			ev("dispatch", "b", "u2", "once:1", 1),  // expired: slot back
+			ev("dispatch", "c", "u3", "once:1", 1),
+			ev("dispatch", "d", "u2", "once:1", 1), // u2 again after its expiry: allowed
+			ev("dispatch", "e", "u1", "rotate:1", 1),
+			ev("dispatch", "f", "u1", "rotate:1", 1), // until_exhausted: same user again
+			ev("dispatch", "g", "u1", "once:2", 1),
+			ev("dispatch", "h", "u2", "once:2", 1),
+		},
+		Expires:   []Event{ev("expire", "b", "u2", "once:1", 1), ev("expire", "d", "u2", "once:1", 1)},
+		Completes: []Event{ev("complete", "a", "u1", "once:1", 1), ev("complete", "a2", "u1", "once:1", 2), ev("complete", "c", "u3", "once:1", 1)},
+		Stats:     []TaskStat{{TaskID: "once:1", Claimed: 2}, {TaskID: "rotate:1", Claimed: 2}},
+		Observed:  &Observed{Got: []string{"a", "a2", "b", "c", "c", "d"}, Done: []string{"a", "a2", "c"}},
+	}
+	r := Check(in)
+	if !r.OK() {
+		t.Fatalf("violations in a clean run: %v", r.Violations)
+	}
+	if r.Occurrences != 3 || r.AgentReceived != 5 || r.AgentCompleted != 3 || r.UnseenDispatches != 4 || r.UnseenCompletes != 0 {
+		t.Errorf("counts: %+v", r)
+	}
+}
+
+func TestCheckFindsEachViolation(t *testing.T) {
+	in := CheckInput{
+		Tasks: checkTasks(),
+		Dispatches: []Event{
+			ev("dispatch", "a", "u1", "once:1", 1),
+			ev("dispatch", "b", "u2", "once:1", 1),
+			ev("dispatch", "c", "u2", "once:1", 1), // third holder of a quota of 2, and u2 twice
+			ev("dispatch", "e", "u1", "rotate:1", 1),
+			ev("dispatch", "g", "u1", "once:2", 1),
+			ev("dispatch", "g2", "u1", "once:2", 1), // unlimited, but once_per_user: u1 twice
+		},
+		Completes: []Event{ev("complete", "a", "u1", "once:1", 1)},
+		Stats:     []TaskStat{{TaskID: "once:1", Claimed: 2}}, // rotate:1 has 1 holder, counter says 0
+		Observed:  &Observed{Got: []string{"a", "zz"}, Done: []string{"a", "e"}},
+	}
+	r := Check(in)
+	want := map[string]int{ViolationQuota: 1, ViolationTwice: 2, ViolationClaimed: 2, ViolationNotDurable: 1, ViolationCompleteMissing: 1}
+	for k, n := range want {
+		if r.ByKind[k] != n {
+			t.Errorf("%s: %d, want %d (all: %v)", k, r.ByKind[k], n, r.Violations)
+		}
+	}
+	if r.ViolationCount != 7 || len(r.Violations) != 7 || r.OK() {
+		t.Errorf("count %d listed %d", r.ViolationCount, len(r.Violations))
+	}
+}
+
+func TestCheckIgnoresOtherRunsAndListsAtMost(t *testing.T) {
+	in := CheckInput{Tasks: map[string]Task{"once:1": {TaskID: "once:1", DispatchTimes: 1, Mode: "until_exhausted"}}}
+	for i := 0; i < 3; i++ { // a task of another run: not checked
+		in.Dispatches = append(in.Dispatches, ev("dispatch", "x", "u", "once:99", 1))
+	}
+	for i := 0; i < maxListed+10; i++ {
+		e := ev("dispatch", "y", "u", "once:1", 1)
+		e.DueAt = due.Add(time.Duration(i) * time.Minute)
+		in.Dispatches = append(in.Dispatches, e, e)
+	}
+	r := Check(in)
+	if r.ViolationCount != maxListed+10 || len(r.Violations) != maxListed {
+		t.Errorf("count %d listed %d", r.ViolationCount, len(r.Violations))
+	}
+}

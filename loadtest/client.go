@@ -1,0 +1,273 @@
+package loadtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Client speaks the server's HTTP API: the admin routes with the admin token, the
+// agent routes with a client key.
+type Client struct {
+	base    string
+	admin   string
+	hc      *http.Client
+	timeout time.Duration
+}
+
+// NewClient makes a client for the server at base. Its connection pool keeps up to
+// conns idle connections, so agents reuse connections as real agents with keep-alive
+// would.
+func NewClient(base, adminToken string, conns int, timeout time.Duration) *Client {
+	tr := &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        conns,
+		MaxIdleConnsPerHost: conns,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	return &Client{base: strings.TrimRight(base, "/"), admin: adminToken, hc: &http.Client{Transport: tr}, timeout: timeout}
+}
+
+// Close drops idle connections.
+func (c *Client) Close() { c.hc.CloseIdleConnections() }
+
+// APIError is a reply outside 2xx, or a failure to get one (Status 0).
+type APIError struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *APIError) Error() string {
+	if e.Status == 0 {
+		return "transport: " + e.Message
+	}
+	return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message)
+}
+
+// do sends one request and decodes a 2xx JSON reply into out (if not nil). Any other
+// outcome is an *APIError.
+func (c *Client) do(ctx context.Context, method, path, token string, body []byte, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	var r io.Reader
+	if body != nil {
+		r = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, r)
+	if err != nil {
+		return &APIError{Message: err.Error()}
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return &APIError{Message: transportReason(err)}
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return &APIError{Message: transportReason(err)}
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		var e struct {
+			Error struct {
+				Code    string `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		_ = json.Unmarshal(raw, &e)
+		if e.Error.Code == "" {
+			e.Error.Code = "no_code"
+		}
+		return &APIError{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message}
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return &APIError{Status: resp.StatusCode, Code: "bad_reply", Message: err.Error()}
+		}
+	}
+	return nil
+}
+
+// transportReason shortens a transport error to a stable reason for error counts.
+func transportReason(err error) string {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return "timeout"
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		return oe.Op + " " + oe.Err.Error()
+	}
+	return err.Error()
+}
+
+// Admin sends an admin request with a JSON body (nil: none).
+func (c *Client) Admin(ctx context.Context, method, path string, body, out any) error {
+	var raw []byte
+	if body != nil {
+		var err error
+		if raw, err = json.Marshal(body); err != nil {
+			return err
+		}
+	}
+	return c.do(ctx, method, path, c.admin, raw, out)
+}
+
+// Assignment is the part of a fetched task an agent needs.
+type Assignment struct {
+	LogID   string    `json:"log_id"`
+	TaskID  string    `json:"task_id"`
+	DueAt   time.Time `json:"due_at"`
+	Redo    bool      `json:"redo"`
+	Attempt int       `json:"attempt"`
+}
+
+// FetchReply is POST /v1/fetch's answer.
+type FetchReply struct {
+	Task      *Assignment `json:"task"`
+	NextDueAt *time.Time  `json:"next_due_at"`
+}
+
+// Fetch polls once as the key's owner.
+func (c *Client) Fetch(ctx context.Context, key string) (FetchReply, error) {
+	var r FetchReply
+	err := c.do(ctx, http.MethodPost, "/v1/fetch", key, nil, &r)
+	return r, err
+}
+
+// Complete reports a task's result.
+func (c *Client) Complete(ctx context.Context, key, logID string, success bool) error {
+	result := "success"
+	if !success {
+		result = "failure"
+	}
+	body, _ := json.Marshal(map[string]any{"log_id": logID, "result": result, "detail": map[string]any{"by": "loadtest"}})
+	return c.do(ctx, http.MethodPost, "/v1/complete", key, body, nil)
+}
+
+// Task is a task definition as GET /v1/admin/tasks lists it (the fields the checker
+// needs).
+type Task struct {
+	TaskID        string `json:"task_id"`
+	Kind          string `json:"kind"`
+	Executor      string `json:"executor"`
+	DispatchTimes int    `json:"dispatch_times"`
+	Mode          string `json:"mode"`
+	Status        string `json:"status"`
+}
+
+// Tasks lists every task (all pages, at most maxPages of 1000), deleted ones apart.
+func (c *Client) Tasks(ctx context.Context, maxPages int) ([]Task, error) {
+	var all []Task
+	cursor := ""
+	for page := 0; page < maxPages; page++ {
+		q := url.Values{"limit": {"1000"}}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		var r struct {
+			Tasks      []Task `json:"tasks"`
+			NextCursor string `json:"next_cursor"`
+		}
+		if err := c.Admin(ctx, http.MethodGet, "/v1/admin/tasks?"+q.Encode(), nil, &r); err != nil {
+			return nil, fmt.Errorf("list tasks: %w", err)
+		}
+		all = append(all, r.Tasks...)
+		if r.NextCursor == "" {
+			return all, nil
+		}
+		cursor = r.NextCursor
+	}
+	return nil, fmt.Errorf("list tasks: more than %d pages", maxPages)
+}
+
+// Event is one event of GET /v1/admin/events.
+type Event struct {
+	EventID string    `json:"event_id"`
+	Type    string    `json:"type"`
+	LogID   string    `json:"log_id"`
+	UID     string    `json:"uid"`
+	TaskID  string    `json:"task_id"`
+	DueAt   time.Time `json:"due_at"`
+	Attempt int       `json:"attempt"`
+	Result  string    `json:"result,omitempty"`
+	At      time.Time `json:"at"`
+}
+
+// Events lists the events of one type at or after from (zero: from the beginning),
+// every page, reading at most max events; keep says which to hold on to.
+func (c *Client) Events(ctx context.Context, typ string, from time.Time, max int64, keep func(Event) bool) ([]Event, int64, error) {
+	var out []Event
+	var read int64
+	cursor := ""
+	for read < max {
+		q := url.Values{"type": {typ}, "limit": {"1000"}}
+		if !from.IsZero() {
+			q.Set("from", from.UTC().Format(time.RFC3339Nano))
+		}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		var r struct {
+			Events     []Event `json:"events"`
+			NextCursor string  `json:"next_cursor"`
+		}
+		if err := c.Admin(ctx, http.MethodGet, "/v1/admin/events?"+q.Encode(), nil, &r); err != nil {
+			return nil, read, fmt.Errorf("list %s events: %w", typ, err)
+		}
+		read += int64(len(r.Events))
+		for _, e := range r.Events {
+			if keep(e) {
+				out = append(out, e)
+			}
+		}
+		if r.NextCursor == "" {
+			return out, read, nil
+		}
+		cursor = r.NextCursor
+	}
+	return nil, read, fmt.Errorf("list %s events: more than -max-events %d", typ, max)
+}
+
+// TaskStat is the part of GET /v1/admin/stats the checker compares.
+type TaskStat struct {
+	TaskID    string `json:"task_id"`
+	Claimed   int    `json:"claimed"`
+	Remaining *int   `json:"remaining"`
+}
+
+// Stats reads the per-task statistics over [from, to).
+func (c *Client) Stats(ctx context.Context, from, to time.Time) ([]TaskStat, error) {
+	q := url.Values{"from": {from.UTC().Format(time.RFC3339)}, "to": {to.UTC().Format(time.RFC3339)}}
+	var r struct {
+		Tasks []TaskStat `json:"tasks"`
+	}
+	if err := c.Admin(ctx, http.MethodGet, "/v1/admin/stats?"+q.Encode(), nil, &r); err != nil {
+		return nil, fmt.Errorf("stats: %w", err)
+	}
+	return r.Tasks, nil
+}
+
+// idPath makes an id safe in a path (ids are [A-Za-z0-9_-], so this is for safety).
+func idPath(id string) string { return url.PathEscape(id) }

@@ -1,0 +1,126 @@
+package loadtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// ErrViolations is returned (wrapped) when the check found a broken invariant: the
+// command exits 1.
+var ErrViolations = errors.New("invariant violations")
+
+// Progress is where the live line and stage messages go.
+type Progress struct {
+	W   io.Writer // nil: silent
+	TTY bool      // rewrite the line in place
+}
+
+func (p Progress) printf(format string, args ...any) {
+	if p.W != nil {
+		fmt.Fprintf(p.W, format+"\n", args...)
+	}
+}
+
+// warmupLimit bounds the warm-up phase in time.
+const warmupLimit = 15 * time.Minute
+
+// Run performs a whole run of cfg: setup, warm-up, the timed run and the check (or
+// only the check, with CheckOnly). The report is returned even when the check fails;
+// the error then wraps ErrViolations.
+func Run(ctx context.Context, cfg Config, prog Progress) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := NewClient(cfg.URL, cfg.AdminToken, 2*cfg.Size.Agents+cfg.SetupConcurrency, cfg.Timeout)
+	defer c.Close()
+	rep := &Report{URL: cfg.URL, Passed: true}
+
+	if cfg.CheckOnly {
+		rep.RunID = cfg.RunID
+		now := time.Now()
+		res, err := CheckServer(ctx, c, CheckTarget{RunID: cfg.RunID, ClaimsFrom: now.Add(-8 * 24 * time.Hour),
+			ClaimsTo: now.Add(time.Minute), MaxEvents: cfg.MaxEvents}, nil)
+		if err != nil {
+			return nil, fmt.Errorf("check: %w", err)
+		}
+		rep.Check = res
+		return rep, verdict(rep)
+	}
+
+	runID := cfg.RunID
+	if runID == "" {
+		runID = NewRunID()
+	}
+	s := cfg.Size
+	rep.RunID, rep.Preset, rep.Workload, rep.Rate = runID, cfg.Preset, cfg.Workload, cfg.Rate
+	rep.Think, rep.FailRate = float64(cfg.Think)/float64(time.Millisecond), cfg.FailRate
+	rep.Scenario = &SizeJSON{Users: s.Users, Groups: s.Groups, Templates: s.Templates, Once: s.Once, Rotate: s.Rotate, Agents: s.Agents}
+
+	sc := NewScenario(cfg, runID, time.Now())
+	prog.printf("setup: run %s, %s", runID, s)
+	d, err := Setup(ctx, c, sc, cfg.SetupConcurrency, func(stage string, done, total int) {
+		prog.printf("setup: %s %d/%d", stage, done, total)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("setup: %w", err)
+	}
+	rep.Setup = &SetupJSON{Requests: d.Requests, Seconds: d.Took.Seconds(), PerSec: float64(d.Requests) / d.Took.Seconds()}
+	prog.printf("setup: %d admin requests in %.1fs", d.Requests, d.Took.Seconds())
+
+	var obs Observed
+	phase := func(label string, opts phaseOptions) *Phase {
+		var ctrs counters
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() { progressLine(prog.W, prog.TTY, label, cfg.Progress, &ctrs, stop); close(done) }()
+		res := runAgents(ctx, c, d, opts, &ctrs)
+		close(stop)
+		<-done
+		obs.Got = append(obs.Got, res.rec.gotLogIDs...)
+		obs.Done = append(obs.Done, res.rec.doneLogIDs...)
+		return newPhase(res, s.Users)
+	}
+	base := phaseOptions{agents: s.Agents, think: cfg.Think, failRate: cfg.FailRate, seed: cfg.Seed}
+	if cfg.Warmup {
+		opts := base
+		opts.once, opts.deadline = true, time.Now().Add(warmupLimit)
+		rep.Warmup = phase("warm-up", opts)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	opts := base
+	opts.deadline, opts.cycles, opts.rate = time.Now().Add(s.Duration), cfg.Cycles, cfg.Rate
+	opts.seed++
+	rep.Run = phase("run", opts)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+
+	if cfg.Check {
+		prog.printf("check: reading events and tasks of run %s", runID)
+		res, err := CheckServer(ctx, c, CheckTarget{
+			RunID:      runID,
+			Since:      sc.Created.Add(-time.Minute),
+			ClaimsFrom: sc.Created.Add(-cfg.Backlog - time.Hour),
+			ClaimsTo:   time.Now().Add(time.Minute),
+			MaxEvents:  cfg.MaxEvents,
+		}, &obs)
+		if err != nil {
+			return rep, fmt.Errorf("check: %w", err)
+		}
+		rep.Check = res
+	}
+	return rep, verdict(rep)
+}
+
+func verdict(rep *Report) error {
+	if rep.Check != nil && !rep.Check.OK() {
+		rep.Passed = false
+		return fmt.Errorf("run %s: %d %w", rep.RunID, rep.Check.ViolationCount, ErrViolations)
+	}
+	return nil
+}

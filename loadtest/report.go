@@ -1,0 +1,228 @@
+package loadtest
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// Report is a run's outcome, as the table and -json show it.
+type Report struct {
+	RunID    string       `json:"run_id"`
+	URL      string       `json:"url"`
+	Preset   string       `json:"preset,omitempty"`
+	Workload Workload     `json:"workload,omitempty"`
+	Scenario *SizeJSON    `json:"scenario,omitempty"`
+	Setup    *SetupJSON   `json:"setup,omitempty"`
+	Rate     float64      `json:"rate,omitempty"` // the fixed fetch rate asked for; 0: closed loop
+	Think    float64      `json:"think_ms"`
+	FailRate float64      `json:"fail_rate"`
+	Warmup   *Phase       `json:"warmup,omitempty"`
+	Run      *Phase       `json:"run,omitempty"`
+	Check    *CheckResult `json:"check,omitempty"`
+	// Passed is false when the check found a violation.
+	Passed bool `json:"passed"`
+}
+
+// SizeJSON is the scenario's size.
+type SizeJSON struct {
+	Users     int `json:"users"`
+	Groups    int `json:"groups"`
+	Templates int `json:"templates"`
+	Once      int `json:"once_tasks"`
+	Rotate    int `json:"rotate_tasks"`
+	Agents    int `json:"agents"`
+}
+
+// SetupJSON is how the setup went.
+type SetupJSON struct {
+	Requests int64   `json:"requests"`
+	Seconds  float64 `json:"seconds"`
+	PerSec   float64 `json:"requests_per_second"`
+}
+
+// Phase is what the agents did in one phase.
+type Phase struct {
+	Seconds    float64 `json:"seconds"`
+	Fetches    int64   `json:"fetches"`    // answered 200
+	Dispatched int64   `json:"dispatched"` // new tasks handed out
+	Redos      int64   `json:"redos"`
+	Empty      int64   `json:"empty"`
+	Cycles     int64   `json:"cycles"` // completes acknowledged: dispatch+complete cycles
+	Failures   int64   `json:"failures_reported"`
+	Errors     int64   `json:"errors"`
+
+	FetchPerSec  float64 `json:"fetch_per_second"`
+	EmptyRatio   float64 `json:"empty_poll_ratio"`
+	CyclesPerSec float64 `json:"cycles_per_second"`
+	// PollInterval is how often each user polled on average: users / fetch rate.
+	PollInterval float64 `json:"poll_interval_per_user_seconds"`
+
+	Latency  map[string]Latency `json:"latency_ms"`
+	ErrorsBy []ErrorCount       `json:"errors_by_status"`
+}
+
+// Latency summarises one endpoint's latencies, in milliseconds.
+type Latency struct {
+	Count int64   `json:"count"`
+	P50   float64 `json:"p50"`
+	P90   float64 `json:"p90"`
+	P99   float64 `json:"p99"`
+	Max   float64 `json:"max"`
+}
+
+// ErrorCount is how many requests to an endpoint failed with one status and code
+// (status 0: no reply; code is then the transport's reason).
+type ErrorCount struct {
+	Endpoint string `json:"endpoint"`
+	Status   int    `json:"status"`
+	Code     string `json:"code"`
+	Count    int64  `json:"count"`
+}
+
+func summarize(h *hdrhistogram.Histogram) Latency {
+	ms := func(us int64) float64 { return float64(us) / 1000 }
+	return Latency{Count: h.TotalCount(), P50: ms(h.ValueAtQuantile(50)), P90: ms(h.ValueAtQuantile(90)),
+		P99: ms(h.ValueAtQuantile(99)), Max: ms(h.Max())}
+}
+
+// newPhase turns a phase's tally into its report.
+func newPhase(res phaseResult, users int) *Phase {
+	rec := res.rec
+	p := &Phase{Seconds: res.elapsed.Seconds(), Fetches: rec.fetches, Dispatched: rec.dispatched,
+		Redos: rec.redos, Empty: rec.empty, Cycles: rec.completed, Failures: rec.failures,
+		Latency: map[string]Latency{}}
+	for k, n := range rec.errs {
+		p.Errors += n
+		p.ErrorsBy = append(p.ErrorsBy, ErrorCount{Endpoint: k.Endpoint, Status: k.Status, Code: k.Code, Count: n})
+	}
+	sort.Slice(p.ErrorsBy, func(i, j int) bool {
+		a, b := p.ErrorsBy[i], p.ErrorsBy[j]
+		if a.Count != b.Count {
+			return a.Count > b.Count
+		}
+		return fmt.Sprint(a.Endpoint, a.Status, a.Code) < fmt.Sprint(b.Endpoint, b.Status, b.Code)
+	})
+	for k, h := range rec.hist {
+		if h.TotalCount() > 0 {
+			p.Latency[k] = summarize(h)
+		}
+	}
+	if s := p.Seconds; s > 0 {
+		p.FetchPerSec = float64(p.Fetches) / s
+		p.CyclesPerSec = float64(p.Cycles) / s
+	}
+	if p.Fetches > 0 {
+		p.EmptyRatio = float64(p.Empty) / float64(p.Fetches)
+	}
+	if p.FetchPerSec > 0 {
+		p.PollInterval = float64(users) / p.FetchPerSec
+	}
+	return p
+}
+
+// WriteJSON writes the report as indented JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteTable writes the report for people.
+func (r *Report) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "run\t%s against %s\n", r.RunID, r.URL)
+	if r.Scenario != nil {
+		s := r.Scenario
+		fmt.Fprintf(tw, "scenario\t%s workload, preset %s: %d users, %d groups, %d templates, %d once + %d rotate tasks\n",
+			r.Workload, r.Preset, s.Users, s.Groups, s.Templates, s.Once, s.Rotate)
+		mode := "closed loop"
+		if r.Rate > 0 {
+			mode = fmt.Sprintf("open model at %.0f fetch/s", r.Rate)
+		}
+		fmt.Fprintf(tw, "agents\t%d, %s, think %.0f ms, fail rate %.2f\n", s.Agents, mode, r.Think, r.FailRate)
+	}
+	if r.Setup != nil {
+		fmt.Fprintf(tw, "setup\t%d admin requests in %.1fs (%.0f/s)\n", r.Setup.Requests, r.Setup.Seconds, r.Setup.PerSec)
+	}
+	tw.Flush()
+	for _, ph := range []struct {
+		name string
+		p    *Phase
+	}{{"warm-up (every user once)", r.Warmup}, {"run", r.Run}} {
+		if ph.p != nil {
+			fmt.Fprintln(w)
+			writePhase(w, ph.name, ph.p)
+		}
+	}
+	if c := r.Check; c != nil {
+		fmt.Fprintln(w)
+		fmt.Fprintf(w, "check (%.1fs): %d tasks, %d occurrences dispatched; events: %d dispatch, %d expire, %d complete\n",
+			c.Took, c.Tasks, c.Occurrences, c.DispatchEvents, c.ExpireEvents, c.CompleteEvents)
+		fmt.Fprintf(w, "  agents received %d dispatches and saw %d completes acknowledged; events no agent saw: %d dispatch, %d complete\n",
+			c.AgentReceived, c.AgentCompleted, c.UnseenDispatches, c.UnseenCompletes)
+		for _, n := range c.Notes {
+			fmt.Fprintf(w, "  note: %s\n", n)
+		}
+		if c.OK() {
+			fmt.Fprintln(w, "  invariants hold: quotas, once_per_user, claimed counters, durable dispatches, recorded completes")
+		} else {
+			kinds := make([]string, 0, len(c.ByKind))
+			for k, n := range c.ByKind {
+				kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+			}
+			sort.Strings(kinds)
+			fmt.Fprintf(w, "  VIOLATIONS: %d (%s)\n", c.ViolationCount, strings.Join(kinds, ", "))
+			for _, v := range c.Violations {
+				fmt.Fprintf(w, "    %s\n", v)
+			}
+		}
+	}
+	verdict := "PASS"
+	if !r.Passed {
+		verdict = "FAIL"
+	}
+	_, err := fmt.Fprintf(w, "\n%s\n", verdict)
+	return err
+}
+
+func writePhase(w io.Writer, name string, p *Phase) {
+	fmt.Fprintf(w, "%s: %.1fs\n", name, p.Seconds)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "  fetch/s\tempty-poll ratio\tcycles/s\tfetches\tdispatched\tredo\tcycles\terrors\tpoll interval/user\t\n")
+	fmt.Fprintf(tw, "  %.0f\t%.3f\t%.0f\t%d\t%d\t%d\t%d\t%d\t%s\t\n", p.FetchPerSec, p.EmptyRatio, p.CyclesPerSec,
+		p.Fetches, p.Dispatched, p.Redos, p.Cycles, p.Errors, roundDur(p.PollInterval))
+	tw.Flush()
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "  latency (ms)\tcount\tp50\tp90\tp99\tmax\t\n")
+	for _, ep := range []string{EndpointFetch, EndpointComplete} {
+		if l, ok := p.Latency[ep]; ok {
+			fmt.Fprintf(tw, "  %s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t\n", ep, l.Count, l.P50, l.P90, l.P99, l.Max)
+		}
+	}
+	tw.Flush()
+	if len(p.ErrorsBy) > 0 {
+		fmt.Fprintln(w, "  errors:")
+		for _, e := range p.ErrorsBy {
+			fmt.Fprintf(w, "    %-8s %3d %-24s %d\n", e.Endpoint, e.Status, e.Code, e.Count)
+		}
+	}
+}
+
+func roundDur(seconds float64) string {
+	d := time.Duration(seconds * float64(time.Second))
+	switch {
+	case d <= 0:
+		return "-"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	default:
+		return d.Round(10 * time.Millisecond).String()
+	}
+}

@@ -1,0 +1,197 @@
+package loadtest
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	mrand "math/rand/v2"
+	"time"
+)
+
+// Scenario is what a run sets up on the server: a pure function of the config, the
+// run id and the time it was generated (tested without a server).
+type Scenario struct {
+	RunID     string
+	Workload  Workload
+	Created   time.Time
+	Users     []string            // bare uids
+	Groups    map[string][]string // bare gid -> member uids
+	GroupIDs  []string            // gids in creation order
+	Templates []TemplateSpec
+	Tasks     []TaskSpec
+}
+
+// TemplateSpec is a parameter template to create.
+type TemplateSpec struct {
+	Name   string
+	Schema map[string]any
+}
+
+// TaskSpec is a task to create: the body of POST /v1/admin/tasks/{kind}, with the
+// template given by its index in Scenario.Templates.
+type TaskSpec struct {
+	Kind          string // once or rotate
+	Executor      string // uid_… or gid_…
+	StartTime     time.Time
+	SpaceMinutes  int // rotate only
+	Template      int
+	Params        map[string]any
+	DispatchTimes int // -1 unlimited
+	Mode          string
+	Priority      int
+	LeaseSeconds  int
+	MaxAttempts   int
+}
+
+// Body is the task's create request, with the template's server id.
+func (t TaskSpec) Body(templateID int64) map[string]any {
+	b := map[string]any{
+		"executor":       t.Executor,
+		"start_time":     t.StartTime.UTC().Format(time.RFC3339),
+		"template_id":    templateID,
+		"params":         t.Params,
+		"dispatch_times": t.DispatchTimes,
+		"mode":           t.Mode,
+		"priority":       t.Priority,
+		"lease_seconds":  t.LeaseSeconds,
+		"max_attempts":   t.MaxAttempts,
+	}
+	if t.Kind == "rotate" {
+		b["space_minutes"] = t.SpaceMinutes
+	}
+	return b
+}
+
+// NewRunID is a random run id: short, and valid inside user and group ids.
+func NewRunID() string {
+	b := make([]byte, 4)
+	rand.Read(b)
+	return "lt" + hex.EncodeToString(b)
+}
+
+// UserID is the i-th user's bare id in run runID.
+func UserID(runID string, i int) string { return fmt.Sprintf("%s-u%d", runID, i) }
+
+// GroupID is the j-th group's bare id in run runID.
+func GroupID(runID string, j int) string { return fmt.Sprintf("%s-g%d", runID, j) }
+
+// NewScenario generates the scenario of cfg for run runID at now. The same inputs
+// give the same scenario.
+//
+// Users are spread over the groups round robin; every tenth user is also in a second
+// group, so heaps merge the tasks of several executors. Most tasks target a group,
+// every tenth once task a single user. Quotas cycle through limited and unlimited
+// ones, limited quotas sometimes in until_exhausted mode (never unlimited: that would
+// offer one occurrence to one user forever); every seventh task allows a retry, every
+// fifth has a lease.
+func NewScenario(cfg Config, runID string, now time.Time) *Scenario {
+	now = now.UTC().Truncate(time.Second)
+	rng := mrand.New(mrand.NewPCG(cfg.Seed, 0x10ad7e57))
+	s := &Scenario{RunID: runID, Workload: cfg.Workload, Created: now, Groups: map[string][]string{}}
+	size := cfg.Size
+	for j := 0; j < size.Groups; j++ {
+		s.GroupIDs = append(s.GroupIDs, GroupID(runID, j))
+	}
+	for i := 0; i < size.Users; i++ {
+		uid := UserID(runID, i)
+		s.Users = append(s.Users, uid)
+		g := s.GroupIDs[i%size.Groups]
+		s.Groups[g] = append(s.Groups[g], uid)
+		if i%10 == 9 && size.Groups > 1 {
+			g2 := s.GroupIDs[(i/10+1+i%size.Groups)%size.Groups]
+			if g2 != g {
+				s.Groups[g2] = append(s.Groups[g2], uid)
+			}
+		}
+	}
+	for k := 0; k < size.Templates; k++ {
+		s.Templates = append(s.Templates, TemplateSpec{
+			Name: fmt.Sprintf("%s-t%d", runID, k),
+			Schema: map[string]any{
+				"type":     "object",
+				"required": []any{"url"},
+				"properties": map[string]any{
+					"url":   map[string]any{"type": "string", "minLength": 1},
+					"depth": map[string]any{"type": "integer", "minimum": 0, "maximum": 10},
+					"tags":  map[string]any{"type": "array", "items": map[string]any{"type": "string"}},
+				},
+			},
+		})
+	}
+
+	backlog := cfg.Backlog
+	past := func() time.Time { // a due time inside the backlog, never in the future
+		return now.Add(-time.Duration(rng.Int64N(int64(backlog)))).Truncate(time.Second)
+	}
+	future := func() time.Time { // inside the heap's 24 h window, so next_due_at is known
+		return now.Add(time.Hour + time.Duration(rng.Int64N(int64(22*time.Hour)))).Truncate(time.Second)
+	}
+	executor := func(n int, userEvery int) string {
+		if userEvery > 0 && n%userEvery == userEvery-1 {
+			return "uid_" + s.Users[rng.IntN(len(s.Users))]
+		}
+		return "gid_" + s.GroupIDs[n%len(s.GroupIDs)]
+	}
+	task := func(kind string, n int, quotas []int) TaskSpec {
+		t := TaskSpec{
+			Kind:          kind,
+			Template:      n % len(s.Templates),
+			DispatchTimes: quotas[n%len(quotas)],
+			Mode:          "once_per_user",
+			Priority:      1 + rng.IntN(9),
+			MaxAttempts:   1,
+		}
+		if t.DispatchTimes > 0 && n%4 == 3 {
+			t.Mode = "until_exhausted"
+		}
+		if n%7 == 6 {
+			t.MaxAttempts = 2
+		}
+		if n%5 == 4 {
+			t.LeaseSeconds = 300
+		}
+		t.Params = map[string]any{
+			"url":   fmt.Sprintf("https://example.com/%s/%s/%d", runID, kind, n),
+			"depth": rng.IntN(11),
+			"tags":  []any{kind, fmt.Sprintf("p%d", t.Priority)},
+		}
+		return t
+	}
+
+	for n := 0; n < size.Once; n++ {
+		t := task("once", n, []int{1, 3, 10, 50, -1})
+		t.Executor = executor(n, 10)
+		switch {
+		case cfg.Workload == WorkloadEmpty:
+			t.StartTime = future()
+		case cfg.Workload == WorkloadMixed && n%4 == 3:
+			t.StartTime = future()
+		default:
+			t.StartTime = past()
+		}
+		s.Tasks = append(s.Tasks, t)
+	}
+	for n := 0; n < size.Rotate; n++ {
+		var t TaskSpec
+		switch cfg.Workload {
+		case WorkloadEmpty:
+			t = task("rotate", n, []int{-1, 5})
+			t.SpaceMinutes = 60
+			t.StartTime = future()
+		case WorkloadCycles:
+			t = task("rotate", n, []int{-1, -1, -1, 20})
+			t.SpaceMinutes = 1
+			t.StartTime = now.Add(-backlog).Add(time.Duration(rng.IntN(60)) * time.Second)
+		default:
+			t = task("rotate", n, []int{-1, -1, 5, 20})
+			t.SpaceMinutes = []int{1, 5, 15}[n%3]
+			t.StartTime = now.Add(-backlog).Add(time.Duration(rng.IntN(60*t.SpaceMinutes)) * time.Second)
+			if n%5 == 4 {
+				t.StartTime = future()
+			}
+		}
+		t.Executor = executor(n, 0)
+		s.Tasks = append(s.Tasks, t)
+	}
+	return s
+}
