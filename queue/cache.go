@@ -174,6 +174,12 @@ func (c *Cache) Peek(ctx context.Context, uid, keyHash string, now time.Time) (V
 	}
 }
 
+// rebuildTimeout bounds one shared rebuild. It is longer than the lock's TTL on
+// purpose: under load the MySQL reads may queue for a pool connection, and a rebuild
+// that outlives its lock is only a wasted read (another node may rebuild too; the
+// compare-on-version write keeps the heap right).
+const rebuildTimeout = 30 * time.Second
+
 // maxRefusals is how many of its rebuilds' writes a peek lets newer invalidations
 // refuse before it serves the offer it read without caching it.
 const maxRefusals = 3
@@ -254,7 +260,7 @@ func (c *Cache) rebuild(ctx context.Context, uid, ver string) (*built, error) {
 	b, err, _ := c.flight.Do(uid+"@"+ver, func() (any, error) {
 		// The work is shared by every caller waiting here: it must not end with the
 		// first caller's request.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.LockTTL)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rebuildTimeout)
 		defer cancel()
 		token := randomToken()
 		ok, err := c.rdb.SetNX(ctx, c.keys.Lock(uid), token, c.cfg.LockTTL).Result()
@@ -477,9 +483,6 @@ func (c *Cache) KeysChanged(ctx context.Context, uid string) error {
 }
 
 func unavailable(op string, err error) error {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("redis %s: %w", op, err)
-	}
 	return taskd.Unavailable("redis", fmt.Errorf("%s: %w", op, err))
 }
 

@@ -75,7 +75,8 @@ func newEnvWith(t testing.TB, instances int, tweak func(*app.Config)) *env {
 	rdb, prefix := testenv.Redis(t)
 	e := &env{t: t, clock: clock.NewFake(t0), store: st, rdb: rdb, prefix: prefix,
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512}}}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// Errors (internal ones are logged once, at the top) show in the test output.
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError}))
 	cfg := app.Config{RedisPrefix: prefix, CatchUp: time.Hour, AdminTokens: []string{adminToken},
 		EnrollSecret: "enroll-secret", MaxWait: 5 * time.Second, SweepInterval: time.Second, Node: "test"}
 	if tweak != nil {

@@ -634,9 +634,6 @@ func mysqlErr(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%s: %w", op, err)
-	}
 	var te *taskd.Error
 	if errors.As(err, &te) {
 		return err
