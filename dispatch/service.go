@@ -125,7 +125,8 @@ func (s *Service) longPoll(ctx context.Context, uid, keyHash string, wait time.D
 			return res, nil
 		case <-t.C:
 		}
-		keyHash = "" // checked on the first round
+		// keyHash stays: every round's peek checks it again (in the same script, at no
+		// cost), so a key revoked during a long poll stops it.
 	}
 }
 
