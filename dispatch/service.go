@@ -149,36 +149,36 @@ func (s *Service) fetch(ctx context.Context, uid, keyHash string) (FetchResult, 
 	}
 	// 2. Claim the first due occurrence that still has a slot for this user.
 	for round := 0; len(view.Due) > 0 && round < maxRounds; round++ {
-		var changes []queue.Change
+		var popped []queue.Entry
 		for i, e := range view.Due {
 			outcome, d, err := s.store.Claim(ctx, uid, e.Occurrence(), now)
 			if err != nil {
-				s.apply(ctx, uid, "", changes)
+				s.apply(ctx, uid, "", popped)
 				return FetchResult{}, err
 			}
 			switch outcome {
 			case store.Claimed:
 				s.cfg.Metrics.Dispatched(d.Occurrence.Task.Kind.String())
-				s.apply(ctx, uid, d.LogID, append(changes, queue.Change{Entry: e}))
+				s.apply(ctx, uid, d.LogID, append(popped, e))
 				return FetchResult{Task: assignment(d, false), NextDueAt: nextDue(view.Due[i+1:], view.Next)}, nil
 			case store.UserBusy:
 				// Another request of this user dispatched first: hand that one out, or,
 				// if it is already finished, look at the heap again.
 				s.cfg.Metrics.ClaimRefused("user_busy")
-				s.apply(ctx, uid, "", changes)
+				s.apply(ctx, uid, "", popped)
 				res, done, err := s.resumeOpen(ctx, uid, "-", now)
 				if err != nil || done {
 					return res, err
 				}
-				changes = nil
+				popped = nil
 			default: // exhausted, already had it, or gone: drop it, try the next
 				s.cfg.Metrics.ClaimRefused(refusal(outcome))
-				changes = append(changes, queue.Change{Entry: e})
+				popped = append(popped, e)
 				continue
 			}
 			break // UserBusy with nothing open any more: peek again
 		}
-		s.apply(ctx, uid, "", changes)
+		s.apply(ctx, uid, "", popped)
 		if view, err = s.cache.Peek(ctx, uid, "", now); err != nil {
 			return FetchResult{}, err
 		}
@@ -287,11 +287,11 @@ func (s *Service) afterExpire(ctx context.Context, d *store.Dispatch) error {
 // apply writes a fetch's outcome to the cache. It is best effort: the cache is a hint,
 // and a stale hint is corrected by MySQL on the next fetch (a claim that fails, an
 // open dispatch found by its unique key).
-func (s *Service) apply(ctx context.Context, uid, open string, changes []queue.Change) {
-	if open == "" && len(changes) == 0 {
+func (s *Service) apply(ctx context.Context, uid, open string, popped []queue.Entry) {
+	if open == "" && len(popped) == 0 {
 		return
 	}
-	if err := s.cache.Apply(ctx, uid, open, changes); err != nil {
+	if err := s.cache.Apply(ctx, uid, open, popped); err != nil {
 		s.log.WarnContext(ctx, "cache apply failed", "uid", uid, "err", err)
 	}
 }

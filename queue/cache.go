@@ -364,18 +364,11 @@ func (c *Cache) build(ctx context.Context, uid string) (*built, error) {
 	return &built{entries: entries, written: written == 1}, nil
 }
 
-// Change is one heap update after a fetch or complete.
-type Change struct {
-	Entry Entry
-	// Put puts the entry back on offer (an until_exhausted completion); otherwise the
-	// entry is popped (dispatched or dropped) and a rotate entry advances.
-	Put bool
-}
-
-// Apply records a fetch's outcome: the open dispatch it made (a log id; "" leaves the
-// hint) and heap changes, in one round trip.
-func (c *Cache) Apply(ctx context.Context, uid, open string, changes []Change) error {
-	return c.apply(ctx, uid, open, "*", changes)
+// Apply records a fetch's outcome, in one round trip: the open dispatch it made (a log
+// id; "" leaves the hint) and the entries it popped (dispatched or dropped; a rotate
+// entry advances to its next occurrence).
+func (c *Cache) Apply(ctx context.Context, uid, open string, popped []Entry) error {
+	return c.apply(ctx, uid, open, "*", popped)
 }
 
 // ClearOpen sets uid's open-dispatch hint to none, but only if it still says expect
@@ -384,17 +377,15 @@ func (c *Cache) ClearOpen(ctx context.Context, uid, expect string) error {
 	return c.apply(ctx, uid, "-", expect, nil)
 }
 
-func (c *Cache) apply(ctx context.Context, uid, open, expect string, changes []Change) error {
-	args := make([]any, 0, 3+4*len(changes))
+func (c *Cache) apply(ctx context.Context, uid, open, expect string, popped []Entry) error {
+	args := make([]any, 0, 3+3*len(popped))
 	args = append(args, open, c.ttl(), expect)
-	for _, ch := range changes {
-		op, next := "pop", int64(0)
-		if ch.Put {
-			op = "put"
-		} else if n, ok := ch.Entry.Next(); ok {
+	for _, e := range popped {
+		next := int64(0)
+		if n, ok := e.Next(); ok {
 			next = n.DueAt.Unix()
 		}
-		args = append(args, op, Member(ch.Entry), ch.Entry.DueAt.Unix(), next)
+		args = append(args, Member(e), e.DueAt.Unix(), next)
 	}
 	err := applyScript.Run(ctx, c.rdb, []string{c.keys.User(uid), c.keys.Heap(uid)}, args...).Err()
 	if err != nil {

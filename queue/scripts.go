@@ -74,32 +74,27 @@ return 1
 `)
 
 // applyScript records what a fetch or complete did: it sets the open dispatch hint and
-// pops or puts back heap entries. A pop only acts on the member if it is still at the
-// popped due time (so a concurrent rebuild's newer content wins); a rotate member moves
-// to its next occurrence if that falls inside the window.
+// pops heap entries. A pop only acts on the member if it is still at the popped due
+// time (so a concurrent rebuild's newer content wins); a rotate member moves to its
+// next occurrence if that falls inside the window.
 //
 // KEYS: user hash, heap. ARGV: open ("" leaves it), ttl seconds, expect ("*" sets open
 // whatever it was; otherwise only if open is still expect, "" meaning absent: clearing
-// the hint must not wipe out a newer dispatch's), then op, member, due, next quadruples
-// with op "pop" or "put" and next 0 for none.
+// the hint must not wipe out a newer dispatch's), then member, due, next triples with
+// next 0 for none.
 var applyScript = redis.NewScript(`
 if ARGV[1] ~= '' and (ARGV[3] == '*' or (redis.call('HGET', KEYS[1], 'open') or '') == ARGV[3]) then
   redis.call('HSET', KEYS[1], 'open', ARGV[1])
   if redis.call('TTL', KEYS[1]) == -1 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
 end
 local win = tonumber(redis.call('HGET', KEYS[1], 'win') or '0')
-for i = 4, #ARGV, 4 do
-  local op, m, due, nxt = ARGV[i], ARGV[i+1], tonumber(ARGV[i+2]), tonumber(ARGV[i+3])
+for i = 4, #ARGV, 3 do
+  local m, due, nxt = ARGV[i], tonumber(ARGV[i+1]), tonumber(ARGV[i+2])
   local cur = redis.call('ZSCORE', KEYS[2], m)
-  if op == 'pop' then
-    if cur and tonumber(cur) == due then
-      if nxt > 0 and nxt < win then redis.call('ZADD', KEYS[2], nxt, m) else redis.call('ZREM', KEYS[2], m) end
-    end
-  elseif op == 'put' and win > 0 and due < win then
-    if not cur or tonumber(cur) > due then redis.call('ZADD', KEYS[2], due, m) end
+  if cur and tonumber(cur) == due then
+    if nxt > 0 and nxt < win then redis.call('ZADD', KEYS[2], nxt, m) else redis.call('ZREM', KEYS[2], m) end
   end
 end
-if redis.call('TTL', KEYS[2]) == -1 then redis.call('EXPIRE', KEYS[2], ARGV[2]) end
 return 1
 `)
 
