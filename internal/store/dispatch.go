@@ -454,22 +454,9 @@ func backoff(baseSeconds, attempt int) time.Duration {
 // set holds the keys completed at exactly the cursor, so ties are not dispatched again;
 // an until_exhausted occurrence is not excluded: it stays on offer while quota lasts.
 func advanceCursor(ctx context.Context, tx *sql.Tx, d *Dispatch, now time.Time) error {
-	var cursor time.Time
-	var raw string
-	err := tx.QueryRowContext(ctx, "SELECT cursor_at, exclude_keys FROM user_state WHERE uid = ? FOR UPDATE",
-		d.UID).Scan(&cursor, &raw)
-	exclude := []string{}
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-	case err != nil:
+	cursor, exclude, err := userState(ctx, tx, d.UID, " FOR UPDATE")
+	if err != nil {
 		return err
-	default:
-		cursor = cursor.UTC()
-		if raw != "" {
-			if err := json.Unmarshal([]byte(raw), &exclude); err != nil {
-				return fmt.Errorf("user_state %s: exclude_keys: %w", d.UID, err)
-			}
-		}
 	}
 	due := d.Occurrence.DueAt
 	switch {
@@ -490,6 +477,33 @@ func advanceCursor(ctx context.Context, tx *sql.Tx, d *Dispatch, now time.Time) 
 		ON DUPLICATE KEY UPDATE cursor_at = VALUES(cursor_at), exclude_keys = VALUES(exclude_keys), updated_at = VALUES(updated_at)`,
 		d.UID, cursor, string(b), now)
 	return err
+}
+
+// rowQuerier is a *sql.DB or a *sql.Tx.
+type rowQuerier interface {
+	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
+}
+
+// userState reads uid's cursor and exclude set (zero and empty for a new user); lock is
+// "" or " FOR UPDATE".
+func userState(ctx context.Context, q rowQuerier, uid, lock string) (time.Time, []string, error) {
+	var cursor time.Time
+	var raw string
+	err := q.QueryRowContext(ctx, "SELECT cursor_at, exclude_keys FROM user_state WHERE uid = ?"+lock, uid).
+		Scan(&cursor, &raw)
+	exclude := []string{}
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return time.Time{}, exclude, nil
+	case err != nil:
+		return time.Time{}, nil, err
+	}
+	if raw != "" {
+		if err := json.Unmarshal([]byte(raw), &exclude); err != nil {
+			return time.Time{}, nil, fmt.Errorf("user_state %s: exclude_keys: %w", uid, err)
+		}
+	}
+	return cursor.UTC(), exclude, nil
 }
 
 func contains(list []string, s string) bool {
@@ -664,29 +678,18 @@ func (s *Store) UserGroups(ctx context.Context, uid string) ([]string, error) {
 	return gids, mysqlErr("user groups", rows.Err())
 }
 
-// LoadSource reads uid's cursor and exclude set and the active tasks targeted at uid or
-// its groups that can have an occurrence in [from, until): once tasks starting in the
-// range, rotate tasks started before until and not ended before from. Both queries
-// lead with executor, the index's first column.
+// LoadSource reads uid's cursor and exclude set and (see OfferTasks) the active tasks
+// targeted at uid or its groups that can have an occurrence in [from, until).
 func (s *Store) LoadSource(ctx context.Context, uid string, groups []string, from, until time.Time) (queue.Source, error) {
 	var src queue.Source
-	var raw string
-	err := s.db.QueryRowContext(ctx, "SELECT cursor_at, exclude_keys FROM user_state WHERE uid = ?", uid).
-		Scan(&src.Cursor, &raw)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-	case err != nil:
+	cursor, keys, err := userState(ctx, s.db, uid, "")
+	if err != nil {
 		return src, mysqlErr("load source", err)
-	default:
-		src.Cursor = src.Cursor.UTC()
-		var keys []string
-		if err := json.Unmarshal([]byte(raw), &keys); err != nil {
-			return src, fmt.Errorf("user_state %s: exclude_keys: %w", uid, err)
-		}
-		src.Exclude = make(map[string]bool, len(keys))
-		for _, k := range keys {
-			src.Exclude[k] = true
-		}
+	}
+	src.Cursor = cursor
+	src.Exclude = make(map[string]bool, len(keys))
+	for _, k := range keys {
+		src.Exclude[k] = true
 	}
 
 	executors := make([]string, 0, 1+len(groups))
