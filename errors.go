@@ -3,6 +3,7 @@ package taskd
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Code is a stable, machine-readable error code, as API.md lists them.
@@ -31,6 +32,9 @@ type Error struct {
 	Code    Code
 	Message string
 	Details any
+	// RetryAfter, for unavailable and rate_limited, is when the client may try again
+	// (zero: the server picks a short, jittered wait).
+	RetryAfter time.Duration
 	// Err is the underlying cause, for logs only: it is never shown to the client.
 	Err error
 }

@@ -1,6 +1,9 @@
 package taskd
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
 // EventType is what happened to a dispatch.
 type EventType string
@@ -10,7 +13,24 @@ const (
 	EventComplete EventType = "complete"
 	EventExpire   EventType = "expire"
 	EventRedo     EventType = "redo"
+	// EventDead: the occurrence used up its attempts (failed or expired max_attempts
+	// times) for this user; it is not dispatched to the user again and its slot stays
+	// taken.
+	EventDead EventType = "dead"
+	// EventCancel: an open or retry-waiting dispatch ended because its task was deleted.
+	EventCancel EventType = "cancel"
 )
+
+// EventID is the id of an event: the same in the admin API, the outbox, Kafka and
+// Elasticsearch (where it is the document _id), so an event seen in one is found in the
+// others. A dispatch has at most one event of each type but redo, whose n-th occurrence
+// (counting from 1) is numbered.
+func EventID(logID string, typ EventType, redo int) string {
+	if typ == EventRedo {
+		return logID + ":" + string(typ) + ":" + strconv.Itoa(redo)
+	}
+	return logID + ":" + string(typ)
+}
 
 // Event is one dispatch lifecycle event, as it travels through the outbox, Kafka and
 // Elasticsearch. EventID is unique and stable: replays index the same document.

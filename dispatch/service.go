@@ -139,7 +139,7 @@ func (s *Service) fetch(ctx context.Context, uid, keyHash string) (FetchResult, 
 	// 1. The open dispatch, if any, comes first. The cached hint only says whether to
 	// look; MySQL says what is open.
 	if view.Open != queue.OpenNone {
-		res, done, err := s.resumeOpen(ctx, uid, view.OpenLogID, now)
+		res, done, err := s.resumeOpen(ctx, uid, view.OpenLogID, now, view)
 		if err != nil || done {
 			return res, err
 		}
@@ -147,30 +147,37 @@ func (s *Service) fetch(ctx context.Context, uid, keyHash string) (FetchResult, 
 			return FetchResult{}, err
 		}
 	}
-	// 2. Claim the first due occurrence that still has a slot for this user.
+	// 2. Take the first due entry that still has a slot for this user: an occurrence to
+	// claim, or one of the user's waiting dispatches to resume.
 	for round := 0; len(view.Due) > 0 && round < maxRounds; round++ {
 		var popped []queue.Entry
+		waits := false
 		for i, e := range view.Due {
-			outcome, d, err := s.store.Claim(ctx, uid, e.Occurrence(), now)
+			outcome, d, redo, err := s.take(ctx, uid, e, now)
 			if err != nil {
 				s.apply(ctx, uid, "", popped)
 				return FetchResult{}, err
 			}
 			switch outcome {
 			case store.Claimed:
-				s.cfg.Metrics.Dispatched(d.Occurrence.Task.Kind.String())
+				if !redo {
+					s.cfg.Metrics.Dispatched(d.Occurrence.Task.Kind.String())
+				}
 				s.apply(ctx, uid, d.LogID, append(popped, e))
-				return FetchResult{Task: assignment(d, false), NextDueAt: nextDue(view.Due[i+1:], view.Next)}, nil
+				return FetchResult{Task: assignment(d, redo), NextDueAt: nextDue(&e, view.Due[i+1:], view.Next)}, nil
 			case store.UserBusy:
 				// Another request of this user dispatched first: hand that one out, or,
 				// if it is already finished, look at the heap again.
 				s.cfg.Metrics.ClaimRefused("user_busy")
 				s.apply(ctx, uid, "", popped)
-				res, done, err := s.resumeOpen(ctx, uid, "-", now)
+				res, done, err := s.resumeOpen(ctx, uid, "-", now, view)
 				if err != nil || done {
 					return res, err
 				}
 				popped = nil
+			case store.NotDue: // a retry a little early by this node's clock: it stays
+				waits = true
+				continue
 			default: // exhausted, already had it, or gone: drop it, try the next
 				s.cfg.Metrics.ClaimRefused(refusal(outcome))
 				popped = append(popped, e)
@@ -178,12 +185,25 @@ func (s *Service) fetch(ctx context.Context, uid, keyHash string) (FetchResult, 
 			}
 			break // UserBusy with nothing open any more: peek again
 		}
+		if waits && len(popped) == 0 {
+			break // only early retries left: looking again would find the same
+		}
 		s.apply(ctx, uid, "", popped)
 		if view, err = s.cache.Peek(ctx, uid, "", now); err != nil {
 			return FetchResult{}, err
 		}
 	}
-	return FetchResult{NextDueAt: nextDue(nil, view.Next)}, nil
+	return FetchResult{NextDueAt: nextDue(nil, view.Due, view.Next)}, nil
+}
+
+// take dispatches a due heap entry to uid: it claims the entry's occurrence, or, for a
+// waiting dispatch of the user, resumes it (redo says it is handed out again).
+func (s *Service) take(ctx context.Context, uid string, e queue.Entry, now time.Time) (store.ClaimOutcome, *store.Dispatch, bool, error) {
+	if e.LogID != "" {
+		return s.store.Resume(ctx, uid, e.LogID, now)
+	}
+	outcome, d, err := s.store.Claim(ctx, uid, e.Occurrence(), now)
+	return outcome, d, false, err
 }
 
 func refusal(o store.ClaimOutcome) string {
@@ -196,24 +216,35 @@ func refusal(o store.ClaimOutcome) string {
 	return "gone"
 }
 
-func nextDue(due []queue.Entry, next *queue.Entry) *time.Time {
-	switch {
-	case len(due) > 0:
-		t := due[0].DueAt
-		return &t
-	case next != nil:
-		t := next.DueAt
-		return &t
+// nextDue is when the user's next entry after taken is due, as far as its heap (a day
+// ahead at least) knows: the first of the entries after it, the first not yet due, and
+// taken's own next occurrence (a rotate task). nil when nothing more is scheduled.
+func nextDue(taken *queue.Entry, rest []queue.Entry, next *queue.Entry) *time.Time {
+	var at *time.Time
+	consider := func(t time.Time) {
+		if at == nil || t.Before(*at) {
+			at = &t
+		}
 	}
-	return nil
+	if len(rest) > 0 {
+		consider(rest[0].DueAt)
+	}
+	if next != nil {
+		consider(next.DueAt)
+	}
+	if taken != nil {
+		if n, ok := taken.Next(); ok {
+			consider(n.DueAt)
+		}
+	}
+	return at
 }
 
-// resumeOpen handles uid's open dispatch: an open one is handed out again (redo), a
-// failed one waiting for its retry becomes the next attempt when due, and one past its
-// lease expires. done is false when nothing is open (any more) and the heap is next.
-// seen is the open-dispatch hint the caller's peek saw ("" for unknown): the hint is
-// cleared only if it still says that.
-func (s *Service) resumeOpen(ctx context.Context, uid, seen string, now time.Time) (FetchResult, bool, error) {
+// resumeOpen handles uid's open dispatch: an open one is handed out again (redo), and
+// one past its lease expires. done is false when nothing is open (any more) and the
+// heap is next. seen is the open-dispatch hint the caller's peek saw ("" for unknown):
+// the hint is cleared only if it still says that. view is that peek, for next_due_at.
+func (s *Service) resumeOpen(ctx context.Context, uid, seen string, now time.Time, view queue.View) (FetchResult, bool, error) {
 	for attempt := 0; attempt < 3; attempt++ {
 		d, err := s.store.OpenDispatch(ctx, uid)
 		if err != nil {
@@ -223,21 +254,6 @@ func (s *Service) resumeOpen(ctx context.Context, uid, seen string, now time.Tim
 		case d == nil:
 			s.clearOpen(ctx, uid, seen)
 			return FetchResult{}, false, nil
-		case d.State == store.StateRetryWait:
-			if now.Before(*d.RetryAt) {
-				at := *d.RetryAt
-				return FetchResult{NextDueAt: &at}, true, nil
-			}
-			next, err := s.store.Retry(ctx, d, now)
-			if err != nil {
-				return FetchResult{}, false, err
-			}
-			if next == nil {
-				continue // moved on meanwhile: look again
-			}
-			s.cfg.Metrics.Dispatched(next.Occurrence.Task.Kind.String())
-			s.apply(ctx, uid, next.LogID, nil)
-			return FetchResult{Task: assignment(next, false)}, true, nil
 		case d.LeaseExpired(now):
 			if err := s.expired(ctx, d.LogID, now); err != nil {
 				return FetchResult{}, false, err
@@ -248,10 +264,10 @@ func (s *Service) resumeOpen(ctx context.Context, uid, seen string, now time.Tim
 				return FetchResult{}, false, err
 			}
 			if !redone {
-				continue // completed or expired meanwhile: look again
+				continue // completed, expired or parked meanwhile: look again
 			}
 			s.apply(ctx, uid, d.LogID, nil)
-			return FetchResult{Task: assignment(d, true)}, true, nil
+			return FetchResult{Task: assignment(d, true), NextDueAt: nextDue(nil, view.Due, view.Next)}, true, nil
 		}
 	}
 	return FetchResult{}, false, taskd.Errorf(taskd.CodeUnavailable, "open dispatch of user %s is changing; try again", uid)
@@ -321,7 +337,7 @@ func (s *Service) Complete(ctx context.Context, uid, keyHash, logID string, resu
 	}
 	switch outcome {
 	case store.Completed:
-		if d.Mode == taskd.ModeUntilExhausted {
+		if d.Mode == taskd.ModeUntilExhausted && d.State == store.StateDone {
 			// The occurrence stays on offer to this user while quota lasts; the rebuild
 			// from the new cursor puts it back.
 			s.clearOpen(ctx, uid, logID)
@@ -329,7 +345,12 @@ func (s *Service) Complete(ctx context.Context, uid, keyHash, logID string, resu
 		}
 		s.clearOpen(ctx, uid, logID)
 		return nil
-	case store.RetryScheduled, store.AlreadyDone:
+	case store.RetryScheduled:
+		// The failed attempt left the open slot and waits in the user's heap: the
+		// rebuild puts it there, due at its retry time.
+		s.clearOpen(ctx, uid, logID)
+		return s.cache.InvalidateUser(ctx, uid)
+	case store.AlreadyDone:
 		return nil
 	case store.ExpiredNow:
 		s.cfg.Metrics.Expired(d.Occurrence.Task.Kind.String())

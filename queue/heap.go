@@ -19,6 +19,10 @@ type Entry struct {
 	// advance the task to its next occurrence without asking MySQL.
 	Space time.Duration
 	End   time.Time // zero: no end
+	// LogID, when set, makes the entry a waiting dispatch of the user (a retry after
+	// its backoff, or an open dispatch parked while its task was paused) that comes back
+	// at DueAt; Task is then zero.
+	LogID string
 }
 
 // Occurrence is the entry's occurrence.
@@ -50,9 +54,12 @@ func Less(a, b Entry) bool {
 		return a.Priority > b.Priority
 	}
 	if a.Task.Kind != b.Task.Kind {
-		return a.Task.Kind < b.Task.Kind
+		return a.Task.Kind < b.Task.Kind // a waiting dispatch (kind 0) first
 	}
-	return a.Task.ID < b.Task.ID
+	if a.Task.ID != b.Task.ID {
+		return a.Task.ID < b.Task.ID
+	}
+	return a.LogID < b.LogID
 }
 
 // Heap is a binary min-heap of entries in Less order.
@@ -117,6 +124,11 @@ func Member(e Entry) string {
 	b.Grow(40)
 	b.WriteByte(byte('0' + 9 - e.Priority))
 	b.WriteByte('|')
+	if e.LogID != "" {
+		b.WriteString("d|") // sorts before o and r, as kind 0 does in Less
+		b.WriteString(e.LogID)
+		return b.String()
+	}
 	b.WriteByte(kindLetter(e.Task.Kind))
 	b.WriteByte('|')
 	id := strconv.FormatInt(e.Task.ID, 10)
@@ -152,6 +164,12 @@ func ParseMember(member string, score int64) (Entry, error) {
 	}
 	e := Entry{Priority: 9 - int(parts[0][0]-'0'), DueAt: time.Unix(score, 0).UTC()}
 	switch parts[1] {
+	case "d":
+		if len(parts) != 3 || parts[2] == "" {
+			return Entry{}, fmt.Errorf("heap member %q: bad waiting dispatch", member)
+		}
+		e.LogID = parts[2]
+		return e, nil
 	case "o":
 		e.Task.Kind = taskd.KindOnce
 	case "r":

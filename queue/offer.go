@@ -28,6 +28,16 @@ type Source struct {
 	Exclude map[string]bool // occurrence keys completed at exactly Cursor
 	Once    []OnceTask
 	Rotate  []RotateTask
+	Waiting []WaitingDispatch
+}
+
+// WaitingDispatch is a dispatch of the user that waits beside its open slot: a failed
+// attempt until its retry is due, or an open dispatch parked while its task was paused
+// (due at once, when its task is active again).
+type WaitingDispatch struct {
+	LogID    string
+	At       time.Time // when it may come back
+	Priority int
 }
 
 // EffectiveCursor is where a user's offer starts: its cursor, but never more than
@@ -77,6 +87,21 @@ func Offer(src Source, from, until time.Time) []Entry {
 			continue
 		}
 		out = append(out, e)
+	}
+	// A waiting dispatch is offered from its time, but never before from: the heap
+	// counts an entry older than the catch-up floor as stale.
+	for _, w := range src.Waiting {
+		at := w.At.Truncate(time.Second)
+		if at.Before(w.At) {
+			at = at.Add(time.Second) // never before it is due
+		}
+		if at.Before(from) {
+			at = from
+		}
+		if !at.Before(until) {
+			continue
+		}
+		out = append(out, Entry{LogID: w.LogID, DueAt: at, Priority: w.Priority})
 	}
 	return out
 }

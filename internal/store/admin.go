@@ -192,6 +192,7 @@ func (s *Store) GetTask(ctx context.Context, key taskd.TaskKey) (taskd.Task, err
 
 // ReplaceTask replaces the editable fields of a live task and returns the task before
 // and after. Claims already made are kept: a lower quota only stops further dispatch.
+// Pausing parks the task's open dispatches beside their users' open slots.
 func (s *Store) ReplaceTask(ctx context.Context, actor string, t taskd.Task, now time.Time) (before, after taskd.Task, err error) {
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
@@ -222,6 +223,11 @@ func (s *Store) ReplaceTask(ctx context.Context, actor string, t taskd.Task, now
 		if err != nil {
 			return err
 		}
+		if before.Status == taskd.StatusActive && t.Status != taskd.StatusActive {
+			if err := parkTask(ctx, tx, t.Key); err != nil {
+				return err
+			}
+		}
 		t.CreatedAt, t.UpdatedAt = before.CreatedAt, now
 		after = t
 		return audit(ctx, tx, actor, "task.replace", t.Key.String(), taskAudit(before), taskAudit(after), now)
@@ -229,7 +235,8 @@ func (s *Store) ReplaceTask(ctx context.Context, actor string, t taskd.Task, now
 	return before, after, mysqlErr("replace task", err)
 }
 
-// DeleteTask soft-deletes a task and returns it as it was.
+// DeleteTask soft-deletes a task and returns it as it was. Its open and retry-waiting
+// dispatches are cancelled in the same transaction.
 func (s *Store) DeleteTask(ctx context.Context, actor string, key taskd.TaskKey, now time.Time) (taskd.Task, error) {
 	var before taskd.Task
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
@@ -245,6 +252,9 @@ func (s *Store) DeleteTask(ctx context.Context, actor string, key taskd.TaskKey,
 		_, err = tx.ExecContext(ctx, "UPDATE "+taskTable(key.Kind)+" SET status = ?, updated_at = ? WHERE id = ?",
 			taskd.StatusDeleted, now, key.ID)
 		if err != nil {
+			return err
+		}
+		if err := s.cancelTask(ctx, tx, key, now); err != nil {
 			return err
 		}
 		return audit(ctx, tx, actor, "task.delete", key.String(), taskAudit(before), nil, now)

@@ -24,6 +24,8 @@ const (
 	StateDone      DispatchState = 3 // completed, with a result
 	StateExpired   DispatchState = 4 // lease ran out; slot returned
 	StateRetried   DispatchState = 5 // failed and superseded by the next attempt
+	StateDead      DispatchState = 6 // the last attempt failed (result set) or expired (no result); slot kept
+	StateCancelled DispatchState = 7 // its task was deleted while it was open or waiting
 )
 
 // Result is a completion's outcome.
@@ -45,6 +47,11 @@ func (r Result) String() string {
 }
 
 // Dispatch is one dispatch record: one attempt of one occurrence by one user.
+//
+// An open dispatch either holds its user's one open slot (open_uid) or, when its task
+// was paused, waits parked beside it (waiting_uid) so the user's other tasks flow; a
+// failed attempt waiting out its backoff also waits beside it. Waiting dispatches are
+// in the user's heap (queue.Entry.LogID) and come back through Resume when due.
 type Dispatch struct {
 	LogID          string
 	UID            string
@@ -81,12 +88,14 @@ const dispatchColumns = `log_id, uid, task_kind, task_id, due_at, mode, attempt,
 
 type scanner interface{ Scan(...any) error }
 
-func scanDispatch(row scanner) (*Dispatch, error) {
+// scanDispatch scans dispatchColumns, then any extra columns into extra.
+func scanDispatch(row scanner, extra ...any) (*Dispatch, error) {
 	var d Dispatch
 	var params string
-	err := row.Scan(&d.LogID, &d.UID, &d.Occurrence.Task.Kind, &d.Occurrence.Task.ID, &d.Occurrence.DueAt,
+	dest := []any{&d.LogID, &d.UID, &d.Occurrence.Task.Kind, &d.Occurrence.Task.ID, &d.Occurrence.DueAt,
 		&d.Mode, &d.Attempt, &d.MaxAttempts, &d.BackoffSeconds, &d.LeaseSeconds, &d.State, &d.Result,
-		&d.TemplateID, &params, &d.DispatchedAt, &d.LeaseExpiresAt, &d.RetryAt, &d.FinishedAt, &d.RedoCount)
+		&d.TemplateID, &params, &d.DispatchedAt, &d.LeaseExpiresAt, &d.RetryAt, &d.FinishedAt, &d.RedoCount}
+	err := row.Scan(append(dest, extra...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +104,7 @@ func scanDispatch(row scanner) (*Dispatch, error) {
 	return &d, nil
 }
 
-// OpenDispatch returns uid's open (or retry-waiting) dispatch, or nil.
+// OpenDispatch returns the dispatch holding uid's open slot, or nil.
 func (s *Store) OpenDispatch(ctx context.Context, uid string) (*Dispatch, error) {
 	d, err := scanDispatch(s.db.QueryRowContext(ctx,
 		"SELECT "+dispatchColumns+" FROM dispatch WHERE open_uid = ?", uid))
@@ -130,6 +139,7 @@ const (
 	AlreadyHad                         // once_per_user and the user had it: drop it
 	Gone                               // the task is no longer active or no longer has this occurrence: drop it
 	UserBusy                           // the user already has an open dispatch: return that one
+	NotDue                             // (Resume) the retry's backoff is not over yet: keep the entry
 )
 
 // dispatchTask is the part of a task row a dispatch needs, read in the claim
@@ -160,46 +170,78 @@ func (t *dispatchTask) hasOccurrence(k taskd.Kind, due time.Time) bool {
 }
 
 func loadDispatchTask(ctx context.Context, tx *sql.Tx, k taskd.TaskKey) (*dispatchTask, error) {
+	t, _, err := loadTaskFor(ctx, tx, k, nil)
+	return t, err
+}
+
+// priorAttempts is what a user already did with an occurrence, read in the claim's
+// task query (no extra round trip): -1 when the user may not take it (a dead or a
+// retry-waiting dispatch of it), otherwise the attempts its expired dispatches used.
+const priorAttempts = `(SELECT IF(SUM(state IN (2, 6)) > 0, -1, COALESCE(MAX(IF(state = 4, attempt, 0)), 0))
+	FROM dispatch WHERE task_kind = ? AND task_id = ? AND due_at = ? AND uid = ?)`
+
+// claimer is the occurrence and user whose prior attempts loadTaskFor reads.
+type claimer struct {
+	occ taskd.Occurrence
+	uid string
+}
+
+// loadTaskFor reads the task row under a shared lock and, for a claimer, the claimer's
+// prior attempts at the occurrence. It returns nil for a task that does not exist.
+func loadTaskFor(ctx context.Context, tx *sql.Tx, k taskd.TaskKey, c *claimer) (*dispatchTask, int, error) {
 	var t dispatchTask
-	var q string
+	var prior int
 	dest := []any{&t.status, &t.start, &t.quota, &t.mode, &t.templateID, &t.params,
 		&t.leaseSeconds, &t.maxAttempts, &t.backoffSeconds}
-	const cols = "status, start_time, dispatch_times, mode, template_id, params, lease_seconds, max_attempts, retry_backoff_seconds"
-	if k.Kind == taskd.KindOnce {
-		q = "SELECT " + cols + " FROM task_once WHERE id = ? LOCK IN SHARE MODE"
-	} else {
-		q = "SELECT " + cols + ", space_minutes, end_time FROM task_rotate WHERE id = ? LOCK IN SHARE MODE"
+	cols := "status, start_time, dispatch_times, mode, template_id, params, lease_seconds, max_attempts, retry_backoff_seconds"
+	table := "task_once"
+	if k.Kind == taskd.KindRotate {
+		cols += ", space_minutes, end_time"
+		table = "task_rotate"
 		dest = append(dest, &t.space, &t.end)
 	}
-	if err := tx.QueryRowContext(ctx, q, k.ID).Scan(dest...); err != nil {
+	var args []any
+	if c != nil {
+		cols += ", " + priorAttempts
+		dest = append(dest, &prior)
+		args = append(args, c.occ.Task.Kind, c.occ.Task.ID, c.occ.DueAt, c.uid)
+	}
+	args = append(args, k.ID)
+	q := "SELECT " + cols + " FROM " + table + " WHERE id = ? LOCK IN SHARE MODE"
+	if err := tx.QueryRowContext(ctx, q, args...).Scan(dest...); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
-			return nil, nil
+			return nil, 0, nil
 		}
-		return nil, err
+		return nil, 0, err
 	}
 	t.start = t.start.UTC()
-	return &t, nil
+	return &t, prior, nil
 }
 
 // errAbort rolls a transaction back without it being an error.
 var errAbort = errors.New("abort")
 
 // Claim tries to dispatch occurrence occ to uid at now: it checks the task is still
-// active and still has the occurrence, claims a quota slot atomically (a conditional
-// increment, and for once_per_user a row whose key forbids a second claim by the same
-// user), and records the open dispatch, all in one transaction. On Claimed it returns
-// the new record.
+// active, still has the occurrence and that the user has attempts left at it, claims a
+// quota slot atomically (a conditional increment, and for once_per_user a row whose key
+// forbids a second claim by the same user), and records the open dispatch, all in one
+// transaction. On Claimed it returns the new record; its attempt counts the user's
+// earlier attempts at the occurrence that expired.
 func (s *Store) Claim(ctx context.Context, uid string, occ taskd.Occurrence, now time.Time) (ClaimOutcome, *Dispatch, error) {
 	var outcome ClaimOutcome
 	var d *Dispatch
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		outcome, d = 0, nil
-		t, err := loadDispatchTask(ctx, tx, occ.Task)
+		t, prior, err := loadTaskFor(ctx, tx, occ.Task, &claimer{occ: occ, uid: uid})
 		if err != nil {
 			return err
 		}
 		if t == nil || t.status != taskd.StatusActive || !t.hasOccurrence(occ.Task.Kind, occ.DueAt) {
 			outcome = Gone
+			return errAbort
+		}
+		if prior < 0 || prior >= max(t.maxAttempts, 1) {
+			outcome = AlreadyHad
 			return errAbort
 		}
 		if t.mode == taskd.ModeOncePerUser {
@@ -234,7 +276,7 @@ func (s *Store) Claim(ctx context.Context, uid string, occ taskd.Occurrence, now
 			UID:            uid,
 			Occurrence:     occ,
 			Mode:           t.mode,
-			Attempt:        1,
+			Attempt:        prior + 1,
 			MaxAttempts:    max(t.maxAttempts, 1),
 			BackoffSeconds: t.backoffSeconds,
 			LeaseSeconds:   t.leaseSeconds,
@@ -282,7 +324,7 @@ func insertDispatch(ctx context.Context, tx *sql.Tx, d *Dispatch) error {
 func (s *Store) Redo(ctx context.Context, d *Dispatch, now time.Time) (bool, error) {
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx,
-			"UPDATE dispatch SET redo_count = redo_count + 1, last_redo_at = ? WHERE log_id = ? AND state = ?",
+			"UPDATE dispatch SET redo_count = redo_count + 1, last_redo_at = ? WHERE log_id = ? AND state = ? AND open_uid IS NOT NULL",
 			now, d.LogID, StateOpen)
 		if err != nil {
 			return err
@@ -302,64 +344,146 @@ func (s *Store) Redo(ctx context.Context, d *Dispatch, now time.Time) (bool, err
 	return true, nil
 }
 
-// Retry turns a retry-waiting dispatch into its next attempt: a new open record for
-// the same occurrence, keeping the quota slot, with the task's current params and
-// lease. If the task was paused or deleted meanwhile, the failure is final instead: the
-// record is closed and the cursor moves on. It returns nil when there is no next attempt
-// (closed, or someone else moved the dispatch on).
-func (s *Store) Retry(ctx context.Context, prev *Dispatch, now time.Time) (*Dispatch, error) {
-	var d *Dispatch
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		d = nil
+// Resume brings a waiting dispatch of uid back when its heap entry falls due: a failed
+// attempt whose backoff is over becomes the next attempt (a new open record for the
+// same occurrence, keeping the quota slot, with the task's current params and lease),
+// and an open dispatch parked while its task was paused takes the user's open slot
+// again and is handed out as a redo. It answers Claimed with the dispatch to hand out
+// (redo says which kind), UserBusy when the user holds another open dispatch (the
+// entry stays), NotDue when the backoff is not over (the entry stays), and Gone when
+// there is nothing to resume (finished meanwhile, its task paused again or deleted).
+func (s *Store) Resume(ctx context.Context, uid, logID string, now time.Time) (outcome ClaimOutcome, d *Dispatch, redo bool, err error) {
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		outcome, d, redo = Gone, nil, false
+		var waiting sql.NullString
+		prev, err := scanDispatch(tx.QueryRowContext(ctx,
+			"SELECT "+dispatchColumns+", waiting_uid FROM dispatch WHERE log_id = ? FOR UPDATE", logID), &waiting)
+		if errors.Is(err, sql.ErrNoRows) {
+			return errAbort
+		}
+		if err != nil {
+			return err
+		}
+		if prev.UID != uid || waiting.String != uid {
+			return errAbort
+		}
 		t, err := loadDispatchTask(ctx, tx, prev.Occurrence.Task)
 		if err != nil {
 			return err
 		}
-		if t == nil || t.status != taskd.StatusActive {
-			res, err := tx.ExecContext(ctx,
-				"UPDATE dispatch SET state = ?, open_uid = NULL WHERE log_id = ? AND state = ?",
-				StateDone, prev.LogID, StateRetryWait)
-			if err != nil {
-				return err
-			}
-			if n, _ := res.RowsAffected(); n == 0 {
+		switch {
+		case t == nil || t.status == taskd.StatusDeleted:
+			return s.cancel(ctx, tx, []*Dispatch{prev}, now)
+		case t.status != taskd.StatusActive:
+			return errAbort // paused: it waits for the task's resume (which rebuilds the heap)
+		}
+		switch prev.State {
+		case StateRetryWait:
+			if prev.RetryAt != nil && now.Before(*prev.RetryAt) {
+				outcome = NotDue
 				return errAbort
 			}
-			return advanceCursor(ctx, tx, prev, now)
+			if _, err := tx.ExecContext(ctx,
+				"UPDATE dispatch SET state = ?, waiting_uid = NULL WHERE log_id = ?", StateRetried, logID); err != nil {
+				return err
+			}
+			next := *prev
+			next.LogID = newID()
+			next.Attempt = prev.Attempt + 1
+			next.State = StateOpen
+			next.Result = 0
+			next.Params = json.RawMessage(t.params)
+			next.TemplateID = t.templateID
+			next.LeaseSeconds = t.leaseSeconds
+			next.DispatchedAt = now
+			next.LeaseExpiresAt, next.RetryAt, next.FinishedAt = nil, nil, nil
+			next.RedoCount = 0
+			if err := insertDispatch(ctx, tx, &next); err != nil {
+				if isDuplicate(err) {
+					outcome = UserBusy
+					return errAbort
+				}
+				return err
+			}
+			outcome, d = Claimed, &next
+			return s.emit(ctx, tx, d, taskd.EventDispatch, now)
+		case StateOpen:
+			if prev.LeaseExpired(now) {
+				return errAbort // the sweep expires it, and the expiry re-offers it
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE dispatch SET open_uid = uid, waiting_uid = NULL,
+				redo_count = redo_count + 1, last_redo_at = ? WHERE log_id = ?`, now, logID); err != nil {
+				if isDuplicate(err) {
+					outcome = UserBusy
+					return errAbort
+				}
+				return err
+			}
+			prev.RedoCount++
+			outcome, d, redo = Claimed, prev, true
+			return s.emit(ctx, tx, d, taskd.EventRedo, now)
 		}
-		res, err := tx.ExecContext(ctx,
-			"UPDATE dispatch SET state = ?, open_uid = NULL WHERE log_id = ? AND state = ?",
-			StateRetried, prev.LogID, StateRetryWait)
-		if err != nil {
-			return err
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return errAbort
-		}
-		next := *prev
-		next.LogID = newID()
-		next.Attempt = prev.Attempt + 1
-		next.State = StateOpen
-		next.Result = 0
-		next.Params = json.RawMessage(t.params)
-		next.TemplateID = t.templateID
-		next.LeaseSeconds = t.leaseSeconds
-		next.DispatchedAt = now
-		next.LeaseExpiresAt, next.RetryAt, next.FinishedAt = nil, nil, nil
-		next.RedoCount = 0
-		if err := insertDispatch(ctx, tx, &next); err != nil {
-			return err
-		}
-		d = &next
-		return s.emit(ctx, tx, d, taskd.EventDispatch, now)
+		return errAbort
 	})
 	if errors.Is(err, errAbort) {
-		return nil, nil
+		err = nil
 	}
 	if err != nil {
-		return nil, mysqlErr("retry", err)
+		return 0, nil, false, mysqlErr("resume "+logID, err)
 	}
-	return d, nil
+	if outcome != Claimed {
+		d, redo = nil, false
+	}
+	return outcome, d, redo, nil
+}
+
+// cancel ends dispatches of a deleted task: open or waiting, they are closed for good
+// (a late complete gets stale_lease) with a cancel event each. Their slots stay taken:
+// the task is gone.
+func (s *Store) cancel(ctx context.Context, tx *sql.Tx, ds []*Dispatch, now time.Time) error {
+	for _, d := range ds {
+		if _, err := tx.ExecContext(ctx, `UPDATE dispatch SET state = ?, finished_at = ?, open_uid = NULL,
+			waiting_uid = NULL WHERE log_id = ?`, StateCancelled, now, d.LogID); err != nil {
+			return err
+		}
+		d.State, d.FinishedAt = StateCancelled, &now
+		if err := s.emit(ctx, tx, d, taskd.EventCancel, now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cancelTask cancels every open or waiting dispatch of a task being deleted.
+func (s *Store) cancelTask(ctx context.Context, tx *sql.Tx, key taskd.TaskKey, now time.Time) error {
+	rows, err := tx.QueryContext(ctx, "SELECT "+dispatchColumns+` FROM dispatch
+		WHERE task_kind = ? AND task_id = ? AND state IN (?, ?) FOR UPDATE`, key.Kind, key.ID, StateOpen, StateRetryWait)
+	if err != nil {
+		return err
+	}
+	var ds []*Dispatch
+	for rows.Next() {
+		d, err := scanDispatch(rows)
+		if err != nil {
+			rows.Close()
+			return err
+		}
+		ds = append(ds, d)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	return s.cancel(ctx, tx, ds, now)
+}
+
+// parkTask moves the open dispatches of a task being paused out of their users' open
+// slots, so the users' other tasks flow; a complete still counts, and the task's resume
+// hands them out again (Resume).
+func parkTask(ctx context.Context, tx *sql.Tx, key taskd.TaskKey) error {
+	_, err := tx.ExecContext(ctx, `UPDATE dispatch SET waiting_uid = open_uid, open_uid = NULL
+		WHERE task_kind = ? AND task_id = ? AND state = ? AND open_uid IS NOT NULL`, key.Kind, key.ID, StateOpen)
+	return err
 }
 
 // CompleteOutcome is what a complete came to.
@@ -394,7 +518,13 @@ func (s *Store) Complete(ctx context.Context, uid, logID string, result Result, 
 		case StateDone, StateRetryWait, StateRetried:
 			outcome = AlreadyDone
 			return errAbort
-		case StateExpired:
+		case StateDead:
+			outcome = AlreadyDone // a repeated complete of the last, failed attempt
+			if d.Result == 0 {
+				outcome = Stale // it died by expiring: the complete came too late
+			}
+			return errAbort
+		case StateExpired, StateCancelled:
 			outcome = Stale
 			return errAbort
 		}
@@ -411,8 +541,10 @@ func (s *Store) Complete(ctx context.Context, uid, logID string, result Result, 
 		if result == ResultFailure && d.Attempt < d.MaxAttempts {
 			retryAt := now.Add(backoff(d.BackoffSeconds, d.Attempt))
 			d.State, d.RetryAt = StateRetryWait, &retryAt
+			// The retry waits beside the user's open slot, not in it: the user's other
+			// tasks flow meanwhile, and the retry comes back through the user's heap.
 			_, err := tx.ExecContext(ctx, `UPDATE dispatch SET state = ?, result = ?, detail = ?,
-				finished_at = ?, retry_at = ? WHERE log_id = ?`,
+				finished_at = ?, retry_at = ?, open_uid = NULL, waiting_uid = uid WHERE log_id = ?`,
 				StateRetryWait, result, detailArg, now, retryAt, logID)
 			if err != nil {
 				return err
@@ -420,9 +552,13 @@ func (s *Store) Complete(ctx context.Context, uid, logID string, result Result, 
 			outcome = RetryScheduled
 			return s.emit(ctx, tx, d, taskd.EventComplete, now)
 		}
+		// A success is done; a failure with no attempt left is dead.
 		d.State = StateDone
+		if result == ResultFailure {
+			d.State = StateDead
+		}
 		_, err = tx.ExecContext(ctx, `UPDATE dispatch SET state = ?, result = ?, detail = ?,
-			finished_at = ?, open_uid = NULL WHERE log_id = ?`, StateDone, result, detailArg, now, logID)
+			finished_at = ?, open_uid = NULL, waiting_uid = NULL WHERE log_id = ?`, d.State, result, detailArg, now, logID)
 		if err != nil {
 			return err
 		}
@@ -430,7 +566,13 @@ func (s *Store) Complete(ctx context.Context, uid, logID string, result Result, 
 			return err
 		}
 		outcome = Completed
-		return s.emit(ctx, tx, d, taskd.EventComplete, now)
+		if err := s.emit(ctx, tx, d, taskd.EventComplete, now); err != nil {
+			return err
+		}
+		if d.State == StateDead {
+			return s.emit(ctx, tx, d, taskd.EventDead, now)
+		}
+		return nil
 	})
 	if errors.Is(err, errAbort) {
 		return outcome, d, nil
@@ -546,14 +688,32 @@ func (s *Store) Expire(ctx context.Context, logID string, now time.Time) (*Dispa
 	return d, nil
 }
 
-// expire closes an open dispatch whose lease ran out and gives its slot back: the claim
-// counter goes down and a once_per_user claim row is removed, so the occurrence can be
-// dispatched again (to this user too).
+// expire closes an open dispatch whose lease ran out. The expiry counts as an attempt.
+// With attempts left it gives the slot back: the claim counter goes down and a
+// once_per_user claim row is removed, so the occurrence can be dispatched again (to
+// this user too, as its next attempt). On the last attempt the occurrence is dead for
+// the user: the slot stays taken, the user's cursor moves past it, and a dead event
+// follows the expire event.
 func (s *Store) expire(ctx context.Context, tx *sql.Tx, d *Dispatch, now time.Time) error {
+	dead := d.Attempt >= d.MaxAttempts
+	state := StateExpired
+	if dead {
+		state = StateDead
+	}
 	if _, err := tx.ExecContext(ctx,
-		"UPDATE dispatch SET state = ?, finished_at = ?, open_uid = NULL WHERE log_id = ?",
-		StateExpired, now, d.LogID); err != nil {
+		"UPDATE dispatch SET state = ?, finished_at = ?, open_uid = NULL, waiting_uid = NULL WHERE log_id = ?",
+		state, now, d.LogID); err != nil {
 		return err
+	}
+	d.State, d.FinishedAt = state, &now
+	if dead {
+		if err := advanceCursor(ctx, tx, d, now); err != nil {
+			return err
+		}
+		if err := s.emit(ctx, tx, d, taskd.EventExpire, now); err != nil {
+			return err
+		}
+		return s.emit(ctx, tx, d, taskd.EventDead, now)
 	}
 	o := d.Occurrence
 	var claimed, quota int
@@ -581,7 +741,6 @@ func (s *Store) expire(ctx context.Context, tx *sql.Tx, d *Dispatch, now time.Ti
 		o.Task.ID).Scan(&d.Executor); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return err
 	}
-	d.State, d.FinishedAt = StateExpired, &now
 	return s.emit(ctx, tx, d, taskd.EventExpire, now)
 }
 
@@ -612,7 +771,7 @@ func (s *Store) emit(ctx context.Context, tx *sql.Tx, d *Dispatch, typ taskd.Eve
 		return nil
 	}
 	ev := taskd.Event{
-		EventID: newID(),
+		EventID: taskd.EventID(d.LogID, typ, d.RedoCount),
 		Type:    typ,
 		LogID:   d.LogID,
 		UID:     d.UID,
@@ -642,21 +801,6 @@ type EventsConfig struct {
 func (s *Store) SetEvents(c EventsConfig) { s.events = c }
 
 func newID() string { return uuid.Must(uuid.NewV7()).String() }
-
-// mysqlErr wraps a database error as unavailable (503) with context; nil stays nil.
-func mysqlErr(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	var te *taskd.Error
-	if errors.As(err, &te) {
-		return err
-	}
-	if isDuplicate(err) {
-		return &taskd.Error{Code: taskd.CodeConflict, Message: op + ": a concurrent change got there first; try again", Err: err}
-	}
-	return taskd.Unavailable("mysql", fmt.Errorf("%s: %w", op, err))
-}
 
 // ---- the heap's source (queue.Loader) ----
 
@@ -702,7 +846,46 @@ func (s *Store) LoadSource(ctx context.Context, uid string, groups []string, fro
 		return src, err
 	}
 	src.Once, src.Rotate = tasks.Once, tasks.Rotate
+	if src.Waiting, err = s.waiting(ctx, uid); err != nil {
+		return src, err
+	}
 	return src, nil
+}
+
+// waiting lists uid's dispatches waiting beside its open slot: retries (from their
+// retry time) and parked open dispatches whose task is active again (at once).
+func (s *Store) waiting(ctx context.Context, uid string) ([]queue.WaitingDispatch, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT d.log_id, d.state, d.due_at, d.retry_at,
+		COALESCE(o.status, r.status, 3), COALESCE(o.priority, r.priority, 5)
+		FROM dispatch d
+		LEFT JOIN task_once o ON d.task_kind = 1 AND o.id = d.task_id
+		LEFT JOIN task_rotate r ON d.task_kind = 2 AND r.id = d.task_id
+		WHERE d.waiting_uid = ?`, uid)
+	if err != nil {
+		return nil, mysqlErr("waiting dispatches", err)
+	}
+	defer rows.Close()
+	var out []queue.WaitingDispatch
+	for rows.Next() {
+		var w queue.WaitingDispatch
+		var state DispatchState
+		var due time.Time
+		var retryAt sql.NullTime
+		var status taskd.Status
+		if err := rows.Scan(&w.LogID, &state, &due, &retryAt, &status, &w.Priority); err != nil {
+			return nil, mysqlErr("waiting dispatches", err)
+		}
+		switch {
+		case state == StateRetryWait && retryAt.Valid && status != taskd.StatusPaused:
+			w.At = retryAt.Time.UTC()
+		case state == StateOpen && status == taskd.StatusActive:
+			w.At = due.UTC()
+		default:
+			continue // its task is paused: the resume rebuilds the heap
+		}
+		out = append(out, w)
+	}
+	return out, mysqlErr("waiting dispatches", rows.Err())
 }
 
 // OfferTasks are the active tasks of some executors that can have an occurrence in a

@@ -132,7 +132,8 @@ type StoredEvent struct {
 
 // Events derives events from the dispatch records, newest first: each record is a
 // dispatch event, its completion a complete event, its expiry an expire event and its
-// latest redo a redo event. The event id is the log id and the type, so it is stable.
+// latest redo a redo event; a dead one a dead event, a cancelled one a cancel event.
+// Event ids are taskd.EventID's: the same the outbox gives the event.
 func (s *Store) Events(ctx context.Context, f EventFilter, after *EventCursor, limit int) ([]StoredEvent, error) {
 	where := ""
 	var common []any
@@ -150,7 +151,9 @@ func (s *Store) Events(ctx context.Context, f EventFilter, after *EventCursor, l
 	}{
 		{taskd.EventDispatch, "dispatched_at", ""},
 		{taskd.EventComplete, "finished_at", " AND result IS NOT NULL"},
-		{taskd.EventExpire, "finished_at", " AND state = 4"},
+		{taskd.EventExpire, "finished_at", " AND (state = 4 OR (state = 6 AND result IS NULL))"},
+		{taskd.EventDead, "finished_at", " AND state = 6"},
+		{taskd.EventCancel, "finished_at", " AND state = 7"},
 		{taskd.EventRedo, "last_redo_at", ""},
 	}
 	var selects []string
@@ -163,7 +166,13 @@ func (s *Store) Events(ctx context.Context, f EventFilter, after *EventCursor, l
 		if p.typ == taskd.EventComplete {
 			result = "result"
 		}
-		selects = append(selects, `SELECT CONCAT(log_id, '/`+string(p.typ)+`') AS event_id, '`+string(p.typ)+`' AS type,
+		// The id is taskd.EventID's, so an event here is found under the same id in
+		// Kafka and Elasticsearch.
+		id := `CONCAT(log_id, ':` + string(p.typ) + `')`
+		if p.typ == taskd.EventRedo {
+			id = `CONCAT(log_id, ':redo:', redo_count)`
+		}
+		selects = append(selects, `SELECT `+id+` AS event_id, '`+string(p.typ)+`' AS type,
 			log_id, uid, task_kind, task_id, due_at, attempt, `+result+` AS result, `+p.at+` AS at
 			FROM dispatch WHERE `+p.at+` >= ? AND `+p.at+` < ?`+p.extra+where)
 		args = append(args, f.From, f.To)
@@ -209,6 +218,7 @@ type TaskStats struct {
 	Completed    int    `json:"completed"`
 	Failed       int    `json:"failed"`
 	Expired      int    `json:"expired"`
+	Dead         int    `json:"dead"`
 	Redo         int    `json:"redo"`
 	LatencyMSP50 *int64 `json:"latency_ms_p50"`
 	LatencyMSP95 *int64 `json:"latency_ms_p95"`
@@ -218,8 +228,8 @@ type TaskStats struct {
 }
 
 // Stats summarises every task with activity in [from, to): dispatches made in the
-// range (and their redos), completions (success), failures and expiries that happened
-// in it, completion latency percentiles, and the quota claimed and remaining over the
+// range, open ones included (and their redos), completions (success), failures,
+// expiries and dead occurrences that happened in it, completion latency percentiles, and the quota claimed and remaining over the
 // occurrences due in it (remaining is null for unlimited tasks).
 func (s *Store) Stats(ctx context.Context, from, to time.Time) ([]TaskStats, error) {
 	byKey := map[taskd.TaskKey]*TaskStats{}
@@ -232,27 +242,28 @@ func (s *Store) Stats(ctx context.Context, from, to time.Time) ([]TaskStats, err
 		return st
 	}
 	rows, err := s.db.QueryContext(ctx, `SELECT task_kind, task_id,
-		SUM(dispatched_at >= ? AND dispatched_at < ?),
-		SUM(result = 1 AND finished_at >= ? AND finished_at < ?),
-		SUM(result = 2 AND finished_at >= ? AND finished_at < ?),
-		SUM(state = 4 AND finished_at >= ? AND finished_at < ?),
-		SUM(CASE WHEN dispatched_at >= ? AND dispatched_at < ? THEN redo_count ELSE 0 END)
+		COUNT(CASE WHEN dispatched_at >= ? AND dispatched_at < ? THEN 1 END),
+		COUNT(CASE WHEN result = 1 AND finished_at >= ? AND finished_at < ? THEN 1 END),
+		COUNT(CASE WHEN result = 2 AND finished_at >= ? AND finished_at < ? THEN 1 END),
+		COUNT(CASE WHEN (state = 4 OR (state = 6 AND result IS NULL)) AND finished_at >= ? AND finished_at < ? THEN 1 END),
+		COUNT(CASE WHEN state = 6 AND finished_at >= ? AND finished_at < ? THEN 1 END),
+		COALESCE(SUM(CASE WHEN dispatched_at >= ? AND dispatched_at < ? THEN redo_count ELSE 0 END), 0)
 		FROM dispatch
 		WHERE (dispatched_at >= ? AND dispatched_at < ?) OR (finished_at >= ? AND finished_at < ?)
 		GROUP BY task_kind, task_id`,
-		from, to, from, to, from, to, from, to, from, to, from, to, from, to)
+		from, to, from, to, from, to, from, to, from, to, from, to, from, to, from, to)
 	if err != nil {
 		return nil, mysqlErr("stats", err)
 	}
 	for rows.Next() {
 		var k taskd.TaskKey
-		var d, c, f, x, r int
-		if err := rows.Scan(&k.Kind, &k.ID, &d, &c, &f, &x, &r); err != nil {
+		var d, c, f, x, dead, r int
+		if err := rows.Scan(&k.Kind, &k.ID, &d, &c, &f, &x, &dead, &r); err != nil {
 			rows.Close()
 			return nil, mysqlErr("stats", err)
 		}
 		st := get(k)
-		st.Dispatched, st.Completed, st.Failed, st.Expired, st.Redo = d, c, f, x, r
+		st.Dispatched, st.Completed, st.Failed, st.Expired, st.Dead, st.Redo = d, c, f, x, dead, r
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
