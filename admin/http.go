@@ -112,7 +112,7 @@ func (h *Handlers) serve(e endpoint) http.Handler {
 }
 
 type templateRequest struct {
-	Name   string          `json:"name"`
+	Name   reqName         `json:"name"`
 	Schema json.RawMessage `json:"schema"`
 }
 
@@ -123,7 +123,7 @@ func (h *Handlers) CreateTemplate() http.Handler {
 		if err := web.Decode(w, r, bodyLimit, false, &req); err != nil {
 			return 0, nil, err
 		}
-		t, err := h.svc.CreateTemplate(r.Context(), req.Name, req.Schema)
+		t, err := h.svc.CreateTemplate(r.Context(), req.Name.s, req.Schema)
 		return http.StatusCreated, t, err
 	})
 }
@@ -134,14 +134,6 @@ func (h *Handlers) ListTemplates() http.Handler {
 		ts, err := h.svc.store.ListTemplates(r.Context())
 		return http.StatusOK, map[string]any{"templates": ts}, err
 	})
-}
-
-func pathID(r *http.Request, name string) (int64, error) {
-	id, err := strconv.ParseInt(chi.URLParam(r, name), 10, 64)
-	if err != nil || id <= 0 {
-		return 0, taskd.Errorf(taskd.CodeNotFound, "%s %q not found", name, chi.URLParam(r, name))
-	}
-	return id, nil
 }
 
 // GetTemplate is GET /v1/admin/templates/{id}.
@@ -175,22 +167,33 @@ var (
 
 const maxSpaceMinutes = 10 * 366 * 24 * 60
 
-// taskRequest is the body of task create and replace. Pointers tell "absent" from
-// zero, so defaults apply only to absent fields.
+// taskRequest is the body of task create and replace (and what a merge patch makes
+// of a task). Pointers tell "absent" from zero, so defaults apply only to absent fields;
+// numbers and times keep what the request wrote until task checks them.
 type taskRequest struct {
 	Executor            string          `json:"executor"`
-	StartTime           *time.Time      `json:"start_time"`
-	TemplateID          *int64          `json:"template_id"`
+	StartTime           *reqTime        `json:"start_time"`
+	TemplateID          *reqInt         `json:"template_id"`
 	Params              json.RawMessage `json:"params"`
-	DispatchTimes       *int            `json:"dispatch_times"`
+	DispatchTimes       *reqInt         `json:"dispatch_times"`
 	Mode                string          `json:"mode"`
-	Priority            *int            `json:"priority"`
+	Priority            *reqInt         `json:"priority"`
 	Status              string          `json:"status"`
-	LeaseSeconds        *int            `json:"lease_seconds"`
-	MaxAttempts         *int            `json:"max_attempts"`
-	RetryBackoffSeconds *int            `json:"retry_backoff_seconds"`
-	SpaceMinutes        *int            `json:"space_minutes"`
-	EndTime             *time.Time      `json:"end_time"`
+	LeaseSeconds        *reqInt         `json:"lease_seconds"`
+	MaxAttempts         *reqInt         `json:"max_attempts"`
+	RetryBackoffSeconds *reqInt         `json:"retry_backoff_seconds"`
+	SpaceMinutes        *reqInt         `json:"space_minutes"`
+	EndTime             *reqTime        `json:"end_time"`
+}
+
+// intField reads an optional integer field into dst when it is present.
+func intField(dst *int, n *reqInt, field string, lo, hi int64, want string) error {
+	if n == nil {
+		return nil
+	}
+	v, err := n.in(field, lo, hi, want)
+	*dst = int(v)
+	return err
 }
 
 // task checks the request field by field and returns the task it describes.
@@ -207,30 +210,30 @@ func (req *taskRequest) task(kind taskd.Kind) (taskd.Task, error) {
 	if t.StartTime.Before(minTime) || !t.StartTime.Before(maxTime) {
 		return t, taskd.Errorf(taskd.CodeInvalid, "start_time: must be between 1970 and 9999")
 	}
-	if req.TemplateID == nil || *req.TemplateID <= 0 {
+	if req.TemplateID == nil {
 		return t, taskd.Errorf(taskd.CodeInvalid, "template_id: required, a template id")
 	}
-	t.TemplateID = *req.TemplateID
+	var err error
+	if t.TemplateID, err = req.TemplateID.in("template_id", 1, 1<<63-1, "a template id, 1..9223372036854775807"); err != nil {
+		return t, err
+	}
 	if len(req.Params) == 0 || string(req.Params) == "null" {
 		t.Params = json.RawMessage("{}")
 	} else {
 		t.Params = req.Params
 	}
-	if req.DispatchTimes != nil {
-		if *req.DispatchTimes != taskd.Unlimited && *req.DispatchTimes < 1 {
-			return t, taskd.Errorf(taskd.CodeInvalid, "dispatch_times: must be -1 (unlimited) or >= 1")
-		}
-		t.DispatchTimes = *req.DispatchTimes
+	if err := intField(&t.DispatchTimes, req.DispatchTimes, "dispatch_times", taskd.Unlimited, maxInt32,
+		"-1 (unlimited) or 1..2147483647"); err != nil {
+		return t, err
 	}
-	var err error
+	if t.DispatchTimes == 0 {
+		return t, taskd.Errorf(taskd.CodeInvalid, "dispatch_times: must be -1 (unlimited) or 1..2147483647, got 0")
+	}
 	if t.Mode, err = taskd.ParseMode(req.Mode); err != nil {
 		return t, err
 	}
-	if req.Priority != nil {
-		if *req.Priority < 1 || *req.Priority > 9 {
-			return t, taskd.Errorf(taskd.CodeInvalid, "priority: must be 1..9")
-		}
-		t.Priority = *req.Priority
+	if err := intField(&t.Priority, req.Priority, "priority", 1, 9, "1..9"); err != nil {
+		return t, err
 	}
 	switch req.Status {
 	case "", "active":
@@ -239,23 +242,19 @@ func (req *taskRequest) task(kind taskd.Kind) (taskd.Task, error) {
 	default:
 		return t, taskd.Errorf(taskd.CodeInvalid, "status: must be active or paused, got %q", req.Status)
 	}
-	if req.LeaseSeconds != nil {
-		if *req.LeaseSeconds < 0 {
-			return t, taskd.Errorf(taskd.CodeInvalid, "lease_seconds: must be >= 0 (0: never expires)")
-		}
-		t.LeaseSeconds = *req.LeaseSeconds
+	if err := intField(&t.LeaseSeconds, req.LeaseSeconds, "lease_seconds", 0, maxLeaseSeconds,
+		"0..31536000 (0: never expires; at most a year)"); err != nil {
+		return t, err
 	}
-	if req.MaxAttempts != nil {
-		if *req.MaxAttempts < 1 || *req.MaxAttempts > 100 {
-			return t, taskd.Errorf(taskd.CodeInvalid, "max_attempts: must be 1..100")
-		}
-		t.MaxAttempts = *req.MaxAttempts
+	if t.LeaseSeconds > 0 {
+		t.MaxAttempts = defaultMaxAttempts
 	}
-	if req.RetryBackoffSeconds != nil {
-		if *req.RetryBackoffSeconds < 0 {
-			return t, taskd.Errorf(taskd.CodeInvalid, "retry_backoff_seconds: must be >= 0")
-		}
-		t.RetryBackoffSeconds = *req.RetryBackoffSeconds
+	if err := intField(&t.MaxAttempts, req.MaxAttempts, "max_attempts", 1, maxAttemptsLimit, "1..100"); err != nil {
+		return t, err
+	}
+	if err := intField(&t.RetryBackoffSeconds, req.RetryBackoffSeconds, "retry_backoff_seconds", 0, maxBackoffSeconds,
+		"0..86400 (at most a day)"); err != nil {
+		return t, err
 	}
 	if kind == taskd.KindOnce {
 		if req.SpaceMinutes != nil || req.EndTime != nil {
@@ -263,10 +262,13 @@ func (req *taskRequest) task(kind taskd.Kind) (taskd.Task, error) {
 		}
 		return t, nil
 	}
-	if req.SpaceMinutes == nil || *req.SpaceMinutes < 1 || *req.SpaceMinutes > maxSpaceMinutes {
+	if req.SpaceMinutes == nil {
 		return t, taskd.Errorf(taskd.CodeInvalid, "space_minutes: required, 1..%d (ten years)", maxSpaceMinutes)
 	}
-	t.SpaceMinutes = *req.SpaceMinutes
+	if err := intField(&t.SpaceMinutes, req.SpaceMinutes, "space_minutes", 1, maxSpaceMinutes,
+		"1.."+strconv.Itoa(maxSpaceMinutes)+" (ten years)"); err != nil {
+		return t, err
+	}
 	if req.EndTime != nil {
 		end := req.EndTime.UTC().Truncate(time.Second)
 		if !end.Before(maxTime) {
@@ -380,14 +382,6 @@ type membersRequest struct {
 	UIDs []string `json:"uids"`
 }
 
-func pathGroup(r *http.Request) (string, error) {
-	gid := chi.URLParam(r, "gid")
-	if !taskd.ValidID(gid) {
-		return "", taskd.Errorf(taskd.CodeInvalid, "gid: must be 1 to 64 of [A-Za-z0-9_-], got %q", gid)
-	}
-	return gid, nil
-}
-
 func (h *Handlers) decodeMembers(w http.ResponseWriter, r *http.Request) (string, []string, error) {
 	gid, err := pathGroup(r)
 	if err != nil {
@@ -401,8 +395,8 @@ func (h *Handlers) decodeMembers(w http.ResponseWriter, r *http.Request) (string
 		return "", nil, taskd.Errorf(taskd.CodeInvalid, "uids: required")
 	}
 	for _, u := range req.UIDs {
-		if !taskd.ValidID(u) {
-			return "", nil, taskd.Errorf(taskd.CodeInvalid, "uids: %q is not a valid uid", u)
+		if err := bareID("uids", u); err != nil {
+			return "", nil, err
 		}
 	}
 	return gid, req.UIDs, nil
@@ -443,7 +437,11 @@ func (h *Handlers) RemoveMember() http.Handler {
 		if err != nil {
 			return 0, nil, err
 		}
-		return http.StatusNoContent, nil, h.svc.RemoveMember(r.Context(), gid, chi.URLParam(r, "uid"))
+		uid, err := pathUser(r)
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusNoContent, nil, h.svc.RemoveMember(r.Context(), gid, uid)
 	})
 }
 
@@ -466,7 +464,11 @@ func (h *Handlers) members(ctx context.Context, gid string) (int, any, error) {
 // IssueKey is POST /v1/admin/clients/{uid}/keys.
 func (h *Handlers) IssueKey() http.Handler {
 	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
-		key, err := h.svc.IssueKey(r.Context(), chi.URLParam(r, "uid"))
+		uid, err := pathUser(r)
+		if err != nil {
+			return 0, nil, err
+		}
+		key, err := h.svc.IssueKey(r.Context(), uid)
 		return http.StatusCreated, map[string]string{"client_key": key}, err
 	})
 }
@@ -474,9 +476,9 @@ func (h *Handlers) IssueKey() http.Handler {
 // RevokeKeys is DELETE /v1/admin/clients/{uid}/keys.
 func (h *Handlers) RevokeKeys() http.Handler {
 	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
-		uid := chi.URLParam(r, "uid")
-		if !taskd.ValidID(uid) {
-			return 0, nil, taskd.Errorf(taskd.CodeInvalid, "uid: must be 1 to 64 of [A-Za-z0-9_-]")
+		uid, err := pathUser(r)
+		if err != nil {
+			return 0, nil, err
 		}
 		n, err := h.svc.RevokeKeys(r.Context(), uid)
 		return http.StatusOK, map[string]int{"revoked": n}, err

@@ -88,7 +88,7 @@ func queryTime(q url.Values, name string, def time.Time) (time.Time, error) {
 	}
 	t, err := time.Parse(time.RFC3339, v)
 	if err != nil {
-		return t, taskd.Errorf(taskd.CodeInvalid, "%s: must be an RFC 3339 time, got %q", name, v)
+		return t, taskd.Errorf(taskd.CodeInvalid, "%s: want %s, got %q", name, reqTime{}.Want(), v)
 	}
 	return t.UTC(), nil
 }
@@ -242,17 +242,17 @@ func (h *Handlers) Events() http.Handler {
 		q := r.URL.Query()
 		f := store.EventFilter{UID: q.Get("uid"), Type: taskd.EventType(q.Get("type"))}
 		err := known(q, "uid", "task_id", "type", "from", "to", "limit", "cursor")
-		if err == nil && f.UID != "" && !taskd.ValidID(f.UID) {
-			err = taskd.Errorf(taskd.CodeInvalid, "uid: must be 1 to 64 of [A-Za-z0-9_-]")
+		if err == nil && f.UID != "" {
+			err = bareID("uid", f.UID)
 		}
 		if err == nil && q.Get("task_id") != "" {
 			f.Task, err = taskd.ParseTaskKey(q.Get("task_id"))
 		}
 		if err == nil {
 			switch f.Type {
-			case "", taskd.EventDispatch, taskd.EventComplete, taskd.EventExpire, taskd.EventRedo:
+			case "", taskd.EventDispatch, taskd.EventComplete, taskd.EventExpire, taskd.EventRedo, taskd.EventDead, taskd.EventCancel:
 			default:
-				err = taskd.Errorf(taskd.CodeInvalid, "type: must be dispatch, complete, expire or redo")
+				err = taskd.Errorf(taskd.CodeInvalid, "type: must be dispatch, complete, expire, redo, dead or cancel")
 			}
 		}
 		if err == nil {

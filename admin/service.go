@@ -24,63 +24,68 @@ type Service struct {
 	dispatch *dispatch.Service
 	clock    clock.Clock
 	log      *slog.Logger
+	// compile compiles a template's schema (a test counts the calls); schemas keeps
+	// what it compiled.
+	compile func(json.RawMessage) (*jsonschema.Schema, error)
+	schemas schemaCache
 }
 
 // NewService wires the admin service.
 func NewService(st *store.Store, cache *queue.Cache, ds *dispatch.Service, clk clock.Clock, log *slog.Logger) *Service {
-	return &Service{store: st, cache: cache, dispatch: ds, clock: clk, log: log.With("component", "admin")}
+	return &Service{store: st, cache: cache, dispatch: ds, clock: clk, log: log.With("component", "admin"), compile: compileSchema}
 }
 
 func (s *Service) now() time.Time { return s.clock.Now().UTC() }
 
-// compileSchema compiles a JSON Schema document, or says why it is not one.
-func compileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
-	if err != nil {
-		return nil, taskd.Errorf(taskd.CodeInvalid, "schema: %v", err)
-	}
-	if _, ok := doc.(map[string]any); !ok {
-		return nil, taskd.Errorf(taskd.CodeInvalid, "schema: must be a JSON object")
-	}
-	c := jsonschema.NewCompiler()
-	if err := c.AddResource("template.json", doc); err != nil {
-		return nil, taskd.Errorf(taskd.CodeInvalid, "schema: %v", err)
-	}
-	sch, err := c.Compile("template.json")
-	if err != nil {
-		return nil, taskd.Errorf(taskd.CodeInvalid, "schema is not valid JSON Schema: %v", err)
-	}
-	return sch, nil
-}
-
 // CreateTemplate validates the schema and stores the template.
 func (s *Service) CreateTemplate(ctx context.Context, name string, schema json.RawMessage) (taskd.Template, error) {
-	if name == "" || len(name) > 128 {
-		return taskd.Template{}, taskd.Errorf(taskd.CodeInvalid, "name: required, at most 128 characters")
+	if err := checkName(name); err != nil {
+		return taskd.Template{}, err
 	}
 	if len(schema) == 0 {
 		return taskd.Template{}, taskd.Errorf(taskd.CodeInvalid, "schema: required")
 	}
-	if _, err := compileSchema(schema); err != nil {
+	compact, err := boundSchema(schema)
+	if err != nil {
 		return taskd.Template{}, err
 	}
-	var compact bytes.Buffer
-	json.Compact(&compact, schema)
-	return s.store.CreateTemplate(ctx, ActorFrom(ctx), name, compact.Bytes(), s.now())
+	sch, err := s.compile(compact)
+	if err != nil {
+		return taskd.Template{}, err
+	}
+	t, err := s.store.CreateTemplate(ctx, ActorFrom(ctx), name, compact, s.now())
+	if err != nil {
+		return t, err
+	}
+	s.schemas.put(t.ID, sch)
+	return t, nil
+}
+
+// templateSchema returns the compiled schema of a template, compiling it once.
+func (s *Service) templateSchema(ctx context.Context, templateID int64) (*jsonschema.Schema, error) {
+	if sch := s.schemas.get(templateID); sch != nil {
+		return sch, nil
+	}
+	tpl, err := s.store.GetTemplate(ctx, templateID)
+	if taskd.ErrorCode(err) == taskd.CodeNotFound {
+		return nil, taskd.Errorf(taskd.CodeInvalid, "template_id: template %d does not exist", templateID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	sch, err := s.compile(tpl.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("template %d: stored schema: %w", templateID, err)
+	}
+	s.schemas.put(templateID, sch)
+	return sch, nil
 }
 
 // validateParams checks params against the task's template schema (422 otherwise).
 func (s *Service) validateParams(ctx context.Context, templateID int64, params json.RawMessage) error {
-	tpl, err := s.store.GetTemplate(ctx, templateID)
-	if taskd.ErrorCode(err) == taskd.CodeNotFound {
-		return taskd.Errorf(taskd.CodeInvalid, "template_id: template %d does not exist", templateID)
-	}
+	sch, err := s.templateSchema(ctx, templateID)
 	if err != nil {
 		return err
-	}
-	sch, err := compileSchema(tpl.Schema)
-	if err != nil {
-		return fmt.Errorf("template %d: stored schema: %w", templateID, err)
 	}
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(params))
 	if err != nil {
@@ -173,7 +178,11 @@ func (s *Service) ReplaceMembers(ctx context.Context, gid string, uids []string)
 
 // DeleteTemplate soft-deletes a template that no live task uses.
 func (s *Service) DeleteTemplate(ctx context.Context, id int64) error {
-	return s.store.DeleteTemplate(ctx, ActorFrom(ctx), id, s.now())
+	if err := s.store.DeleteTemplate(ctx, ActorFrom(ctx), id, s.now()); err != nil {
+		return err
+	}
+	s.schemas.drop(id)
+	return nil
 }
 
 // IssueKey creates a client key for uid.

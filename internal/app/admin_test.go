@@ -147,7 +147,7 @@ func TestTaskValidationWritesNothing(t *testing.T) {
 	e.expect("DELETE", path, nil, 204, "")
 	e.expect("GET", path, nil, 404, "not_found")
 	e.expect("DELETE", path, nil, 404, "not_found")
-	e.expect("GET", "/v1/admin/tasks/once/0", nil, 404, "not_found")
+	e.expect("GET", "/v1/admin/tasks/once/0", nil, 400, "invalid_argument") // an id out of range
 }
 
 func TestListTasksFiltersAndPages(t *testing.T) {

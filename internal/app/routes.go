@@ -55,6 +55,7 @@ func (a *App) routes() http.Handler {
 		r.Method(http.MethodPost, "/tasks/{kind}", h.CreateTask())
 		r.Method(http.MethodGet, "/tasks/{kind}/{id}", h.GetTask())
 		r.Method(http.MethodPut, "/tasks/{kind}/{id}", h.ReplaceTask())
+		r.Method(http.MethodPatch, "/tasks/{kind}/{id}", h.PatchTask())
 		r.Method(http.MethodDelete, "/tasks/{kind}/{id}", h.DeleteTask())
 		r.Method(http.MethodPut, "/groups/{gid}/members", h.ReplaceMembers())
 		r.Method(http.MethodPost, "/groups/{gid}/members", h.AddMembers())

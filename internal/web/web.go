@@ -9,8 +9,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
+	"reflect"
+	"strconv"
 	"strings"
+	"time"
+	"unicode/utf8"
 
 	"github.com/taskpull/taskd"
 )
@@ -44,7 +49,10 @@ func Status(code taskd.Code) int {
 func Encode(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	// JSON replies are read by programs, not embedded in HTML: "<" stays "<".
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
 }
 
 type errorBody struct {
@@ -67,7 +75,21 @@ func Error(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) 
 	} else if e.Code == taskd.CodeUnavailable {
 		log.WarnContext(r.Context(), "dependency unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
+	switch e.Code {
+	case taskd.CodeUnavailable, taskd.CodeRateLimited:
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(e.RetryAfter)))
+	}
 	Encode(w, Status(e.Code), errorBody{Error: errorDetail{Code: e.Code, Message: e.Message, Details: e.Details}})
+}
+
+// retryAfterSeconds is the Retry-After of a reply: the error's own hint rounded up to
+// whole seconds, or 1 to 3 seconds, jittered so that clients turned away together do
+// not all come back in the same second.
+func retryAfterSeconds(d time.Duration) int {
+	if d > 0 {
+		return int((d + time.Second - 1) / time.Second)
+	}
+	return 1 + rand.IntN(3)
 }
 
 // Decode reads one JSON value from r's body into v, at most limit bytes, refusing
@@ -114,6 +136,9 @@ func decodeError(err error) error {
 		if field == "" {
 			field = "request body"
 		}
+		if want, ok := wantOf(typ.Type); ok {
+			return taskd.Errorf(taskd.CodeInvalid, "%s: want %s, got %s", field, want, typ.Value)
+		}
 		return taskd.Errorf(taskd.CodeInvalid, "%s: must be %s, got %s", field, typ.Type, typ.Value)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		return taskd.Errorf(taskd.CodeInvalid, "request body: %s", strings.TrimPrefix(err.Error(), "json: "))
@@ -123,6 +148,77 @@ func decodeError(err error) error {
 		return err
 	}
 	return taskd.Errorf(taskd.CodeInvalid, "request body: %v", fmt.Sprint(err))
+}
+
+// DecodeBytes is Decode for a body already in hand (one a merge patch produced, say):
+// one JSON value into v, refusing unknown fields and trailing data, with Decode's errors.
+func DecodeBytes(body []byte, v any) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return taskd.Errorf(taskd.CodeInvalid, "request body: required")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return decodeError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return taskd.Errorf(taskd.CodeMalformedJSON, "request body: trailing data after the JSON value")
+	}
+	return nil
+}
+
+// Want is implemented, with a value receiver, by request field types that take one
+// form of JSON value (a time, an integer). When such a field gets a value of another
+// form, its UnmarshalJSON returns WrongForm, and Decode's error names the field, the
+// form and what came: `start_time: want RFC 3339, e.g. 2026-01-02T15:04:05Z, got
+// "tomorrow"`. (encoding/json fills in the field of an *json.UnmarshalTypeError only.)
+type Want interface {
+	// Want describes the form the type takes.
+	Want() string
+}
+
+var wantType = reflect.TypeFor[Want]()
+
+func wantOf(t reflect.Type) (string, bool) {
+	if t == nil || !t.Implements(wantType) {
+		return "", false
+	}
+	return reflect.Zero(t).Interface().(Want).Want(), true
+}
+
+// WrongForm is the error a Want type's UnmarshalJSON returns for a value it does not
+// take.
+func WrongForm(w Want, value []byte) error {
+	return &json.UnmarshalTypeError{Value: Describe(value), Type: reflect.TypeOf(w)}
+}
+
+// Describe is how an error message shows a JSON value a client sent: a string or a
+// number as written (cut short when long), anything else by its kind.
+func Describe(value []byte) string {
+	v := bytes.TrimSpace(value)
+	if len(v) == 0 {
+		return "nothing"
+	}
+	switch v[0] {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '"', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		const max = 64
+		if len(v) <= max {
+			return string(v)
+		}
+		cut := max
+		for cut > 0 && !utf8.RuneStart(v[cut]) {
+			cut--
+		}
+		if v[0] == '"' {
+			return string(v[:cut]) + `…"`
+		}
+		return string(v[:cut]) + "…"
+	}
+	return string(v) // true, false, null
 }
 
 // Bearer returns the bearer token of r, or "".

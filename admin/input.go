@@ -1,0 +1,161 @@
+package admin
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/internal/web"
+)
+
+// This file reads what a request gives: its fields' forms and ranges, its path ids.
+// Every refusal is a 400 naming the field; nothing out of a column's range reaches MySQL.
+
+// reqInt is an integer field as the request wrote it. Decode refuses what is not a JSON
+// number; in then checks that it is an integer in the field's range.
+type reqInt struct{ lit string }
+
+// Want says what a reqInt takes.
+func (reqInt) Want() string { return "an integer" }
+
+// UnmarshalJSON keeps a number as written (never through a float64, which would round
+// 2^53+1 and turn 1e400 into an error without the field's name).
+func (n *reqInt) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && (b[0] == '-' || b[0] >= '0' && b[0] <= '9') {
+		n.lit = string(b)
+		return nil
+	}
+	return web.WrongForm(reqInt{}, b)
+}
+
+// in returns the value when it is an integer in lo..hi, or an error naming field and
+// its range as want says it.
+func (n reqInt) in(field string, lo, hi int64, want string) (int64, error) {
+	v, err := strconv.ParseInt(n.lit, 10, 64)
+	if err != nil || v < lo || v > hi {
+		return 0, taskd.Errorf(taskd.CodeInvalid, "%s: must be %s, got %s", field, want, web.Describe([]byte(n.lit)))
+	}
+	return v, nil
+}
+
+// reqTime is a time field: RFC 3339, as time.Time reads it.
+type reqTime struct{ time.Time }
+
+// Want says what a reqTime takes.
+func (reqTime) Want() string { return "RFC 3339, e.g. 2026-01-02T15:04:05Z" }
+
+// UnmarshalJSON reads an RFC 3339 string, or says what came instead.
+func (t *reqTime) UnmarshalJSON(b []byte) error {
+	if len(b) == 0 || b[0] != '"' || t.Time.UnmarshalJSON(b) != nil {
+		return web.WrongForm(reqTime{}, b)
+	}
+	return nil
+}
+
+// Column bounds of task fields (INT columns hold at most 2147483647).
+const (
+	maxInt32           = 1<<31 - 1
+	maxLeaseSeconds    = 365 * 24 * 60 * 60 // a year
+	maxBackoffSeconds  = 24 * 60 * 60       // a day
+	maxAttemptsLimit   = 100
+	defaultMaxAttempts = 3 // with a lease: an expiry counts as an attempt
+)
+
+// maxNameChars bounds a template's name, in characters as the VARCHAR(128) utf8mb4
+// column counts them.
+const maxNameChars = 128
+
+// reqName is a template name as the request wrote it: encoding/json would quietly turn
+// bytes that are not UTF-8 into U+FFFD, so they are refused here, with the field's name.
+type reqName struct{ s string }
+
+// Want says what a reqName takes.
+func (reqName) Want() string { return "a string" }
+
+// UnmarshalJSON refuses a name that is not valid UTF-8 as sent.
+func (n *reqName) UnmarshalJSON(b []byte) error {
+	if len(b) == 0 || b[0] != '"' {
+		return web.WrongForm(reqName{}, b)
+	}
+	if !utf8.Valid(b) {
+		return taskd.Errorf(taskd.CodeInvalid, "name: must be UTF-8 text")
+	}
+	return json.Unmarshal(b, &n.s)
+}
+
+// checkName refuses a template name that is empty, over maxNameChars characters, not
+// UTF-8 (a lone surrogate escape decodes to U+FFFD) or holding control characters.
+func checkName(name string) error {
+	n := 0
+	for _, r := range name {
+		switch {
+		case r == utf8.RuneError:
+			return taskd.Errorf(taskd.CodeInvalid, "name: must be UTF-8 text (no invalid bytes or lone surrogates)")
+		case unicode.IsControl(r):
+			return taskd.Errorf(taskd.CodeInvalid, "name: must not hold control characters, got %U", r)
+		}
+		n++
+	}
+	if n == 0 || n > maxNameChars {
+		return taskd.Errorf(taskd.CodeInvalid, "name: required, 1 to %d characters, got %d", maxNameChars, n)
+	}
+	return nil
+}
+
+// numeric is what a path id that is a number, if not a valid one, looks like.
+var numeric = regexp.MustCompile(`^[-+]?[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?$`)
+
+// pathID reads a numeric id from the path. A number outside 1..2^63-1 (or not an
+// integer) is a 400 naming the parameter; anything else that is not an id names
+// nothing there is: 404.
+func pathID(r *http.Request, name string) (int64, error) {
+	v := chi.URLParam(r, name)
+	id, err := strconv.ParseInt(v, 10, 64)
+	switch {
+	case err == nil && id > 0:
+		return id, nil
+	case numeric.MatchString(v):
+		return 0, taskd.Errorf(taskd.CodeInvalid, "%s: must be an integer 1..9223372036854775807, got %s",
+			name, web.Describe([]byte(v)))
+	}
+	return 0, taskd.Errorf(taskd.CodeNotFound, "%s %q not found", name, v)
+}
+
+// bareID checks a user or group id given where the contract wants it bare: an executor
+// string there ("gid_ops" for "ops") would silently name another group or user.
+func bareID(field, id string) error {
+	for _, prefix := range []string{"uid_", "gid_"} {
+		if rest, ok := strings.CutPrefix(id, prefix); ok && rest != "" {
+			return taskd.Errorf(taskd.CodeInvalid, "%s: give the bare id, e.g. %s, not %s", field, rest, id)
+		}
+	}
+	if !taskd.ValidID(id) {
+		return taskd.Errorf(taskd.CodeInvalid, "%s: must be 1 to 64 of [A-Za-z0-9_-], got %q", field, id)
+	}
+	return nil
+}
+
+func pathGroup(r *http.Request) (string, error) {
+	gid := chi.URLParam(r, "gid")
+	return gid, bareID("gid", gid)
+}
+
+func pathUser(r *http.Request) (string, error) {
+	uid := chi.URLParam(r, "uid")
+	return uid, bareID("uid", uid)
+}
+
+// isObject reports whether b holds a JSON object (and not null, an array, a string...).
+func isObject(b []byte) bool {
+	b = bytes.TrimSpace(b)
+	return len(b) > 0 && b[0] == '{'
+}

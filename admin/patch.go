@@ -1,0 +1,169 @@
+package admin
+
+import (
+	"bytes"
+	"encoding/json"
+	"mime"
+	"net/http"
+	"time"
+
+	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/internal/web"
+)
+
+// taskFields is the editable part of a task as a JSON document: what a merge patch
+// applies to. Its members are exactly taskRequest's, so the merged document is read and
+// checked as a PUT body is.
+type taskFields struct {
+	Executor            string          `json:"executor"`
+	StartTime           time.Time       `json:"start_time"`
+	TemplateID          int64           `json:"template_id"`
+	Params              json.RawMessage `json:"params"`
+	DispatchTimes       int             `json:"dispatch_times"`
+	Mode                string          `json:"mode"`
+	Priority            int             `json:"priority"`
+	Status              string          `json:"status"`
+	LeaseSeconds        int             `json:"lease_seconds"`
+	MaxAttempts         int             `json:"max_attempts"`
+	RetryBackoffSeconds int             `json:"retry_backoff_seconds"`
+	SpaceMinutes        *int            `json:"space_minutes,omitempty"`
+	EndTime             *time.Time      `json:"end_time,omitempty"`
+}
+
+func editable(t taskd.Task) taskFields {
+	f := taskFields{Executor: t.Executor, StartTime: t.StartTime, TemplateID: t.TemplateID, Params: t.Params,
+		DispatchTimes: t.DispatchTimes, Mode: t.Mode.String(), Priority: t.Priority, Status: t.Status.String(),
+		LeaseSeconds: t.LeaseSeconds, MaxAttempts: t.MaxAttempts, RetryBackoffSeconds: t.RetryBackoffSeconds,
+		EndTime: t.EndTime}
+	if t.Key.Kind == taskd.KindRotate {
+		f.SpaceMinutes = &t.SpaceMinutes
+	}
+	return f
+}
+
+// editableFields are the members a merge patch may name; serverFields are members of a
+// task reply that the server sets.
+var (
+	editableFields = map[string]bool{"executor": true, "start_time": true, "template_id": true, "params": true,
+		"dispatch_times": true, "mode": true, "priority": true, "status": true, "lease_seconds": true,
+		"max_attempts": true, "retry_backoff_seconds": true, "space_minutes": true, "end_time": true}
+	serverFields = map[string]bool{"id": true, "task_id": true, "kind": true, "created_at": true, "updated_at": true}
+)
+
+// patchMediaTypes are the Content-Types a task patch may come as. A JSON Patch
+// (application/json-patch+json) is another format: it is refused, not misread.
+var patchMediaTypes = map[string]bool{"": true, "application/merge-patch+json": true, "application/json": true}
+
+// PatchTask is PATCH /v1/admin/tasks/{kind}/{id}: a JSON merge patch (RFC 7396) of the
+// task's editable fields. Absent members stay as they are; null takes an optional field
+// back to its default (end_time: null clears it); params merges recursively, as the RFC
+// says. The merged task is checked exactly as a PUT body is, and replaced as PUT replaces
+// it (audited as task.replace, caches invalidated).
+func (h *Handlers) PatchTask() http.Handler {
+	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
+		key, err := pathTaskKey(r)
+		if err != nil {
+			return 0, nil, err
+		}
+		if ct := r.Header.Get("Content-Type"); ct != "" {
+			mt, _, err := mime.ParseMediaType(ct)
+			if err != nil || !patchMediaTypes[mt] {
+				return 0, nil, taskd.Errorf(taskd.CodeInvalid,
+					"Content-Type: want application/merge-patch+json or application/json, got %q", ct)
+			}
+		}
+		var patch json.RawMessage
+		if err := web.Decode(w, r, bodyLimit, false, &patch); err != nil {
+			return 0, nil, err
+		}
+		if err := checkPatch(patch); err != nil {
+			return 0, nil, err
+		}
+		current, err := h.svc.store.GetTask(r.Context(), key)
+		if err != nil {
+			return 0, nil, err
+		}
+		doc, err := json.Marshal(editable(current))
+		if err != nil {
+			return 0, nil, err
+		}
+		merged, err := mergePatch(doc, patch)
+		if err != nil {
+			return 0, nil, err
+		}
+		var req taskRequest
+		if err := web.DecodeBytes(merged, &req); err != nil {
+			return 0, nil, err
+		}
+		t, err := req.task(key.Kind)
+		if err != nil {
+			return 0, nil, err
+		}
+		t.Key = key
+		t, err = h.svc.ReplaceTask(r.Context(), t)
+		return http.StatusOK, viewTask(t), err
+	})
+}
+
+// checkPatch refuses a patch that is not an object (RFC 7396 would have it replace the
+// whole task) or that names a member other than the editable fields.
+func checkPatch(patch json.RawMessage) error {
+	if !isObject(patch) {
+		return taskd.Errorf(taskd.CodeInvalid, "request body: a merge patch must be a JSON object of the fields to change, got %s",
+			web.Describe(patch))
+	}
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(patch, &members); err != nil {
+		return taskd.Errorf(taskd.CodeMalformedJSON, "request body: malformed JSON: %v", err)
+	}
+	for name := range members {
+		switch {
+		case serverFields[name]:
+			return taskd.Errorf(taskd.CodeInvalid, "%s: set by the server, not editable", name)
+		case !editableFields[name]:
+			return taskd.Errorf(taskd.CodeInvalid, "request body: unknown field %q", name)
+		}
+	}
+	return nil
+}
+
+// mergePatch applies a JSON merge patch to target as RFC 7396 section 2 says: an object
+// patch merges member by member, recursively, null removing a member; anything else
+// (an array, a string...) replaces the target as it is, nulls inside included. Values
+// the patch does not touch are kept as written, so numbers keep every digit.
+//
+// It is done here rather than with a library: the one at hand (evanphx/json-patch v5)
+// drops nulls inside arrays that a patch adds, which the RFC keeps, and escapes HTML.
+func mergePatch(target, patch json.RawMessage) (json.RawMessage, error) {
+	if !isObject(patch) {
+		return patch, nil
+	}
+	members := map[string]json.RawMessage{}
+	if isObject(target) {
+		if err := json.Unmarshal(target, &members); err != nil {
+			return nil, err
+		}
+	}
+	var changes map[string]json.RawMessage
+	if err := json.Unmarshal(patch, &changes); err != nil {
+		return nil, taskd.Errorf(taskd.CodeMalformedJSON, "request body: malformed JSON: %v", err)
+	}
+	for name, v := range changes {
+		if string(bytes.TrimSpace(v)) == "null" {
+			delete(members, name)
+			continue
+		}
+		m, err := mergePatch(members[name], v)
+		if err != nil {
+			return nil, err
+		}
+		members[name] = m
+	}
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(members); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(out.Bytes(), []byte("\n")), nil
+}
