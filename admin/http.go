@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -13,6 +12,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/internal/authguard"
 	"github.com/taskpull/taskd/internal/web"
 )
 
@@ -66,7 +66,7 @@ func RequireAdmin(tokens []Token, isClientKey func(ctx context.Context, key stri
 				return
 			}
 			for _, t := range tokens {
-				if t.Secret != "" && subtle.ConstantTimeCompare([]byte(got), []byte(t.Secret)) == 1 {
+				if t.Secret != "" && authguard.SameSecret(got, t.Secret) {
 					next.ServeHTTP(w, r.WithContext(WithActor(r.Context(), t.Name)))
 					return
 				}

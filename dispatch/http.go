@@ -39,6 +39,20 @@ func HandleEnroll(s *Service, log *slog.Logger) http.Handler {
 	})
 }
 
+// decodeAuthenticated decodes a client request's body. Authentication comes first: a
+// body that does not decode is answered 401 when the key is not valid either. A valid
+// request's key is checked later, in the same Redis round trip as its work.
+func (s *Service) decodeAuthenticated(w http.ResponseWriter, r *http.Request, uid, hash string, optional bool, v any) error {
+	err := web.Decode(w, r, clientBodyLimit, optional, v)
+	if err == nil {
+		return nil
+	}
+	if kerr := s.cache.VerifyKey(r.Context(), uid, hash); kerr != nil {
+		return kerr
+	}
+	return err
+}
+
 type fetchRequest struct {
 	WaitMS *int64 `json:"wait_ms"`
 }
@@ -52,7 +66,7 @@ func HandleFetch(s *Service, log *slog.Logger) http.Handler {
 			return
 		}
 		var req fetchRequest
-		if err := web.Decode(w, r, clientBodyLimit, true, &req); err != nil {
+		if err := s.decodeAuthenticated(w, r, uid, hash, true, &req); err != nil {
 			web.Error(w, r, log, err)
 			return
 		}
@@ -88,7 +102,7 @@ func HandleComplete(s *Service, log *slog.Logger) http.Handler {
 			return
 		}
 		var req completeRequest
-		if err := web.Decode(w, r, clientBodyLimit, false, &req); err != nil {
+		if err := s.decodeAuthenticated(w, r, uid, hash, false, &req); err != nil {
 			web.Error(w, r, log, err)
 			return
 		}

@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
+	"fmt"
 	"strings"
+	"time"
 
 	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/internal/authguard"
 )
 
 // A client key is "<uid>.<secret>": the uid says whose key set to check (so the check
@@ -46,22 +48,66 @@ func (s *Service) IssueKey(ctx context.Context, actor, uid string) (string, erro
 		return "", taskd.Errorf(taskd.CodeInvalid, "uid: must be 1 to 64 of [A-Za-z0-9_-], got %q", uid)
 	}
 	key := newKey(uid)
-	if err := s.store.CreateClientKey(ctx, actor, uid, HashKey(key), s.clock.Now().UTC()); err != nil {
+	replaced, err := s.store.CreateClientKey(ctx, actor, uid, HashKey(key), s.cfg.KeysPerUID, s.clock.Now().UTC())
+	if err != nil {
 		return "", err
 	}
-	if err := s.cache.KeysChanged(ctx, uid); err != nil {
-		return "", err
+	if err := s.keysChanged(ctx, uid); err != nil {
+		if replaced > 0 {
+			return "", err // the keys it replaced must be known to stop working
+		}
+		// Only a new key is at stake: it works once the cached set expires.
+		s.log.WarnContext(ctx, "new client key not yet in the cache", "uid", uid, "err", err)
 	}
 	return key, nil
 }
 
-// RevokeKeys revokes every key of uid; they stop working at once.
+// RevokeKeys revokes every key of uid; they stop working at once. If Redis cannot be
+// told, the revocation (committed in MySQL) is reported as a failure: cached copies of
+// the keys keep working until the cached set expires (KeyRecheck at most) or a retry in
+// the background reaches Redis, whichever comes first.
 func (s *Service) RevokeKeys(ctx context.Context, actor, uid string) (int, error) {
 	n, err := s.store.RevokeClientKeys(ctx, actor, uid, s.clock.Now().UTC())
 	if err != nil {
 		return 0, err
 	}
-	return n, s.cache.KeysChanged(ctx, uid)
+	return n, s.keysChanged(ctx, uid)
+}
+
+// keysChanged drops uid's cached key set after a change in MySQL. When Redis cannot be
+// told, it keeps trying in the background for as long as the cached set may live, and
+// reports the failure.
+func (s *Service) keysChanged(ctx context.Context, uid string) error {
+	err := s.cache.KeysChanged(ctx, uid)
+	if err == nil {
+		return nil
+	}
+	go s.retryKeysChanged(context.WithoutCancel(ctx), uid)
+	return &taskd.Error{Code: taskd.CodeUnavailable, Err: err, Message: fmt.Sprintf(
+		"the change is saved, but the cache could not be told: cached copies of uid %s's keys work for at most %s more "+
+			"(retrying in the background); repeat the call to make sure", uid, s.cfg.KeyRecheck)}
+}
+
+// retryKeysChanged retries KeysChanged with backoff until it succeeds or the cached set
+// it targets has expired on its own.
+func (s *Service) retryKeysChanged(ctx context.Context, uid string) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.KeyRecheck)
+	defer cancel()
+	wait := 50 * time.Millisecond
+	for {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if err := s.cache.KeysChanged(ctx, uid); err == nil {
+			s.log.InfoContext(ctx, "client key change reached the cache", "uid", uid)
+			return
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
 }
 
 // Enroll issues a key to an agent that knows the enrollment secret.
@@ -69,7 +115,7 @@ func (s *Service) Enroll(ctx context.Context, uid, secret string) (string, error
 	if s.cfg.EnrollSecret == "" {
 		return "", taskd.Errorf(taskd.CodePermission, "enrollment is disabled on this server")
 	}
-	if subtle.ConstantTimeCompare([]byte(secret), []byte(s.cfg.EnrollSecret)) != 1 {
+	if !authguard.SameSecret(secret, s.cfg.EnrollSecret) {
 		return "", taskd.Errorf(taskd.CodeUnauthenticated, "enroll_secret: wrong")
 	}
 	return s.IssueKey(ctx, "enroll", uid)

@@ -21,6 +21,14 @@ type Config struct {
 	PollStep time.Duration
 	// EnrollSecret lets agents enroll themselves; empty disables enrollment.
 	EnrollSecret string
+	// RequestTimeout bounds each round of a fetch's MySQL and Redis work (a long poll's
+	// waiting is apart from it).
+	RequestTimeout time.Duration
+	// KeysPerUID caps a uid's live client keys: issuing one more revokes the oldest.
+	KeysPerUID int
+	// KeyRecheck is how long the cache trusts a key set: the longest a revoked key may
+	// keep working when Redis could not be told.
+	KeyRecheck time.Duration
 	// Metrics records fetches, dispatches, completions and expiries; nil records nothing.
 	Metrics *metrics.Metrics
 }
@@ -41,6 +49,15 @@ func NewService(st *store.Store, cache *queue.Cache, clk clock.Clock, log *slog.
 	}
 	if cfg.PollStep <= 0 {
 		cfg.PollStep = time.Second
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 5 * time.Second
+	}
+	if cfg.KeysPerUID <= 0 {
+		cfg.KeysPerUID = 5
+	}
+	if cfg.KeyRecheck <= 0 {
+		cfg.KeyRecheck = time.Minute
 	}
 	return &Service{store: st, cache: cache, clock: clk, log: log.With("component", "dispatch"), cfg: cfg}
 }
@@ -106,7 +123,9 @@ func (s *Service) longPoll(ctx context.Context, uid, keyHash string, wait time.D
 	// injected clock stands still (as a test's fake clock does).
 	realDeadline := time.Now().Add(wait)
 	for {
-		res, err := s.fetch(ctx, uid, keyHash)
+		round, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+		res, err := s.fetch(round, uid, keyHash)
+		cancel()
 		if err != nil || res.Task != nil || wait <= 0 {
 			return res, err
 		}

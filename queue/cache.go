@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"sort"
 	"strconv"
 	"strings"
@@ -44,8 +46,12 @@ type Config struct {
 	MaxDue int
 	// LockTTL bounds how long one node may hold a user's rebuild lock.
 	LockTTL time.Duration
-	// TTL is how long an idle user's heap and key set stay in Redis.
+	// TTL is how long an idle user's heap stays in Redis.
 	TTL time.Duration
+	// KeyTTL is how long a user's key set (or the answer that it has none) is trusted
+	// before it is read from MySQL again: the bound on a revoked key working when the
+	// revocation could not reach Redis.
+	KeyTTL time.Duration
 	// Metrics records lookups and rebuilds; nil records nothing.
 	Metrics *metrics.Metrics
 }
@@ -68,6 +74,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.TTL <= 0 {
 		c.TTL = 48 * time.Hour
+	}
+	if c.KeyTTL <= 0 {
+		c.KeyTTL = time.Minute
 	}
 }
 
@@ -256,8 +265,11 @@ func splitGroups(s string) []string {
 // rebuild rebuilds uid's heap, coalesced: one rebuild per (user, version) in this
 // process (singleflight), and one across processes (a short Redis lock; a node that
 // finds the lock taken waits briefly and lets its caller peek again).
+//
+// The caller waits for the shared rebuild only as long as its own ctx allows: a request
+// past its bound answers 503 while the rebuild goes on for whoever comes next.
 func (c *Cache) rebuild(ctx context.Context, uid, ver string) (*built, error) {
-	b, err, _ := c.flight.Do(uid+"@"+ver, func() (any, error) {
+	ch := c.flight.DoChan(uid+"@"+ver, func() (any, error) {
 		// The work is shared by every caller waiting here: it must not end with the
 		// first caller's request.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rebuildTimeout)
@@ -278,7 +290,12 @@ func (c *Cache) rebuild(ctx context.Context, uid, ver string) (*built, error) {
 		}
 		return c.build(ctx, uid)
 	})
-	return b.(*built), err
+	select {
+	case res := <-ch:
+		return res.Val.(*built), res.Err
+	case <-ctx.Done():
+		return nil, unavailable("rebuild", ctx.Err())
+	}
 }
 
 // fresh reports whether uid's heap is valid now (the peek script's verdict).
@@ -452,7 +469,7 @@ func (c *Cache) loadKeys(ctx context.Context, uid string) error {
 		return fmt.Errorf("load keys of %s: %w", uid, err)
 	}
 	args := make([]any, 0, 2+len(hashes))
-	args = append(args, kver, c.ttl())
+	args = append(args, kver, c.cfg.KeyTTL.Milliseconds())
 	for _, h := range hashes {
 		args = append(args, h)
 	}
@@ -473,8 +490,44 @@ func (c *Cache) KeysChanged(ctx context.Context, uid string) error {
 	return nil
 }
 
+// unavailable gives a Redis error its kind, with op as context: a Redis that cannot be
+// reached, is loading, read-only (a failover), out of memory or busy is unavailable
+// (503, retry later); any other error reply is a bug (internal, logged, not shown).
 func unavailable(op string, err error) error {
-	return taskd.Unavailable("redis", fmt.Errorf("%s: %w", op, err))
+	wrapped := fmt.Errorf("%s: %w", op, err)
+	var te *taskd.Error
+	switch {
+	case errors.As(err, &te):
+		return err
+	case redisUnreachable(err):
+		return taskd.Unavailable("redis", wrapped)
+	}
+	return &taskd.Error{Code: taskd.CodeInternal, Message: "internal error", Err: wrapped}
+}
+
+// busyReplies are the Redis error replies that mean "not now", not "wrong".
+var busyReplies = []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN",
+	"BUSY", "NOREPLICAS", "OOM", "MOVED", "ASK"}
+
+func redisUnreachable(err error) bool {
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, redis.ErrClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.As(err, &ne) {
+		return true
+	}
+	var re redis.Error
+	if errors.As(err, &re) {
+		for _, p := range busyReplies {
+			if redis.HasErrorPrefix(err, p) {
+				return true
+			}
+		}
+		return false
+	}
+	// Anything else the client itself says (pool timeout, connection errors) is about
+	// reaching Redis.
+	return strings.Contains(err.Error(), "pool timeout") || strings.Contains(err.Error(), "connection")
 }
 
 func randomToken() string {

@@ -100,14 +100,15 @@ return 1
 
 // loadKeysScript installs the user's client key hashes read from MySQL, unless a key
 // was created or revoked since the read began (kver moved). "-" marks the set as loaded
-// even when the user has no key.
+// even when the user has no key. The set lives only as long as it may be trusted: a
+// revocation that could not reach Redis is honoured when it expires.
 //
-// KEYS: user hash, key set. ARGV: kver, ttl seconds, hashes...
+// KEYS: user hash, key set. ARGV: kver, ttl milliseconds, hashes...
 var loadKeysScript = redis.NewScript(`
 if (redis.call('HGET', KEYS[1], 'kver') or '0') ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[2])
 redis.call('SADD', KEYS[2], '-', unpack(ARGV, 3))
-redis.call('EXPIRE', KEYS[2], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return 1
 `)
 

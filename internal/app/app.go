@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/taskpull/taskd/admin"
 	"github.com/taskpull/taskd/dispatch"
+	"github.com/taskpull/taskd/internal/authguard"
 	"github.com/taskpull/taskd/internal/clock"
 	"github.com/taskpull/taskd/internal/metrics"
 	"github.com/taskpull/taskd/internal/store"
@@ -40,11 +42,13 @@ type App struct {
 	// Registry holds this instance's Prometheus metrics, served at /metrics.
 	Registry *prometheus.Registry
 	metrics  *metrics.Metrics
+	guard    *authguard.Guard
 	handler  http.Handler
 }
 
-// New builds an instance over deps.
+// New builds an instance over deps. Settings left zero take their defaults.
 func New(cfg Config, deps Deps) *App {
+	cfg.setDefaults()
 	deps.Store.SetEvents(store.EventsConfig{Outbox: len(cfg.KafkaBrokers) > 0, Node: cfg.Node})
 	loader := deps.Loader
 	if loader == nil {
@@ -52,10 +56,12 @@ func New(cfg Config, deps Deps) *App {
 	}
 	a := &App{cfg: cfg, deps: deps, Registry: prometheus.NewRegistry()}
 	a.metrics = metrics.New(a.Registry)
+	a.guard = authguard.New(cfg.AuthFailureBurst, cfg.AuthFailureRate, nil)
 	a.Cache = queue.NewCache(deps.Redis, loader, deps.Clock,
-		queue.Config{Prefix: cfg.RedisPrefix, CatchUp: cfg.CatchUp, Metrics: a.metrics})
+		queue.Config{Prefix: cfg.RedisPrefix, CatchUp: cfg.CatchUp, KeyTTL: cfg.KeyRecheck, Metrics: a.metrics})
 	a.Dispatch = dispatch.NewService(deps.Store, a.Cache, deps.Clock, deps.Log,
-		dispatch.Config{MaxWait: cfg.MaxWait, EnrollSecret: cfg.EnrollSecret, Metrics: a.metrics})
+		dispatch.Config{MaxWait: cfg.MaxWait, EnrollSecret: cfg.EnrollSecret, RequestTimeout: cfg.RequestTimeout,
+			KeysPerUID: cfg.KeysPerUID, KeyRecheck: cfg.KeyRecheck, Metrics: a.metrics})
 	a.Admin = admin.NewService(deps.Store, a.Cache, a.Dispatch, deps.Clock, deps.Log)
 	a.handler = a.routes()
 	return a
@@ -85,4 +91,24 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (Deps, func(), erro
 		st.Close()
 	}
 	return Deps{Store: st, Redis: rdb, Clock: clock.Real{}, Log: log}, closeAll, nil
+}
+
+// setDefaults fills in the settings a caller left zero (tests build a Config by hand);
+// the values are the settings table's defaults.
+func (c *Config) setDefaults() {
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = 5 * time.Second
+	}
+	if c.AuthFailureBurst <= 0 {
+		c.AuthFailureBurst = 100
+	}
+	if c.AuthFailureRate <= 0 {
+		c.AuthFailureRate = 10
+	}
+	if c.KeysPerUID <= 0 {
+		c.KeysPerUID = 5
+	}
+	if c.KeyRecheck <= 0 {
+		c.KeyRecheck = time.Minute
+	}
 }

@@ -29,6 +29,17 @@ type Config struct {
 	Shutdown      time.Duration
 	MySQLConns    int
 	Node          string
+	// RequestTimeout bounds one request's MySQL and Redis work (not a long poll's wait).
+	RequestTimeout time.Duration
+	// AuthFailureBurst and AuthFailureRate bound failed authentications per source
+	// address: a burst, then so many per second.
+	AuthFailureBurst int
+	AuthFailureRate  float64
+	// KeysPerUID caps the live client keys of one uid: issuing one more revokes the oldest.
+	KeysPerUID int
+	// KeyRecheck is how long a cached client key set (or the answer that a uid has no
+	// key) is trusted before it is read from MySQL again.
+	KeyRecheck time.Duration
 }
 
 // setting is one row of the configuration table: its env name, flag, default and
@@ -65,6 +76,17 @@ func integer(p func(*Config) *int) func(*Config, string) error {
 	}
 }
 
+func number(p func(*Config) *float64) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return fmt.Errorf("not a number: %q", v)
+		}
+		*p(c) = f
+		return nil
+	}
+}
+
 func duration(p func(*Config) *time.Duration) func(*Config, string) error {
 	return func(c *Config, v string) error {
 		d, err := time.ParseDuration(v)
@@ -94,6 +116,11 @@ var settings = []setting{
 	{"DISPATCH_SHUTDOWN_TIMEOUT", "shutdown-timeout", "20s", "how long in-flight requests may take to finish on SIGTERM", duration(func(c *Config) *time.Duration { return &c.Shutdown })},
 	{"DISPATCH_MYSQL_CONNS", "mysql-conns", "32", "MySQL connection pool size", integer(func(c *Config) *int { return &c.MySQLConns })},
 	{"DISPATCH_NODE", "node", "", "node name carried by events; empty: the host name", str(func(c *Config) *string { return &c.Node })},
+	{"DISPATCH_REQUEST_TIMEOUT", "request-timeout", "5s", "bound on one request's MySQL and Redis work (a long poll's wait is apart from it); past it the request answers 503 with Retry-After", duration(func(c *Config) *time.Duration { return &c.RequestTimeout })},
+	{"DISPATCH_AUTH_FAILURE_BURST", "auth-failure-burst", "100", "failed authentications (client key, enroll secret, admin token) one source address may make at once before it gets 429", integer(func(c *Config) *int { return &c.AuthFailureBurst })},
+	{"DISPATCH_AUTH_FAILURE_RATE", "auth-failure-rate", "10", "failed authentications per second one source address may make after its burst", number(func(c *Config) *float64 { return &c.AuthFailureRate })},
+	{"DISPATCH_KEYS_PER_UID", "keys-per-uid", "5", "live client keys one uid may hold; issuing or enrolling one more revokes the oldest", integer(func(c *Config) *int { return &c.KeysPerUID })},
+	{"DISPATCH_KEY_RECHECK", "key-recheck", "1m", "how long a cached client key set (or a uid's having none) is trusted before MySQL is asked again: the bound on a revoked key working when Redis could not be told", duration(func(c *Config) *time.Duration { return &c.KeyRecheck })},
 }
 
 // LoadConfig builds the config from defaults, getenv and args (flags win over env).
@@ -158,6 +185,21 @@ func (c Config) Validate() error {
 	}
 	if c.MySQLConns < 1 {
 		errs = append(errs, fmt.Errorf("DISPATCH_MYSQL_CONNS: must be >= 1, got %d", c.MySQLConns))
+	}
+	if c.RequestTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("DISPATCH_REQUEST_TIMEOUT: must be positive, got %s", c.RequestTimeout))
+	}
+	if c.AuthFailureBurst < 1 {
+		errs = append(errs, fmt.Errorf("DISPATCH_AUTH_FAILURE_BURST: must be >= 1, got %d", c.AuthFailureBurst))
+	}
+	if !(c.AuthFailureRate > 0) {
+		errs = append(errs, fmt.Errorf("DISPATCH_AUTH_FAILURE_RATE: must be positive, got %g", c.AuthFailureRate))
+	}
+	if c.KeysPerUID < 1 || c.KeysPerUID > 1000 {
+		errs = append(errs, fmt.Errorf("DISPATCH_KEYS_PER_UID: must be 1..1000, got %d", c.KeysPerUID))
+	}
+	if c.KeyRecheck <= 0 {
+		errs = append(errs, fmt.Errorf("DISPATCH_KEY_RECHECK: must be positive, got %s", c.KeyRecheck))
 	}
 	for _, t := range c.AdminTokens {
 		if len(t) < 8 {

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -13,6 +14,7 @@ import (
 	"github.com/taskpull/taskd/admin"
 	"github.com/taskpull/taskd/api"
 	"github.com/taskpull/taskd/dispatch"
+	"github.com/taskpull/taskd/internal/authguard"
 	"github.com/taskpull/taskd/internal/web"
 )
 
@@ -20,13 +22,16 @@ import (
 func (a *App) routes() http.Handler {
 	log := a.deps.Log
 	r := chi.NewRouter()
-	r.Use(middleware.Recoverer, a.measure)
+	r.Use(middleware.Recoverer, a.measure, a.limitAuthFailures, a.boundWork)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		web.Error(w, r, log, taskd.Errorf(taskd.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
 	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		allowed := allowedMethods(r, req.URL.Path)
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
 		web.Encode(w, http.StatusMethodNotAllowed, map[string]any{"error": map[string]string{
-			"code": "method_not_allowed", "message": r.Method + " is not allowed on " + r.URL.Path}})
+			"code": "method_not_allowed", "message": req.Method + " is not allowed on " + req.URL.Path +
+				"; allowed: " + strings.Join(allowed, ", ")}})
 	})
 
 	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -69,6 +74,53 @@ func (a *App) routes() http.Handler {
 		r.Method(http.MethodGet, "/audit", h.Audit())
 	})
 	return r
+}
+
+// allowedMethods lists the methods that have a route at path, for a 405's Allow header.
+func allowedMethods(r chi.Routes, path string) []string {
+	var out []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
+		http.MethodPatch, http.MethodDelete} {
+		if r.Match(chi.NewRouteContext(), m, path) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// limitAuthFailures turns away, with 429, a source address that has failed to
+// authenticate too often (any 401 counts: a bad client key, enrollment secret or admin
+// token), before any work is done for it.
+func (a *App) limitAuthFailures(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		src := authguard.Source(r)
+		if wait, blocked := a.guard.Blocked(src); blocked {
+			err := taskd.Errorf(taskd.CodeRateLimited, "too many failed authentications from %s; try again later", src)
+			err.RetryAfter = wait
+			web.Error(w, r, a.deps.Log, err)
+			return
+		}
+		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		next.ServeHTTP(ww, r)
+		if ww.Status() == http.StatusUnauthorized {
+			a.guard.Fail(src)
+		}
+	})
+}
+
+// boundWork bounds each request's MySQL and Redis work; past the bound the request
+// answers 503 with Retry-After. A fetch bounds each round of its long poll instead (the
+// wait itself is not dependency work).
+func (a *App) boundWork(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/fetch" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), a.cfg.RequestTimeout)
+		defer cancel()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
 }
 
 // measure records each request's latency under its route pattern (never the raw path,

@@ -379,18 +379,33 @@ func (s *Store) Members(ctx context.Context, gid string) ([]string, error) {
 
 // ---- client keys ----
 
-// CreateClientKey stores the hash of a new client key of uid.
-func (s *Store) CreateClientKey(ctx context.Context, actor, uid, hash string, now time.Time) error {
+// CreateClientKey stores the hash of a new client key of uid and revokes uid's oldest
+// live keys beyond keep (the new one included), so that enrolling again and again does
+// not pile keys up. It returns how many keys it revoked.
+func (s *Store) CreateClientKey(ctx context.Context, actor, uid, hash string, keep int, now time.Time) (int, error) {
+	var revoked int64
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		// The user's key rows are locked first, so two concurrent issues count alike.
+		if _, err := tx.ExecContext(ctx, "SELECT id FROM client_key WHERE uid = ? FOR UPDATE", uid); err != nil {
+			return err
+		}
 		res, err := tx.ExecContext(ctx,
 			"INSERT INTO client_key (uid, key_hash, created_at) VALUES (?, ?, ?)", uid, hash, now)
 		if err != nil {
 			return err
 		}
 		id, _ := res.LastInsertId()
-		return audit(ctx, tx, actor, "client_key.create", "user:"+uid, nil, map[string]int64{"key_id": id}, now)
+		res, err = tx.ExecContext(ctx, `UPDATE client_key k JOIN (
+			SELECT id FROM client_key WHERE uid = ? AND revoked_at IS NULL ORDER BY id DESC LIMIT 18446744073709551615 OFFSET ?
+			) old ON old.id = k.id SET k.revoked_at = ?`, uid, keep, now)
+		if err != nil {
+			return err
+		}
+		revoked, _ = res.RowsAffected()
+		return audit(ctx, tx, actor, "client_key.create", "user:"+uid, nil,
+			map[string]int64{"key_id": id, "replaced": revoked}, now)
 	})
-	return mysqlErr("create client key", err)
+	return int(revoked), mysqlErr("create client key", err)
 }
 
 // RevokeClientKeys revokes every key of uid and returns how many were live.

@@ -69,7 +69,8 @@ type errorDetail struct {
 // are logged here, once, and the client sees a generic message.
 func Error(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	var e *taskd.Error
-	if !errors.As(err, &e) {
+	if !errors.As(err, &e) || e.Code == taskd.CodeInternal {
+		// The detail stays in the log: it may name tables, hosts or files.
 		log.ErrorContext(r.Context(), "internal error", "method", r.Method, "path", r.URL.Path, "err", err)
 		e = &taskd.Error{Code: taskd.CodeInternal, Message: "internal error"}
 	} else if e.Code == taskd.CodeUnavailable {
