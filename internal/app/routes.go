@@ -100,7 +100,10 @@ func (a *App) limitAuthFailures(next http.Handler) http.Handler {
 			web.Error(w, r, a.deps.Log, err)
 			return
 		}
-		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		ww, ok := w.(middleware.WrapResponseWriter) // measure's, when it runs first
+		if !ok {
+			ww = middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		}
 		next.ServeHTTP(ww, r)
 		if ww.Status() == http.StatusUnauthorized {
 			a.guard.Fail(src)
