@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -233,5 +234,23 @@ func TestMethodNotAllowedCarriesAllow(t *testing.T) {
 		if resp.StatusCode != 405 || resp.Header.Get("Allow") != want {
 			t.Errorf("%s %s: %d Allow %q, want 405 %q", req.Method, path, resp.StatusCode, resp.Header.Get("Allow"), want)
 		}
+	}
+}
+
+// JSON replies are read by programs: "<", ">" and "&" come back as themselves.
+func TestRepliesDoNotEscapeHTML(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	body := `{"name": "a<b> & c", "schema": {"type": "object"}}`
+	req, _ := http.NewRequest("POST", e.urls[0]+"/v1/admin/templates", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := e.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 201 || !strings.Contains(string(raw), `"name":"a<b> & c"`) {
+		t.Fatalf("%d %s", resp.StatusCode, raw)
 	}
 }
