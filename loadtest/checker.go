@@ -102,6 +102,7 @@ type CheckInput struct {
 	Dispatches []Event         // dispatch events of those tasks
 	Expires    []Event
 	Completes  []Event
+	Deads      []Event // dead events: an expiry or failure that used the last attempt
 	// Stats, if not nil, are the per-task claimed counters over a window holding every
 	// occurrence that was dispatched.
 	Stats    []TaskStat
@@ -115,11 +116,13 @@ type occKey struct {
 
 // Check checks the invariants (DESIGN.md section 5) on in.
 //
-// A quota slot is claimed by a first attempt and given back by an expiry; retries
-// (attempt > 1) keep the slot of their first attempt. So the dispatches holding an
-// occurrence are its first-attempt dispatch events minus its expire events, and per
-// user likewise: that count must not exceed dispatch_times, per user not exceed one
-// in once_per_user mode, and per task it must equal the server's claimed counter.
+// A quota slot is claimed by a dispatch and given back by an expiry that left attempts
+// (an expiry that used the last attempt, followed by a dead event, keeps it); a retry
+// (the next attempt after a failure of the same user's previous attempt) keeps the slot
+// of the attempt before it. So the dispatches holding an occurrence are its dispatch
+// events that are not retries minus its expire events that are not dead, and per user
+// likewise: that count must not exceed dispatch_times, per user not exceed one in
+// once_per_user mode, and per task it must equal the server's claimed counter.
 func Check(in CheckInput) *CheckResult {
 	r := &CheckResult{Tasks: len(in.Tasks), DispatchEvents: len(in.Dispatches),
 		ExpireEvents: len(in.Expires), CompleteEvents: len(in.Completes), ByKind: map[string]int{}}
@@ -133,13 +136,30 @@ func Check(in CheckInput) *CheckResult {
 		}
 		heldBy[k][e.UID] += delta
 	}
+	type attemptKey struct {
+		occ     occKey
+		uid     string
+		attempt int
+	}
+	failed := map[attemptKey]bool{}
+	for _, e := range in.Completes {
+		if e.Result == "failure" {
+			failed[attemptKey{occKey{e.TaskID, e.DueAt.UTC()}, e.UID, e.Attempt}] = true
+		}
+	}
+	dead := make(map[string]bool, len(in.Deads))
+	for _, e := range in.Deads {
+		dead[e.LogID] = true
+	}
 	for _, e := range in.Dispatches {
-		if e.Attempt <= 1 {
+		if !failed[attemptKey{occKey{e.TaskID, e.DueAt.UTC()}, e.UID, e.Attempt - 1}] {
 			count(e, 1)
 		}
 	}
 	for _, e := range in.Expires {
-		count(e, -1)
+		if !dead[e.LogID] {
+			count(e, -1)
+		}
 	}
 	r.Occurrences = len(held)
 
@@ -284,7 +304,7 @@ func CheckServer(ctx context.Context, c *Client, target CheckTarget, obs *Observ
 	for _, p := range []struct {
 		typ string
 		out *[]Event
-	}{{"dispatch", &in.Dispatches}, {"expire", &in.Expires}, {"complete", &in.Completes}} {
+	}{{"dispatch", &in.Dispatches}, {"expire", &in.Expires}, {"complete", &in.Completes}, {"dead", &in.Deads}} {
 		evs, read, err := c.Events(ctx, p.typ, target.Since, budget, keep)
 		if err != nil {
 			return nil, err

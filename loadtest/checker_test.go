@@ -11,6 +11,8 @@ func ev(typ, logID, uid, task string, attempt int) Event {
 	return Event{Type: typ, LogID: logID, UID: uid, TaskID: task, DueAt: due, Attempt: attempt}
 }
 
+func failure(e Event) Event { e.Result = "failure"; return e }
+
 func checkTasks() map[string]Task {
 	return map[string]Task{
 		"once:1":   {TaskID: "once:1", DispatchTimes: 2, Mode: "once_per_user"},
@@ -24,25 +26,27 @@ func TestCheckCleanRunWithRetriesAndExpiries(t *testing.T) {
 		Tasks: checkTasks(),
 		Dispatches: []Event{
 			ev("dispatch", "a", "u1", "once:1", 1),
-			ev("dispatch", "a2", "u1", "once:1", 2), // a retry keeps its slot
+			ev("dispatch", "a2", "u1", "once:1", 2), // a retry (a failed) keeps its slot
 			ev("dispatch", "b", "u2", "once:1", 1),  // expired: slot back
 			ev("dispatch", "c", "u3", "once:1", 1),
 			ev("dispatch", "d", "u2", "once:1", 1), // u2 again after its expiry: allowed
 			ev("dispatch", "e", "u1", "rotate:1", 1),
 			ev("dispatch", "f", "u1", "rotate:1", 1), // until_exhausted: same user again
+			ev("dispatch", "i", "u2", "rotate:1", 1), // expired on its last attempt: dead, slot kept
 			ev("dispatch", "g", "u1", "once:2", 1),
 			ev("dispatch", "h", "u2", "once:2", 1),
 		},
-		Expires:   []Event{ev("expire", "b", "u2", "once:1", 1), ev("expire", "d", "u2", "once:1", 1)},
-		Completes: []Event{ev("complete", "a", "u1", "once:1", 1), ev("complete", "a2", "u1", "once:1", 2), ev("complete", "c", "u3", "once:1", 1)},
-		Stats:     []TaskStat{{TaskID: "once:1", Claimed: 2}, {TaskID: "rotate:1", Claimed: 2}},
+		Expires:   []Event{ev("expire", "b", "u2", "once:1", 1), ev("expire", "d", "u2", "once:1", 1), ev("expire", "i", "u2", "rotate:1", 1)},
+		Completes: []Event{failure(ev("complete", "a", "u1", "once:1", 1)), ev("complete", "a2", "u1", "once:1", 2), ev("complete", "c", "u3", "once:1", 1)},
+		Deads:     []Event{ev("dead", "i", "u2", "rotate:1", 1)},
+		Stats:     []TaskStat{{TaskID: "once:1", Claimed: 2}, {TaskID: "rotate:1", Claimed: 3}},
 		Observed:  &Observed{Got: []string{"a", "a2", "b", "c", "c", "d"}, Done: []string{"a", "a2", "c"}},
 	}
 	r := Check(in)
 	if !r.OK() {
 		t.Fatalf("violations in a clean run: %v", r.Violations)
 	}
-	if r.Occurrences != 3 || r.AgentReceived != 5 || r.AgentCompleted != 3 || r.UnseenDispatches != 4 || r.UnseenCompletes != 0 {
+	if r.Occurrences != 3 || r.AgentReceived != 5 || r.AgentCompleted != 3 || r.UnseenDispatches != 5 || r.UnseenCompletes != 0 {
 		t.Errorf("counts: %+v", r)
 	}
 }
