@@ -50,9 +50,11 @@ var (
 	serverFields = map[string]bool{"id": true, "task_id": true, "kind": true, "created_at": true, "updated_at": true}
 )
 
-// patchMediaTypes are the Content-Types a task patch may come as. A JSON Patch
-// (application/json-patch+json) is another format: it is refused, not misread.
-var patchMediaTypes = map[string]bool{"": true, "application/merge-patch+json": true, "application/json": true}
+// jsonPatchMediaType is JSON Patch (RFC 6902), another format than the merge patch
+// this endpoint takes: it is refused, not misread. Any other Content-Type is read as a
+// merge patch, as every other endpoint reads JSON whatever the header says (curl's
+// default form type included).
+const jsonPatchMediaType = "application/json-patch+json"
 
 // PatchTask is PATCH /v1/admin/tasks/{kind}/{id}: a JSON merge patch (RFC 7396) of the
 // task's editable fields. Absent members stay as they are; null takes an optional field
@@ -66,10 +68,9 @@ func (h *Handlers) PatchTask() http.Handler {
 			return 0, nil, err
 		}
 		if ct := r.Header.Get("Content-Type"); ct != "" {
-			mt, _, err := mime.ParseMediaType(ct)
-			if err != nil || !patchMediaTypes[mt] {
+			if mt, _, _ := mime.ParseMediaType(ct); mt == jsonPatchMediaType {
 				return 0, nil, taskd.Errorf(taskd.CodeInvalid,
-					"Content-Type: want application/merge-patch+json or application/json, got %q", ct)
+					"Content-Type: this endpoint takes a JSON merge patch (application/merge-patch+json), not a JSON Patch")
 			}
 		}
 		var patch json.RawMessage

@@ -35,7 +35,8 @@ func NewService(st *store.Store, cache *queue.Cache, ds *dispatch.Service, clk c
 	return &Service{store: st, cache: cache, dispatch: ds, clock: clk, log: log.With("component", "admin"), compile: compileSchema}
 }
 
-func (s *Service) now() time.Time { return s.clock.Now().UTC() }
+// now is the time of a change, at the precision MySQL keeps (microseconds).
+func (s *Service) now() time.Time { return s.clock.Now().UTC().Truncate(time.Microsecond) }
 
 // CreateTemplate validates the schema and stores the template.
 func (s *Service) CreateTemplate(ctx context.Context, name string, schema json.RawMessage) (taskd.Template, error) {

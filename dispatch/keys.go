@@ -48,7 +48,7 @@ func (s *Service) IssueKey(ctx context.Context, actor, uid string) (string, erro
 		return "", taskd.Errorf(taskd.CodeInvalid, "uid: must be 1 to 64 of [A-Za-z0-9_-], got %q", uid)
 	}
 	key := newKey(uid)
-	replaced, err := s.store.CreateClientKey(ctx, actor, uid, HashKey(key), s.cfg.KeysPerUID, s.clock.Now().UTC())
+	replaced, err := s.store.CreateClientKey(ctx, actor, uid, HashKey(key), s.cfg.KeysPerUID, s.now())
 	if err != nil {
 		return "", err
 	}
@@ -67,7 +67,7 @@ func (s *Service) IssueKey(ctx context.Context, actor, uid string) (string, erro
 // the keys keep working until the cached set expires (KeyRecheck at most) or a retry in
 // the background reaches Redis, whichever comes first.
 func (s *Service) RevokeKeys(ctx context.Context, actor, uid string) (int, error) {
-	n, err := s.store.RevokeClientKeys(ctx, actor, uid, s.clock.Now().UTC())
+	n, err := s.store.RevokeClientKeys(ctx, actor, uid, s.now())
 	if err != nil {
 		return 0, err
 	}

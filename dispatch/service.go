@@ -62,6 +62,10 @@ func NewService(st *store.Store, cache *queue.Cache, clk clock.Clock, log *slog.
 	return &Service{store: st, cache: cache, clock: clk, log: log.With("component", "dispatch"), cfg: cfg}
 }
 
+// now is the time of a request, at the precision MySQL keeps (microseconds), so that a
+// reply shows the same instant a later read of the record does.
+func (s *Service) now() time.Time { return s.clock.Now().UTC().Truncate(time.Microsecond) }
+
 // Assignment is a task handed to an agent.
 type Assignment struct {
 	LogID          string          `json:"log_id"`
@@ -150,7 +154,7 @@ func (s *Service) longPoll(ctx context.Context, uid, keyHash string, wait time.D
 }
 
 func (s *Service) fetch(ctx context.Context, uid, keyHash string) (FetchResult, error) {
-	now := s.clock.Now().UTC()
+	now := s.now()
 	view, err := s.cache.Peek(ctx, uid, keyHash, now)
 	if err != nil {
 		return FetchResult{}, err
@@ -346,7 +350,7 @@ func (s *Service) Complete(ctx context.Context, uid, keyHash, logID string, resu
 	if err := s.cache.VerifyKey(ctx, uid, keyHash); err != nil {
 		return err
 	}
-	now := s.clock.Now().UTC()
+	now := s.now()
 	outcome, d, err := s.store.Complete(ctx, uid, logID, result, detail, now)
 	if err != nil {
 		return err

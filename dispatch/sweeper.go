@@ -12,7 +12,7 @@ import (
 func (s *Service) SweepExpired(ctx context.Context) (int, error) {
 	total := 0
 	for {
-		now := s.clock.Now().UTC()
+		now := s.now()
 		ids, err := s.store.ExpiredLeases(ctx, now, 200)
 		if err != nil {
 			return total, err
