@@ -58,12 +58,14 @@ Edit the code, not this file. -->
 
 Every setting is an environment variable; most also have a command-line flag, and flags
 win over the environment. A value that does not parse or validate stops the binary at
-start with a message naming the setting. Durations are Go durations (` + "`500ms`, `30s`, `1h`" + `);
-lists are comma-separated.
+start with a message naming the setting and the value. Durations, sizes and counts must
+be positive unless the table gives zero a meaning. Durations are Go durations
+(` + "`500ms`, `30s`, `1h`" + `); lists are comma-separated. A listen address that cannot be bound
+is reported with where it came from: ` + "`listen on :8080 (DISPATCH_ADDR): address already in use`" + `.
 
 ## dispatchd
 
-` + "`dispatchd -h`" + ` lists the flags.
+` + "`dispatchd -h`" + ` lists every setting below, the outbox relay's included, and exits 0.
 
 `)
 	b.WriteString(app.ConfigReference())
@@ -78,7 +80,7 @@ outbox relay to Kafka, which also reads these environment variables (no flags):
 	fmt.Fprintf(&b, `
 ## logsink
 
-`+"`logsink -h`"+` lists the flags. Required: %s.
+`+"`logsink -h`"+` lists every setting below and exits 0. Required: %s.
 
 `, strings.Join(required(t), ", "))
 	b.WriteString(logsink.ConfigReference())

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -98,41 +99,17 @@ func DefaultConfig() Config {
 
 // ParseConfig builds the config: defaults, then the preset named by -preset, then env
 // (LOADTEST_URL, LOADTEST_ADMIN_TOKEN, falling back to DISPATCH_ADMIN_TOKEN), then
-// the flags that were given (flags win over the preset and env).
-func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
+// the flags that were given (flags win over the preset and env). With -h or --help it
+// writes every setting to help and returns flag.ErrHelp; nothing else is written.
+func ParseConfig(args []string, getenv func(string) string, help io.Writer) (Config, error) {
 	c := DefaultConfig()
 	var f Config // flag targets; copied over c for the flags that were set
-	f.Size = Size{}
 	var workload string
-	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&f.URL, "url", c.URL, "server base URL (env LOADTEST_URL)")
-	fs.StringVar(&f.AdminToken, "admin-token", c.AdminToken, "admin bearer token (env LOADTEST_ADMIN_TOKEN or DISPATCH_ADMIN_TOKEN)")
-	fs.StringVar(&f.Preset, "preset", c.Preset, "size preset: small, medium or large (the size flags override it)")
-	fs.StringVar(&workload, "workload", string(c.Workload), "mixed, empty (only future tasks: warm empty polls) or cycles (a backlog of due work)")
-	fs.IntVar(&f.Size.Users, "users", 0, "users, each with its own client key (default: the preset's)")
-	fs.IntVar(&f.Size.Groups, "groups", 0, "groups (default: the preset's)")
-	fs.IntVar(&f.Size.Templates, "templates", 0, "parameter templates (default: the preset's)")
-	fs.IntVar(&f.Size.Once, "once", 0, "once tasks (default: the preset's)")
-	fs.IntVar(&f.Size.Rotate, "rotate", 0, "rotate tasks (default: the preset's)")
-	fs.IntVar(&f.Size.Agents, "agents", 0, "concurrent agents (default: the preset's)")
-	fs.DurationVar(&f.Size.Duration, "duration", 0, "length of the timed run (default: the preset's)")
-	fs.Int64Var(&f.Cycles, "cycles", 0, "stop after this many agent cycles (a fetch, and its complete) in total; 0: no limit")
-	fs.Float64Var(&f.Rate, "rate", 0, "fixed fetch rate per second over all agents (open model); 0: closed loop")
-	fs.DurationVar(&f.Think, "think", c.Think, "time an agent works on a task before completing it")
-	fs.Float64Var(&f.FailRate, "fail-rate", c.FailRate, "share of completions reported as failure (0..1)")
-	fs.BoolVar(&f.Warmup, "warmup", c.Warmup, "poll every user once before the timed run (reported apart)")
-	fs.DurationVar(&f.Timeout, "timeout", c.Timeout, "per-request timeout")
-	fs.DurationVar(&f.Backlog, "backlog", c.Backlog, "how far in the past due tasks start (keep it inside the server's catch-up)")
-	fs.Uint64Var(&f.Seed, "seed", c.Seed, "scenario random seed")
-	fs.StringVar(&f.RunID, "run-id", "", "run id carried by every user, group and template (default: random); with -check-only, the run to check")
-	fs.IntVar(&f.SetupConcurrency, "setup-concurrency", c.SetupConcurrency, "concurrent admin requests during setup")
-	fs.DurationVar(&f.Progress, "progress", c.Progress, "interval of the live progress line on stderr; 0: none")
-	fs.BoolVar(&f.JSON, "json", false, "print the report as JSON")
-	fs.BoolVar(&f.Check, "check", c.Check, "check the invariants through the admin API after the run")
-	fs.BoolVar(&f.CheckOnly, "check-only", false, "only check the invariants of the run named by -run-id")
-	fs.Int64Var(&f.MaxEvents, "max-events", c.MaxEvents, "most events the checker reads")
+	fs, envOf := newFlagSet(c, &f, &workload)
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			writeUsage(help, fs, envOf)
+		}
 		return c, err
 	}
 	if fs.NArg() > 0 {
@@ -191,6 +168,84 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	return c, c.Validate()
 }
 
+// sizeFlags are the flags whose default is the preset's, and how to read it.
+var sizeFlags = map[string]func(Size) string{
+	"users":     func(s Size) string { return strconv.Itoa(s.Users) },
+	"groups":    func(s Size) string { return strconv.Itoa(s.Groups) },
+	"templates": func(s Size) string { return strconv.Itoa(s.Templates) },
+	"once":      func(s Size) string { return strconv.Itoa(s.Once) },
+	"rotate":    func(s Size) string { return strconv.Itoa(s.Rotate) },
+	"agents":    func(s Size) string { return strconv.Itoa(s.Agents) },
+	"duration":  func(s Size) string { return s.Duration.String() },
+}
+
+// newFlagSet defines the flags on f (and workload), with c's values as defaults, and
+// says which environment variables stand in for a flag (envOf, by flag name). The flag
+// set writes nothing: ParseConfig returns its errors and writes -h itself.
+func newFlagSet(c Config, f *Config, workload *string) (*flag.FlagSet, map[string]string) {
+	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	fs.StringVar(&f.URL, "url", c.URL, "server base URL")
+	fs.StringVar(&f.AdminToken, "admin-token", c.AdminToken, "admin bearer token")
+	fs.StringVar(&f.Preset, "preset", c.Preset, "size preset: small, medium or large (the size flags override it)")
+	fs.StringVar(workload, "workload", string(c.Workload), "mixed, empty (only future tasks: warm empty polls) or cycles (a backlog of due work)")
+	fs.IntVar(&f.Size.Users, "users", 0, "users, each with its own client key")
+	fs.IntVar(&f.Size.Groups, "groups", 0, "groups")
+	fs.IntVar(&f.Size.Templates, "templates", 0, "parameter templates")
+	fs.IntVar(&f.Size.Once, "once", 0, "once tasks")
+	fs.IntVar(&f.Size.Rotate, "rotate", 0, "rotate tasks")
+	fs.IntVar(&f.Size.Agents, "agents", 0, "concurrent agents")
+	fs.DurationVar(&f.Size.Duration, "duration", 0, "length of the timed run")
+	fs.Int64Var(&f.Cycles, "cycles", 0, "stop after this many agent cycles (a fetch, and its complete) in total; 0: no limit")
+	fs.Float64Var(&f.Rate, "rate", 0, "fixed fetch rate per second over all agents (open model); 0: closed loop")
+	fs.DurationVar(&f.Think, "think", c.Think, "time an agent works on a task before completing it")
+	fs.Float64Var(&f.FailRate, "fail-rate", c.FailRate, "share of completions reported as failure (0..1)")
+	fs.BoolVar(&f.Warmup, "warmup", c.Warmup, "poll every user once before the timed run (reported apart)")
+	fs.DurationVar(&f.Timeout, "timeout", c.Timeout, "per-request timeout")
+	fs.DurationVar(&f.Backlog, "backlog", c.Backlog, "how far in the past due tasks start (keep it inside the server's catch-up)")
+	fs.Uint64Var(&f.Seed, "seed", c.Seed, "scenario random seed")
+	fs.StringVar(&f.RunID, "run-id", "", "run id carried by every user, group and template (empty: random); with -check-only, the run to check")
+	fs.IntVar(&f.SetupConcurrency, "setup-concurrency", c.SetupConcurrency, "concurrent admin requests during setup")
+	fs.DurationVar(&f.Progress, "progress", c.Progress, "interval of the live progress line on stderr; 0: none")
+	fs.BoolVar(&f.JSON, "json", false, "print the report as JSON")
+	fs.BoolVar(&f.Check, "check", c.Check, "check the invariants through the admin API after the run")
+	fs.BoolVar(&f.CheckOnly, "check-only", false, "only check the invariants of the run named by -run-id")
+	fs.Int64Var(&f.MaxEvents, "max-events", c.MaxEvents, "most events the checker reads")
+	return fs, map[string]string{"url": "LOADTEST_URL", "admin-token": "LOADTEST_ADMIN_TOKEN, else DISPATCH_ADMIN_TOKEN's first token"}
+}
+
+// writeUsage lists every flag with its environment variable (if any), its default and
+// its meaning.
+func writeUsage(w io.Writer, fs *flag.FlagSet, envOf map[string]string) {
+	fmt.Fprint(w, `Usage: loadtest [flags]
+
+Drives a running dispatchd as many agents would, then checks the invariants. Flags win
+over the environment and over the preset. Exit status 1: the run failed (FAIL).
+
+`)
+	var names []string
+	for name := range Presets {
+		names = append(names, name)
+	}
+	sort.Slice(names, func(i, j int) bool { return Presets[names[i]].Users < Presets[names[j]].Users })
+	fs.VisitAll(func(f *flag.Flag) {
+		def := fmt.Sprintf("default %q", f.DefValue)
+		if get, ok := sizeFlags[f.Name]; ok {
+			var per []string
+			for _, n := range names {
+				per = append(per, n+" "+get(Presets[n]))
+			}
+			def = "default: the preset's: " + strings.Join(per, ", ")
+		}
+		if env := envOf[f.Name]; env != "" {
+			fmt.Fprintf(w, "  -%s, %s (%s)\n      %s\n", f.Name, env, def, f.Usage)
+		} else {
+			fmt.Fprintf(w, "  -%s (%s)\n      %s\n", f.Name, def, f.Usage)
+		}
+	})
+}
+
 // firstToken takes the secret of the first entry of a DISPATCH_ADMIN_TOKEN list
 // (entries are "name=secret" or a bare secret).
 func firstToken(v string) string {
@@ -201,7 +256,8 @@ func firstToken(v string) string {
 	return first
 }
 
-// Validate checks the settings and names the wrong one.
+// Validate checks the settings and names the wrong one, with its value. Durations,
+// sizes and counts must be positive wherever zero means nothing.
 func (c Config) Validate() error {
 	var errs []error
 	if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -209,6 +265,19 @@ func (c Config) Validate() error {
 	}
 	if c.AdminToken == "" {
 		errs = append(errs, errors.New("-admin-token: required"))
+	}
+	// The client and the checker use these in -check-only runs too.
+	if c.Timeout <= 0 {
+		errs = append(errs, fmt.Errorf("-timeout: must be positive, got %s", c.Timeout))
+	}
+	if c.MaxEvents < 1 {
+		errs = append(errs, fmt.Errorf("-max-events: must be >= 1, got %d", c.MaxEvents))
+	}
+	if c.SetupConcurrency < 1 || c.SetupConcurrency > 1024 {
+		errs = append(errs, fmt.Errorf("-setup-concurrency: must be 1..1024, got %d", c.SetupConcurrency))
+	}
+	if c.RunID != "" && !validRunID(c.RunID) {
+		errs = append(errs, fmt.Errorf("-run-id: 1..40 of [A-Za-z0-9], got %q", c.RunID))
 	}
 	if c.CheckOnly {
 		if c.RunID == "" {
@@ -231,8 +300,13 @@ func (c Config) Validate() error {
 	if s.Templates < 1 || s.Templates > 1000 {
 		errs = append(errs, fmt.Errorf("-templates: must be 1..1000, got %d", s.Templates))
 	}
-	if s.Once < 0 || s.Rotate < 0 || s.Once+s.Rotate > 1_000_000 {
-		errs = append(errs, fmt.Errorf("-once, -rotate: must be >= 0 and at most 1000000 together, got %d and %d", s.Once, s.Rotate))
+	switch {
+	case s.Once < 0:
+		errs = append(errs, fmt.Errorf("-once: must be >= 0, got %d", s.Once))
+	case s.Rotate < 0:
+		errs = append(errs, fmt.Errorf("-rotate: must be >= 0, got %d", s.Rotate))
+	case s.Once+s.Rotate < 1 || s.Once+s.Rotate > 1_000_000:
+		errs = append(errs, fmt.Errorf("-once, -rotate: need 1..1000000 tasks together, got %d and %d", s.Once, s.Rotate))
 	}
 	if s.Agents < 1 || s.Agents > s.Users {
 		errs = append(errs, fmt.Errorf("-agents: must be 1..users (%d), got %d", s.Users, s.Agents))
@@ -241,10 +315,10 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("-duration: must be in (0, 24h], got %s", s.Duration))
 	}
 	if c.Cycles < 0 {
-		errs = append(errs, fmt.Errorf("-cycles: must be >= 0, got %d", c.Cycles))
+		errs = append(errs, fmt.Errorf("-cycles: must be >= 0 (0: no limit), got %d", c.Cycles))
 	}
 	if c.Rate < 0 {
-		errs = append(errs, fmt.Errorf("-rate: must be >= 0, got %v", c.Rate))
+		errs = append(errs, fmt.Errorf("-rate: must be >= 0 (0: closed loop), got %v", c.Rate))
 	}
 	if c.Think < 0 {
 		errs = append(errs, fmt.Errorf("-think: must be >= 0, got %s", c.Think))
@@ -252,23 +326,11 @@ func (c Config) Validate() error {
 	if c.FailRate < 0 || c.FailRate > 1 {
 		errs = append(errs, fmt.Errorf("-fail-rate: must be 0..1, got %v", c.FailRate))
 	}
-	if c.Timeout <= 0 {
-		errs = append(errs, fmt.Errorf("-timeout: must be positive, got %s", c.Timeout))
-	}
 	if c.Backlog < time.Minute || c.Backlog > 7*24*time.Hour {
 		errs = append(errs, fmt.Errorf("-backlog: must be 1m..168h, got %s", c.Backlog))
 	}
-	if c.SetupConcurrency < 1 || c.SetupConcurrency > 1024 {
-		errs = append(errs, fmt.Errorf("-setup-concurrency: must be 1..1024, got %d", c.SetupConcurrency))
-	}
 	if c.Progress < 0 {
-		errs = append(errs, fmt.Errorf("-progress: must be >= 0, got %s", c.Progress))
-	}
-	if c.MaxEvents < 1 {
-		errs = append(errs, fmt.Errorf("-max-events: must be >= 1, got %d", c.MaxEvents))
-	}
-	if c.RunID != "" && !validRunID(c.RunID) {
-		errs = append(errs, fmt.Errorf("-run-id: 1..40 of [A-Za-z0-9], got %q", c.RunID))
+		errs = append(errs, fmt.Errorf("-progress: must be >= 0 (0: none), got %s", c.Progress))
 	}
 	return errors.Join(errs...)
 }

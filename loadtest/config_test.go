@@ -1,6 +1,8 @@
 package loadtest
 
 import (
+	"errors"
+	"flag"
 	"io"
 	"strings"
 	"testing"
@@ -68,5 +70,83 @@ func TestPresetsValid(t *testing.T) {
 	}
 	if Presets["small"].Duration > time.Minute {
 		t.Error("small preset should be quick")
+	}
+}
+
+// A zero or negative duration, size or count is refused where zero means nothing (in
+// -check-only runs too), with an error naming the flag and the value.
+func TestParseConfigRefusesNonPositive(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args      []string
+		flag, got string
+	}{
+		{[]string{"-users", "0"}, "-users", "got 0"},
+		{[]string{"-users", "-1"}, "-users", "got -1"},
+		{[]string{"-groups", "0"}, "-groups", "got 0"},
+		{[]string{"-templates", "0"}, "-templates", "got 0"},
+		{[]string{"-agents", "0"}, "-agents", "got 0"},
+		{[]string{"-once", "-1"}, "-once", "got -1"},
+		{[]string{"-once", "0", "-rotate", "0"}, "-once, -rotate", "got 0 and 0"},
+		{[]string{"-duration", "0s"}, "-duration", "got 0s"},
+		{[]string{"-duration", "-1s"}, "-duration", "got -1s"},
+		{[]string{"-timeout", "0s"}, "-timeout", "got 0s"},
+		{[]string{"-backlog", "0s"}, "-backlog", "got 0s"},
+		{[]string{"-setup-concurrency", "0"}, "-setup-concurrency", "got 0"},
+		{[]string{"-max-events", "0"}, "-max-events", "got 0"},
+		{[]string{"-cycles", "-1"}, "-cycles", "got -1"},
+		{[]string{"-rate", "-1"}, "-rate", "got -1"},
+		{[]string{"-think", "-1s"}, "-think", "got -1s"},
+		{[]string{"-progress", "-1s"}, "-progress", "got -1s"},
+		{[]string{"-check-only", "-run-id", "r1", "-timeout", "0s"}, "-timeout", "got 0s"},
+		{[]string{"-check-only", "-run-id", "r1", "-max-events", "0"}, "-max-events", "got 0"},
+	} {
+		_, err := ParseConfig(c.args, func(string) string { return "" }, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.flag+": ") || !strings.Contains(err.Error(), c.got) {
+			t.Errorf("%v: %v, want an error naming %s and saying %q", c.args, err, c.flag, c.got)
+		}
+	}
+}
+
+// -h lists every flag with its default, and the environment variables ParseConfig
+// reads, and returns flag.ErrHelp.
+func TestParseConfigHelpListsEverySetting(t *testing.T) {
+	t.Parallel()
+	var read []string
+	getenv := func(k string) string { read = append(read, k); return "" }
+	if _, err := ParseConfig(nil, getenv, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	var help strings.Builder
+	if _, err := ParseConfig([]string{"-h"}, getenv, &help); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("-h: %v, want flag.ErrHelp", err)
+	}
+	fs, _ := newFlagSet(DefaultConfig(), &Config{}, new(string))
+	n := 0
+	fs.VisitAll(func(f *flag.Flag) {
+		n++
+		line := ""
+		for _, l := range strings.Split(help.String(), "\n") {
+			if strings.HasPrefix(strings.TrimSpace(l), "-"+f.Name+" ") || strings.HasPrefix(strings.TrimSpace(l), "-"+f.Name+",") {
+				line = l
+			}
+		}
+		if line == "" || !strings.Contains(line, "default") {
+			t.Errorf("-h lacks -%s with its default: %q", f.Name, line)
+		}
+		if f.DefValue != "0" && f.DefValue != "" && !strings.Contains(line, f.DefValue) {
+			t.Errorf("-%s: default %s not shown: %q", f.Name, f.DefValue, line)
+		}
+	})
+	if n < 20 {
+		t.Fatalf("only %d flags", n)
+	}
+	for _, name := range read {
+		if !strings.Contains(help.String(), name) {
+			t.Errorf("ParseConfig reads %s, which -h does not list", name)
+		}
+	}
+	if !strings.Contains(help.String(), "-users (default: the preset's: small 200,") {
+		t.Errorf("size flags do not show the presets' values:\n%s", help.String())
 	}
 }

@@ -21,7 +21,9 @@
 //     quota, no user twice on a once_per_user occurrence, the claimed counters equal to
 //     the live and completed dispatches, every dispatch an agent received durable in
 //     MySQL, every completion an agent saw acknowledged recorded. A violation fails the
-//     run.
+//     run, and so does a check that cannot be completed: nothing then says the
+//     invariants hold. Report.Verdict is the one source of the PASS or FAIL printed,
+//     the JSON's "passed" and the command's exit status.
 //
 // The report (report.go) gives fetch/s, the empty-poll ratio, dispatch+complete
 // cycles/s, latency p50/p90/p99/max per endpoint from HDR histograms, and errors by

@@ -65,7 +65,7 @@ func TestEndToEndRunThenPlantedViolation(t *testing.T) {
 		t.Errorf("no dispatch cycles or no failures reported: warm-up %+v run %+v", w, r)
 	}
 	c := rep.Check
-	if c == nil || !c.OK() || !rep.Passed {
+	if c == nil || !c.OK() || !rep.Passed() {
 		t.Fatalf("check of a clean run: %+v", c)
 	}
 	if c.Tasks != cfg.Size.Once+cfg.Size.Rotate || c.DispatchEvents == 0 || c.CompleteEvents == 0 {
@@ -96,8 +96,8 @@ func TestEndToEndRunThenPlantedViolation(t *testing.T) {
 		}
 	}
 	rep.Check = res
-	if err := verdict(rep); !errors.Is(err, ErrViolations) || rep.Passed {
-		t.Errorf("verdict: %v passed %v, want ErrViolations", err, rep.Passed)
+	if err := rep.Verdict(); !errors.Is(err, ErrViolations) || rep.Passed() {
+		t.Errorf("verdict: %v passed %v, want ErrViolations", err, rep.Passed())
 	}
 }
 
@@ -111,7 +111,7 @@ func TestEndToEndOpenModel(t *testing.T) {
 	if err != nil {
 		t.Fatalf("run: %v", err)
 	}
-	if rep.Run.Fetches != 100 || rep.Run.Empty != 100 || rep.Run.EmptyRatio != 1 || !rep.Passed {
+	if rep.Run.Fetches != 100 || rep.Run.Empty != 100 || rep.Run.EmptyRatio != 1 || !rep.Passed() {
 		t.Errorf("open model: %+v", rep.Run)
 	}
 }

@@ -12,6 +12,11 @@ import (
 // command exits 1.
 var ErrViolations = errors.New("invariant violations")
 
+// ErrCheckIncomplete is returned (wrapped) when the check could not be completed (the
+// admin API failed, or the run was interrupted during the check): nothing says the
+// invariants hold, so the run fails and the command exits 1.
+var ErrCheckIncomplete = errors.New("invariant check not completed")
+
 // Progress is where the live line and stage messages go.
 type Progress struct {
 	W   io.Writer // nil: silent
@@ -28,26 +33,25 @@ func (p Progress) printf(format string, args ...any) {
 const warmupLimit = 15 * time.Minute
 
 // Run performs a whole run of cfg: setup, warm-up, the timed run and the check (or
-// only the check, with CheckOnly). The report is returned even when the check fails;
-// the error then wraps ErrViolations.
+// only the check, with CheckOnly). Once the agents have run (or, with CheckOnly,
+// from the start) a report is returned, and the error is then always its Verdict:
+// it wraps ErrViolations or ErrCheckIncomplete when the run failed. Without a report
+// (a bad config, a failed setup, an interrupted run) the error says why.
 func Run(ctx context.Context, cfg Config, prog Progress) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	c := NewClient(cfg.URL, cfg.AdminToken, 2*cfg.Size.Agents+cfg.SetupConcurrency, cfg.Timeout)
 	defer c.Close()
-	rep := &Report{URL: cfg.URL, Passed: true}
+	rep := &Report{URL: cfg.URL}
 
 	if cfg.CheckOnly {
 		rep.RunID = cfg.RunID
 		now := time.Now()
 		res, err := CheckServer(ctx, c, CheckTarget{RunID: cfg.RunID, ClaimsFrom: now.Add(-8 * 24 * time.Hour),
 			ClaimsTo: now.Add(time.Minute), MaxEvents: cfg.MaxEvents}, nil)
-		if err != nil {
-			return nil, fmt.Errorf("check: %w", err)
-		}
-		rep.Check = res
-		return rep, verdict(rep)
+		rep.Check, rep.checkErr = res, err
+		return rep, rep.Verdict()
 	}
 
 	runID := cfg.RunID
@@ -109,18 +113,7 @@ func Run(ctx context.Context, cfg Config, prog Progress) (*Report, error) {
 			ClaimsTo:   time.Now().Add(time.Minute),
 			MaxEvents:  cfg.MaxEvents,
 		}, &obs)
-		if err != nil {
-			return rep, fmt.Errorf("check: %w", err)
-		}
-		rep.Check = res
+		rep.Check, rep.checkErr = res, err
 	}
-	return rep, verdict(rep)
-}
-
-func verdict(rep *Report) error {
-	if rep.Check != nil && !rep.Check.OK() {
-		rep.Passed = false
-		return fmt.Errorf("run %s: %d %w", rep.RunID, rep.Check.ViolationCount, ErrViolations)
-	}
-	return nil
+	return rep, rep.Verdict()
 }

@@ -26,8 +26,42 @@ type Report struct {
 	Warmup   *Phase       `json:"warmup,omitempty"`
 	Run      *Phase       `json:"run,omitempty"`
 	Check    *CheckResult `json:"check,omitempty"`
-	// Passed is false when the check found a violation.
-	Passed bool `json:"passed"`
+	// checkErr is why the check could not be completed (nil: it was, or was not asked
+	// for). The JSON carries it as check_error.
+	checkErr error
+}
+
+// Verdict is the run's outcome and the one source of every form of it: the table's
+// PASS or FAIL line, the JSON's "passed", and the command's exit status. It is nil when
+// the run passed; otherwise it wraps ErrCheckIncomplete (the check could not be
+// completed: nothing says the invariants hold) or ErrViolations (the check found
+// broken invariants).
+func (r *Report) Verdict() error {
+	switch {
+	case r.checkErr != nil:
+		return fmt.Errorf("run %s: %w: %w", r.RunID, ErrCheckIncomplete, r.checkErr)
+	case r.Check != nil && !r.Check.OK():
+		return fmt.Errorf("run %s: %d %w", r.RunID, r.Check.ViolationCount, ErrViolations)
+	}
+	return nil
+}
+
+// Passed reports whether the run passed: Verdict is nil.
+func (r *Report) Passed() bool { return r.Verdict() == nil }
+
+// MarshalJSON adds what Verdict says to the report's fields: "passed", and
+// "check_error" when the check could not be completed.
+func (r *Report) MarshalJSON() ([]byte, error) {
+	type fields Report // without this method
+	var checkErr string
+	if r.checkErr != nil {
+		checkErr = r.checkErr.Error()
+	}
+	return json.Marshal(struct {
+		*fields
+		CheckError string `json:"check_error,omitempty"`
+		Passed     bool   `json:"passed"`
+	}{(*fields)(r), checkErr, r.Passed()})
 }
 
 // SizeJSON is the scenario's size.
@@ -184,8 +218,14 @@ func (r *Report) WriteTable(w io.Writer) error {
 			}
 		}
 	}
+	switch {
+	case r.checkErr != nil:
+		fmt.Fprintf(w, "\ncheck could not be completed: %v\n", r.checkErr)
+	case r.Check == nil:
+		fmt.Fprintln(w, "\ncheck skipped: the invariants were not checked")
+	}
 	verdict := "PASS"
-	if !r.Passed {
+	if !r.Passed() {
 		verdict = "FAIL"
 	}
 	_, err := fmt.Fprintf(w, "\n%s\n", verdict)

@@ -3,6 +3,7 @@ package loadtest
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -42,7 +43,7 @@ func TestPhaseSummary(t *testing.T) {
 	}
 
 	rep := &Report{RunID: "ltx", URL: "http://127.0.0.1:1", Preset: "small", Workload: WorkloadMixed,
-		Scenario: &SizeJSON{Users: 1000, Agents: 10}, Run: p, Passed: false,
+		Scenario: &SizeJSON{Users: 1000, Agents: 10}, Run: p,
 		Check: Check(CheckInput{Tasks: map[string]Task{"once:1": {DispatchTimes: 1}},
 			Dispatches: []Event{ev("dispatch", "a", "u1", "once:1", 1), ev("dispatch", "b", "u2", "once:1", 1)}})}
 	var table bytes.Buffer
@@ -106,4 +107,53 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// Every form of the verdict comes from Verdict: the table's last line, the JSON's
+// "passed" (and "check_error"), and the error the command exits with.
+func TestVerdictIsTheOneSource(t *testing.T) {
+	t.Parallel()
+	violated := Check(CheckInput{Tasks: map[string]Task{"once:1": {DispatchTimes: 1}},
+		Dispatches: []Event{ev("dispatch", "a", "u1", "once:1", 1), ev("dispatch", "b", "u2", "once:1", 1)}})
+	for _, c := range []struct {
+		name    string
+		rep     *Report
+		wantErr error // nil: passes
+		table   string
+	}{
+		{"clean", &Report{RunID: "r1", Check: Check(CheckInput{})}, nil, "invariants hold"},
+		{"not checked", &Report{RunID: "r1"}, nil, "check skipped"},
+		{"violations", &Report{RunID: "r1", Check: violated}, ErrViolations, "VIOLATIONS: 1"},
+		{"check error", &Report{RunID: "r1", checkErr: errors.New("list dispatch events: 500 internal")},
+			ErrCheckIncomplete, "check could not be completed: list dispatch events: 500 internal"},
+	} {
+		err := c.rep.Verdict()
+		if c.wantErr == nil && err != nil || c.wantErr != nil && !errors.Is(err, c.wantErr) {
+			t.Errorf("%s: verdict %v, want %v", c.name, err, c.wantErr)
+		}
+		want := map[bool]string{true: "PASS", false: "FAIL"}[c.wantErr == nil]
+		var table bytes.Buffer
+		if err := c.rep.WriteTable(&table); err != nil {
+			t.Fatal(err)
+		}
+		if s := strings.TrimSpace(table.String()); !strings.HasSuffix(s, "\n"+want) || !strings.Contains(s, c.table) {
+			t.Errorf("%s: table does not end in %s or lacks %q:\n%s", c.name, want, c.table, s)
+		}
+		var js bytes.Buffer
+		if err := c.rep.WriteJSON(&js); err != nil {
+			t.Fatal(err)
+		}
+		var back struct {
+			RunID      string `json:"run_id"`
+			Passed     *bool  `json:"passed"`
+			CheckError string `json:"check_error"`
+		}
+		if err := json.Unmarshal(js.Bytes(), &back); err != nil {
+			t.Fatal(err)
+		}
+		if back.Passed == nil || *back.Passed != (c.wantErr == nil) || back.RunID != "r1" ||
+			(back.CheckError != "") != errors.Is(c.wantErr, ErrCheckIncomplete) {
+			t.Errorf("%s: json %s", c.name, js.String())
+		}
+	}
 }

@@ -71,7 +71,7 @@ type Config struct {
 	MaxInFlight int
 	// ShutdownTimeout bounds the graceful flush at shutdown
 	// (DISPATCH_LOGSINK_SHUTDOWN_TIMEOUT, default 20s); what is not indexed by then is
-	// not committed and is consumed again at the next start.
+	// not committed and is consumed again at the next start. 0 stops at once.
 	ShutdownTimeout time.Duration
 	// LogLevel is debug, info, warn or error (DISPATCH_LOG_LEVEL, default info).
 	LogLevel string
@@ -119,28 +119,69 @@ func (v listValue) String() string {
 func (v listValue) Set(s string) error { *v.dst = splitList(s); return nil }
 
 // Load applies the environment (read with getenv) and then the command-line args to c.
-// A value that does not parse is an error naming its variable or flag.
+// A value that does not parse is an error naming its variable or flag. With -h it
+// writes the flags to output (flag.PrintDefaults) and returns flag.ErrHelp.
 func (c *Config) Load(args []string, getenv func(string) string, output io.Writer) error {
+	fs, _, errs := c.flagSet(getenv, output)
+	if errs != nil {
+		return errs
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	return nil
+}
+
+// Source says where the setting named env gets its value when Load reads args and
+// getenv: "flag -<name>", the environment variable's name, or "default". Error
+// messages use it, e.g. a bind error's.
+func Source(args []string, getenv func(string) string, env string) string {
+	c := DefaultConfig()
+	fs, envOf, _ := c.flagSet(getenv, io.Discard)
+	fs.Usage = func() {}
+	_ = fs.Parse(args) // Load reports the errors
+	src := "default"
+	if getenv(env) != "" {
+		src = env
+	}
+	fs.Visit(func(f *flag.Flag) {
+		if envOf[f.Name] == env {
+			src = "flag -" + f.Name
+		}
+	})
+	return src
+}
+
+// flagSet applies the environment to c and returns the flag set that applies args,
+// the environment variable of each flag, and the environment values that did not parse.
+func (c *Config) flagSet(getenv func(string) string, output io.Writer) (*flag.FlagSet, map[string]string, error) {
 	fs := flag.NewFlagSet("logsink", flag.ContinueOnError)
 	fs.SetOutput(output)
+	envOf := map[string]string{}
 	var errs []error
 	env := func(name string) (string, bool) {
 		v := getenv(name)
 		return v, v != ""
 	}
 	str := func(dst *string, flagName, envName, usage string) {
+		envOf[flagName] = envName
 		if v, ok := env(envName); ok {
 			*dst = v
 		}
 		fs.StringVar(dst, flagName, *dst, usage+" ("+envName+")")
 	}
 	list := func(dst *[]string, flagName, envName, usage string) {
+		envOf[flagName] = envName
 		if v, ok := env(envName); ok {
 			*dst = splitList(v)
 		}
 		fs.Var(listValue{dst}, flagName, usage+", comma-separated ("+envName+")")
 	}
 	integer := func(dst *int, flagName, envName, usage string) {
+		envOf[flagName] = envName
 		if v, ok := env(envName); ok {
 			n, err := strconv.Atoi(v)
 			if err != nil {
@@ -151,6 +192,7 @@ func (c *Config) Load(args []string, getenv func(string) string, output io.Write
 		fs.IntVar(dst, flagName, *dst, usage+" ("+envName+")")
 	}
 	boolean := func(dst *bool, flagName, envName, usage string) {
+		envOf[flagName] = envName
 		if v, ok := env(envName); ok {
 			b, err := strconv.ParseBool(v)
 			if err != nil {
@@ -161,6 +203,7 @@ func (c *Config) Load(args []string, getenv func(string) string, output io.Write
 		fs.BoolVar(dst, flagName, *dst, usage+" ("+envName+")")
 	}
 	duration := func(dst *time.Duration, flagName, envName, usage string) {
+		envOf[flagName] = envName
 		if v, ok := env(envName); ok {
 			d, err := time.ParseDuration(v)
 			if err != nil {
@@ -192,23 +235,15 @@ func (c *Config) Load(args []string, getenv func(string) string, output io.Write
 	duration(&c.RetryMin, "es-retry-min", "DISPATCH_ES_RETRY_MIN", "first retry backoff")
 	duration(&c.RetryMax, "es-retry-max", "DISPATCH_ES_RETRY_MAX", "longest retry backoff")
 	integer(&c.MaxInFlight, "max-in-flight", "DISPATCH_LOGSINK_MAX_IN_FLIGHT", "messages fetched but not yet indexed")
-	duration(&c.ShutdownTimeout, "shutdown-timeout", "DISPATCH_LOGSINK_SHUTDOWN_TIMEOUT", "graceful shutdown bound")
+	duration(&c.ShutdownTimeout, "shutdown-timeout", "DISPATCH_LOGSINK_SHUTDOWN_TIMEOUT", "graceful shutdown bound; 0: stop at once, what is in flight is consumed again at the next start")
 	str(&c.LogLevel, "log-level", "DISPATCH_LOG_LEVEL", "debug, info, warn or error")
 	str(&c.MetricsAddr, "metrics-addr", "DISPATCH_LOGSINK_METRICS_ADDR", "listen address of /metrics and /healthz; empty: off")
 
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %v", fs.Args())
-	}
-	return nil
+	return fs, envOf, errors.Join(errs...)
 }
 
-// Validate reports the first invalid setting, by its environment name.
+// Validate reports the first invalid setting, by its environment name, with its
+// value. Durations, sizes and counts must be positive wherever zero means nothing.
 func (c Config) Validate() error {
 	switch {
 	case len(c.KafkaBrokers) == 0:
@@ -223,30 +258,35 @@ func (c Config) Validate() error {
 		return errors.New("DISPATCH_KAFKA_DLQ_TOPIC: must differ from DISPATCH_KAFKA_TOPIC")
 	case c.Group == "":
 		return errors.New("DISPATCH_KAFKA_GROUP: must not be empty")
-	case c.CreateTopics && c.TopicPartitions < 1:
-		return errors.New("DISPATCH_KAFKA_PARTITIONS: must be at least 1")
-	case c.CreateTopics && c.TopicReplication < 1:
-		return errors.New("DISPATCH_KAFKA_REPLICATION: must be at least 1")
+	// Checked even with topic creation off: no topic has zero partitions or replicas.
+	case c.TopicPartitions < 1:
+		return fmt.Errorf("DISPATCH_KAFKA_PARTITIONS: must be at least 1, got %d", c.TopicPartitions)
+	case c.TopicReplication < 1:
+		return fmt.Errorf("DISPATCH_KAFKA_REPLICATION: must be at least 1, got %d", c.TopicReplication)
 	case c.SessionTimeout < time.Second:
-		return errors.New("DISPATCH_KAFKA_SESSION_TIMEOUT: must be at least 1s")
+		return fmt.Errorf("DISPATCH_KAFKA_SESSION_TIMEOUT: must be at least 1s, got %s", c.SessionTimeout)
 	case c.CommitInterval <= 0:
-		return errors.New("DISPATCH_KAFKA_COMMIT_INTERVAL: must be positive")
+		return fmt.Errorf("DISPATCH_KAFKA_COMMIT_INTERVAL: must be positive, got %s", c.CommitInterval)
 	case !validIndexPrefix(c.IndexPrefix):
 		return fmt.Errorf("DISPATCH_ES_INDEX_PREFIX: %q is not a valid index name prefix (lowercase, no spaces or \\/*?\"<>|,#:, not starting with -, _ or +)", c.IndexPrefix)
 	case c.RetentionDays < 1:
 		return fmt.Errorf("DISPATCH_ES_RETENTION_DAYS: must be at least 1, got %d", c.RetentionDays)
 	case c.Workers < 1:
-		return errors.New("DISPATCH_ES_WORKERS: must be at least 1")
+		return fmt.Errorf("DISPATCH_ES_WORKERS: must be at least 1, got %d", c.Workers)
 	case c.FlushBytes < 1024:
-		return errors.New("DISPATCH_ES_FLUSH_BYTES: must be at least 1024")
+		return fmt.Errorf("DISPATCH_ES_FLUSH_BYTES: must be at least 1024, got %d", c.FlushBytes)
 	case c.FlushInterval <= 0:
-		return errors.New("DISPATCH_ES_FLUSH_INTERVAL: must be positive")
-	case c.RetryMin <= 0 || c.RetryMax < c.RetryMin:
-		return errors.New("DISPATCH_ES_RETRY_MIN, DISPATCH_ES_RETRY_MAX: need 0 < min <= max")
+		return fmt.Errorf("DISPATCH_ES_FLUSH_INTERVAL: must be positive, got %s", c.FlushInterval)
+	case c.RetryMin <= 0:
+		return fmt.Errorf("DISPATCH_ES_RETRY_MIN: must be positive, got %s", c.RetryMin)
+	case c.RetryMax <= 0:
+		return fmt.Errorf("DISPATCH_ES_RETRY_MAX: must be positive, got %s", c.RetryMax)
+	case c.RetryMax < c.RetryMin:
+		return fmt.Errorf("DISPATCH_ES_RETRY_MIN, DISPATCH_ES_RETRY_MAX: need min <= max, got %s and %s", c.RetryMin, c.RetryMax)
 	case c.MaxInFlight < 1:
-		return errors.New("DISPATCH_LOGSINK_MAX_IN_FLIGHT: must be at least 1")
-	case c.ShutdownTimeout < 0:
-		return errors.New("DISPATCH_LOGSINK_SHUTDOWN_TIMEOUT: must not be negative")
+		return fmt.Errorf("DISPATCH_LOGSINK_MAX_IN_FLIGHT: must be at least 1, got %d", c.MaxInFlight)
+	case c.ShutdownTimeout < 0: // 0 is meaningful: stop at once, replay what was in flight
+		return fmt.Errorf("DISPATCH_LOGSINK_SHUTDOWN_TIMEOUT: must not be negative, got %s", c.ShutdownTimeout)
 	}
 	switch strings.ToLower(c.LogLevel) {
 	case "debug", "info", "warn", "error":
@@ -261,4 +301,25 @@ func validIndexPrefix(p string) bool {
 		return false
 	}
 	return !strings.HasPrefix(p, "-") && !strings.HasPrefix(p, "_") && !strings.HasPrefix(p, "+")
+}
+
+// CheckRelayEnv refuses an outbox relay setting given as zero or a negative value.
+// LoadRelayConfig takes zero for "not set" and puts the default in its place, so
+// without this DISPATCH_RELAY_BATCH_SIZE=0 would start with 1000 and say nothing. Values
+// that do not parse are LoadRelayConfig's to report.
+func CheckRelayEnv(getenv func(string) string) error {
+	var errs []error
+	if v := getenv("DISPATCH_RELAY_BATCH_SIZE"); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n < 1 {
+			errs = append(errs, fmt.Errorf("DISPATCH_RELAY_BATCH_SIZE: must be at least 1, got %s", v))
+		}
+	}
+	for _, name := range []string{"DISPATCH_RELAY_BATCH_TIMEOUT", "DISPATCH_RELAY_POLL_INTERVAL"} {
+		if v := getenv(name); v != "" {
+			if d, err := time.ParseDuration(v); err == nil && d <= 0 {
+				errs = append(errs, fmt.Errorf("%s: must be positive, got %s", name, v))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }

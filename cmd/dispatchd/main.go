@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,10 +13,12 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
 	"github.com/taskpull/taskd/internal/app"
+	"github.com/taskpull/taskd/internal/logcollapse"
 	"github.com/taskpull/taskd/internal/metrics"
 	"github.com/taskpull/taskd/logsink"
 )
@@ -30,47 +33,33 @@ func main() {
 }
 
 // run starts the server and blocks until ctx is done, then shuts down gracefully:
-// in-flight requests finish (up to the shutdown timeout).
-// relayDone waits for the relay to stop.
-type relayDone chan struct{}
-
-func (d relayDone) Wait() { <-d }
-
-// startRelay runs the outbox relay to Kafka in the background until ctx is done. The
-// brokers come from the merged config (flags win); the relay's tuning from env.
-func startRelay(ctx context.Context, cfg app.Config, getenv func(string) string, deps app.Deps, a *app.App, log *slog.Logger) (relayDone, error) {
-	rc, err := logsink.LoadRelayConfig(getenv)
-	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
-	rc.Brokers = cfg.KafkaBrokers
-	if err := rc.Validate(); err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
-	relay, err := logsink.NewRelay(rc, logsink.StoreOutbox(deps.Store), log)
-	if err != nil {
-		return nil, err
-	}
-	metrics.RegisterRelay(a.Registry, func() metrics.RelayStats {
-		s := relay.Stats()
-		return metrics.RelayStats{Active: s.Active, Backlog: s.Backlog, OldestAge: s.OldestAge, Sent: s.Sent, Failures: s.Failures}
-	})
-	done := make(relayDone)
-	go func() {
-		defer close(done)
-		if err := relay.Run(ctx); err != nil {
-			log.Error("outbox relay stopped", "component", "relay", "err", err)
-		}
-	}()
-	return done, nil
-}
-
+// in-flight requests finish (up to the shutdown timeout). With -h or --help it lists
+// the settings on stdout and returns nil.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cfg, err := app.LoadConfig(args, getenv, stderr)
+	cfg, err := app.LoadConfig(args, getenv, stdout, relayEnvOnly()...)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	rc, err := loadRelayConfig(cfg, getenv)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	// Repeated warnings (one per failed request during an outage) are written once per
+	// window and counted; Close, deferred first so it runs last, writes the counts still
+	// held when run returns.
+	logs := logcollapse.New(slog.NewJSONHandler(stderr, nil), logcollapse.Options{})
+	defer logs.Close()
+	log := slog.New(logs)
+
+	// Bind before opening MySQL: a busy port fails at once, not after migrations.
+	ln, err := listen(cfg.Addr, cfg.Source("DISPATCH_ADDR"))
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
 	deps, closeDeps, err := app.Open(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -81,10 +70,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		log.Warn("DISPATCH_ADMIN_TOKEN is not set: the admin API refuses every request")
 	}
 
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("DISPATCH_ADDR: %w", err)
-	}
 	srv := &http.Server{
 		Handler:           a.Handler(),
 		ReadHeaderTimeout: 5 * time.Second,
@@ -104,7 +89,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}()
 	go a.RunBackground(bg)
 	if len(cfg.KafkaBrokers) > 0 {
-		if relay, err = startRelay(bg, cfg, getenv, deps, a, log); err != nil {
+		if relay, err = startRelay(bg, rc, deps, a, log); err != nil {
 			return err
 		}
 	}
@@ -126,4 +111,103 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	return nil
+}
+
+// relayEnvOnly lists the outbox relay's settings that dispatchd's own table lacks: the
+// relay reads them from the environment only, and -h lists them too.
+func relayEnvOnly() []app.EnvSetting {
+	own := app.EnvNames()
+	var out []app.EnvSetting
+	for _, s := range logsink.RelaySettings() {
+		if !slices.Contains(own, s.Env) {
+			out = append(out, app.EnvSetting{Env: s.Env, Default: s.Default, Usage: s.Usage})
+		}
+	}
+	return out
+}
+
+// loadRelayConfig reads the relay's settings at start, whether or not Kafka is
+// configured, so a bad one stops dispatchd before it serves. The brokers come from the
+// merged config (flags win); the relay's tuning from env.
+func loadRelayConfig(cfg app.Config, getenv func(string) string) (logsink.RelayConfig, error) {
+	rc, err := logsink.LoadRelayConfig(getenv)
+	if err != nil {
+		return rc, err
+	}
+	if err := logsink.CheckRelayEnv(getenv); err != nil {
+		return rc, err
+	}
+	rc.Brokers = cfg.KafkaBrokers
+	if len(rc.Brokers) > 0 {
+		if err := rc.Validate(); err != nil {
+			return rc, err
+		}
+	}
+	return rc, nil
+}
+
+// relayDone waits for the relay to stop.
+type relayDone chan struct{}
+
+func (d relayDone) Wait() { <-d }
+
+// startRelay runs the outbox relay to Kafka in the background until ctx is done.
+func startRelay(ctx context.Context, rc logsink.RelayConfig, deps app.Deps, a *app.App, log *slog.Logger) (relayDone, error) {
+	relay, err := logsink.NewRelay(rc, logsink.StoreOutbox(deps.Store), log)
+	if err != nil {
+		return nil, err
+	}
+	metrics.RegisterRelay(a.Registry, func() metrics.RelayStats {
+		s := relay.Stats()
+		return metrics.RelayStats{Active: s.Active, Backlog: s.Backlog, OldestAge: s.OldestAge, Sent: s.Sent, Failures: s.Failures}
+	})
+	done := make(relayDone)
+	go func() {
+		defer close(done)
+		if err := relay.Run(ctx); err != nil {
+			log.Error("outbox relay stopped", "component", "relay", "err", err)
+		}
+	}()
+	return done, nil
+}
+
+// listen binds addr; source says where addr came from (an env name, "flag -addr" or
+// "default"), and a failure names both.
+func listen(addr, source string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, &bindError{addr: addr, source: source, err: err}
+	}
+	return ln, nil
+}
+
+// bindError is a failed listen: "listen on :8080 (DISPATCH_ADDR): address already in
+// use". It wraps the net error (errors.Is(err, syscall.EADDRINUSE) holds).
+type bindError struct {
+	addr, source string
+	err          error
+}
+
+func (e *bindError) Error() string {
+	return fmt.Sprintf("listen on %s (%s): %s", e.addr, e.source, bindReason(e.err))
+}
+
+func (e *bindError) Unwrap() error { return e.err }
+
+// bindReason is the cause of a failed listen, without the operation and address that
+// net.OpError repeats.
+func bindReason(err error) string {
+	var se *os.SyscallError
+	if errors.As(err, &se) {
+		return se.Err.Error()
+	}
+	var ae *net.AddrError
+	if errors.As(err, &ae) {
+		return ae.Err
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		return oe.Err.Error()
+	}
+	return err.Error()
 }

@@ -97,11 +97,17 @@ func TestRunServesAndShutsDown(t *testing.T) {
 // address it listens on and a stop function that cancels it and returns run's error.
 func startDispatchd(t *testing.T, env map[string]string) (addr string, stop func() error) {
 	t.Helper()
+	return startDispatchdLogged(t, env, io.Discard)
+}
+
+// startDispatchdLogged is startDispatchd with run's log going to stderr.
+func startDispatchdLogged(t *testing.T, env map[string]string, stderr io.Writer) (addr string, stop func() error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	pr, pw := io.Pipe()
 	errc := make(chan error, 1)
 	go func() {
-		errc <- run(ctx, nil, func(k string) string { return env[k] }, pw, io.Discard)
+		errc <- run(ctx, nil, func(k string) string { return env[k] }, pw, stderr)
 		pw.Close()
 	}()
 	line, err := bufio.NewReader(pr).ReadString('\n')

@@ -1,6 +1,7 @@
 // Command loadtest drives a running dispatchd over HTTP as many client agents would,
 // then checks the quota invariants through the admin API (see package loadtest and
-// docs/PERFORMANCE.md). It exits 1 when the check finds a violation or the run fails.
+// docs/PERFORMANCE.md). It exits 1 when the check finds a violation, cannot be
+// completed, or the run fails; the report's PASS or FAIL always says the same.
 package main
 
 import (
@@ -20,37 +21,36 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "loadtest:", err)
-		}
+		fmt.Fprintln(os.Stderr, "loadtest:", err)
 		os.Exit(1)
 	}
 }
 
 // run parses the config, runs, and prints the report to stdout (progress to stderr).
-// The report is printed even when the check fails; the error then wraps
-// loadtest.ErrViolations.
+// The report's Verdict is both the PASS or FAIL it prints and the error run returns
+// (so the exit status): they cannot disagree. With -h or --help it lists the settings
+// on stdout and returns nil.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cfg, err := loadtest.ParseConfig(args, getenv, stderr)
+	cfg, err := loadtest.ParseConfig(args, getenv, stdout)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("config: %w", err)
+		return fmt.Errorf("config: %w (loadtest -h lists the settings)", err)
 	}
-	rep, runErr := loadtest.Run(ctx, cfg, loadtest.Progress{W: stderr, TTY: isTerminal(stderr)})
-	if rep != nil {
-		var werr error
-		if cfg.JSON {
-			werr = rep.WriteJSON(stdout)
-		} else {
-			werr = rep.WriteTable(stdout)
-		}
-		if runErr == nil && werr != nil {
-			return fmt.Errorf("write report: %w", werr)
-		}
+	rep, err := loadtest.Run(ctx, cfg, loadtest.Progress{W: stderr, TTY: isTerminal(stderr)})
+	if rep == nil {
+		return err // nothing was judged: a failed setup or an interrupted run
 	}
-	return runErr
+	if cfg.JSON {
+		err = rep.WriteJSON(stdout)
+	} else {
+		err = rep.WriteTable(stdout)
+	}
+	if err != nil {
+		return fmt.Errorf("write report: %w (verdict: %v)", err, rep.Verdict())
+	}
+	return rep.Verdict()
 }
 
 // isTerminal reports whether w is a character device (a terminal), where the live

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -33,8 +32,25 @@ func TestRunRejectsBadConfig(t *testing.T) {
 			t.Errorf("%v: %v, want it to name %s", c.args, err, c.want)
 		}
 	}
-	if err := run(t.Context(), []string{"-h"}, func(string) string { return "" }, io.Discard, io.Discard); !errors.Is(err, flag.ErrHelp) {
-		t.Errorf("-h: %v", err)
+}
+
+// -h and --help exit 0 (run returns nil) and list the settings on stdout, every
+// environment variable run reads among them.
+func TestHelpExitsZero(t *testing.T) {
+	t.Parallel()
+	var read []string
+	getenv := func(k string) string { read = append(read, k); return "" }
+	run(t.Context(), []string{"-agents", "0"}, getenv, io.Discard, io.Discard)
+	for _, arg := range []string{"-h", "--help"} {
+		var stdout bytes.Buffer
+		if err := run(t.Context(), []string{arg}, getenv, &stdout, io.Discard); err != nil {
+			t.Fatalf("%s: %v (exit status 1), want exit 0", arg, err)
+		}
+		for _, want := range append([]string{"-users", "-check-only", "-max-events"}, read...) {
+			if !strings.Contains(stdout.String(), want) {
+				t.Errorf("%s does not list %s:\n%s", arg, want, stdout.String())
+			}
+		}
 	}
 }
 

@@ -4,6 +4,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -23,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/taskpull/taskd/internal/logcollapse"
 	"github.com/taskpull/taskd/logsink"
 )
 
@@ -30,19 +32,23 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "logsink:", err)
-		}
+		fmt.Fprintln(os.Stderr, "logsink:", err)
 		os.Exit(1)
 	}
 }
 
 // run loads the configuration, then consumes until ctx is done (SIGINT or SIGTERM),
 // shutting down gracefully: in-flight events are indexed and their offsets committed.
+// With -h or --help it lists the settings on stdout and returns nil.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cfg := logsink.DefaultConfig()
-	if err := cfg.Load(args, getenv, stderr); err != nil {
-		return err
+	var flagOutput bytes.Buffer // what the flag package prints itself; the error and writeUsage say it better
+	if err := cfg.Load(args, getenv, &flagOutput); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			writeUsage(stdout)
+			return nil
+		}
+		return fmt.Errorf("config: %w (logsink -h lists the settings)", err)
 	}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("config: %w", err)
@@ -51,24 +57,89 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err := level.UnmarshalText([]byte(strings.ToLower(cfg.LogLevel))); err != nil {
 		return fmt.Errorf("config: DISPATCH_LOG_LEVEL: %w", err)
 	}
-	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	// Repeated warnings (one per event during an outage) are written once per window
+	// and counted; Close, deferred before anything that logs, writes the counts still
+	// held when run returns.
+	logs := logcollapse.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}), logcollapse.Options{})
+	defer logs.Close()
+	logger := slog.New(logs)
+	// Bind before connecting anywhere: a busy port fails at once.
+	var ln net.Listener
+	if cfg.MetricsAddr != "" {
+		var err error
+		if ln, err = listen(cfg.MetricsAddr, logsink.Source(args, getenv, "DISPATCH_LOGSINK_METRICS_ADDR")); err != nil {
+			return err
+		}
+		defer ln.Close()
+	}
 	sink, err := logsink.NewSink(cfg, logger)
 	if err != nil {
 		return err
 	}
 	logger.Info("logsink starting", "component", "main", "kafka_brokers", strings.Join(cfg.KafkaBrokers, ","),
 		"es_urls", redact(cfg.ESURLs), "topic", cfg.Topic, "group", cfg.Group)
-	if cfg.MetricsAddr != "" {
-		ln, err := net.Listen("tcp", cfg.MetricsAddr)
-		if err != nil {
-			return fmt.Errorf("DISPATCH_LOGSINK_METRICS_ADDR: %w", err)
-		}
+	if ln != nil {
 		srv := &http.Server{Handler: metricsHandler(sink), ReadHeaderTimeout: 5 * time.Second}
 		go srv.Serve(ln)
 		defer srv.Close()
 		fmt.Fprintf(stdout, "logsink metrics on %s\n", ln.Addr())
 	}
 	return sink.Run(ctx)
+}
+
+// writeUsage lists every setting: env name, flag, default and meaning.
+func writeUsage(w io.Writer) {
+	fmt.Fprint(w, `Usage: logsink [flags]
+
+Every setting is an environment variable and a flag; flags win over the environment.
+Durations are Go durations (500ms, 30s, 1h); lists are comma-separated.
+docs/CONFIG.md is the full reference.
+
+`)
+	for _, s := range logsink.Settings() {
+		fmt.Fprintf(w, "  %s, -%s (default %q)\n      %s\n", s.Env, s.Flag, s.Default, s.Usage)
+	}
+}
+
+// listen binds addr; source says where addr came from (an env name, a flag or
+// "default"), and a failure names both.
+func listen(addr, source string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, &bindError{addr: addr, source: source, err: err}
+	}
+	return ln, nil
+}
+
+// bindError is a failed listen: "listen on :9101 (DISPATCH_LOGSINK_METRICS_ADDR):
+// address already in use". It wraps the net error.
+type bindError struct {
+	addr, source string
+	err          error
+}
+
+func (e *bindError) Error() string {
+	return fmt.Sprintf("listen on %s (%s): %s", e.addr, e.source, bindReason(e.err))
+}
+
+func (e *bindError) Unwrap() error { return e.err }
+
+// bindReason is the cause of a failed listen, without the operation and address that
+// net.OpError repeats.
+func bindReason(err error) string {
+	var se *os.SyscallError
+	if errors.As(err, &se) {
+		return se.Err.Error()
+	}
+	var ae *net.AddrError
+	if errors.As(err, &ae) {
+		return ae.Err
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		return oe.Err.Error()
+	}
+	return err.Error()
 }
 
 // metricsHandler serves /metrics (the sink's throughput, dead letters, retries,

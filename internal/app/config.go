@@ -40,6 +40,10 @@ type Config struct {
 	// KeyRecheck is how long a cached client key set (or the answer that a uid has no
 	// key) is trusted before it is read from MySQL again.
 	KeyRecheck time.Duration
+
+	// sources says where LoadConfig took each setting that is not its default: the env
+	// name, or "flag -<name>"; see Source.
+	sources map[string]string
 }
 
 // setting is one row of the configuration table: its env name, flag, default and
@@ -123,9 +127,18 @@ var settings = []setting{
 	{"DISPATCH_KEY_RECHECK", "key-recheck", "1m", "how long a cached client key set (or a uid's having none) is trusted before MySQL is asked again: the bound on a revoked key working when Redis could not be told", duration(func(c *Config) *time.Duration { return &c.KeyRecheck })},
 }
 
+// EnvSetting is a setting dispatchd reads from the environment outside this table (the
+// outbox relay's, read by logsink.LoadRelayConfig); -h lists it with the others.
+type EnvSetting struct {
+	Env, Default, Usage string
+}
+
 // LoadConfig builds the config from defaults, getenv and args (flags win over env).
-func LoadConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
-	var c Config
+// With -h or --help it writes every setting to help (this table's, then envOnly) and
+// returns flag.ErrHelp. A flag that does not parse is an error naming it; nothing else
+// is written.
+func LoadConfig(args []string, getenv func(string) string, help io.Writer, envOnly ...EnvSetting) (Config, error) {
+	c := Config{sources: map[string]string{}}
 	for _, s := range settings {
 		if err := s.set(&c, s.def); err != nil {
 			return c, fmt.Errorf("default of %s: %w", s.env, err)
@@ -134,18 +147,27 @@ func LoadConfig(args []string, getenv func(string) string, stderr io.Writer) (Co
 			if err := s.set(&c, v); err != nil {
 				return c, fmt.Errorf("%s: %w", s.env, err)
 			}
+			c.sources[s.env] = s.env
 		}
 	}
 	fs := flag.NewFlagSet("dispatchd", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard) // the error comes back from Parse; -h is written below
+	fs.Usage = func() {}
 	for _, s := range settings {
-		s := s
-		fs.Func(s.flag, fmt.Sprintf("%s (env %s, default %q)", s.usage, s.env, s.def), func(v string) error {
-			return s.set(&c, v)
+		fs.Func(s.flag, s.usage, func(v string) error {
+			if err := s.set(&c, v); err != nil {
+				return err
+			}
+			c.sources[s.env] = "flag -" + s.flag
+			return nil
 		})
 	}
 	if err := fs.Parse(args); err != nil {
-		return c, err
+		if errors.Is(err, flag.ErrHelp) {
+			writeUsage(help, envOnly)
+			return c, err
+		}
+		return c, fmt.Errorf("%w (dispatchd -h lists the settings)", err)
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %v", fs.Args())
@@ -156,54 +178,91 @@ func LoadConfig(args []string, getenv func(string) string, stderr io.Writer) (Co
 	return c, c.Validate()
 }
 
-// Validate checks the settings and names the wrong one.
+// writeUsage lists every setting: env name, flag, default and meaning.
+func writeUsage(w io.Writer, envOnly []EnvSetting) {
+	fmt.Fprint(w, `Usage: dispatchd [flags]
+
+Every setting is an environment variable; most also have a flag, and flags win over
+the environment. Durations are Go durations (500ms, 30s, 1h); lists are comma-separated.
+docs/CONFIG.md is the full reference.
+
+`)
+	for _, s := range settings {
+		fmt.Fprintf(w, "  %s, -%s (default %q)\n      %s\n", s.env, s.flag, s.def, s.usage)
+	}
+	if len(envOnly) > 0 {
+		fmt.Fprint(w, "\nEnvironment only (no flag):\n\n")
+		for _, s := range envOnly {
+			fmt.Fprintf(w, "  %s (default %q)\n      %s\n", s.Env, s.Default, s.Usage)
+		}
+	}
+}
+
+// Source says where the setting named env got its value: "flag -<name>", the
+// environment variable's name, or "default".
+func (c Config) Source(env string) string {
+	if s, ok := c.sources[env]; ok {
+		return s
+	}
+	return "default"
+}
+
+// name is how an error names the setting env: by its environment name, and by its
+// flag when the value came from it.
+func (c Config) name(env string) string {
+	if s := c.Source(env); strings.HasPrefix(s, "flag ") {
+		return env + " (" + s + ")"
+	}
+	return env
+}
+
+// Validate checks the settings and names the wrong one, with its value. Durations,
+// sizes and counts must be positive wherever zero means nothing.
 func (c Config) Validate() error {
 	var errs []error
+	bad := func(env, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{c.name(env)}, args...)...))
+	}
+	positive := func(env string, d time.Duration) {
+		if d <= 0 {
+			bad(env, "must be positive, got %s", d)
+		}
+	}
 	if c.Addr == "" {
-		errs = append(errs, errors.New("DISPATCH_ADDR: required"))
+		bad("DISPATCH_ADDR", "required")
 	}
 	if c.MySQLDSN == "" {
-		errs = append(errs, errors.New("DISPATCH_MYSQL_DSN: required"))
+		bad("DISPATCH_MYSQL_DSN", "required")
 	}
 	if c.RedisAddr == "" {
-		errs = append(errs, errors.New("DISPATCH_REDIS_ADDR: required"))
+		bad("DISPATCH_REDIS_ADDR", "required")
 	}
 	if c.RedisDB < 0 || c.RedisDB > 15 {
-		errs = append(errs, fmt.Errorf("DISPATCH_REDIS_DB: must be 0..15, got %d", c.RedisDB))
+		bad("DISPATCH_REDIS_DB", "must be 0..15, got %d", c.RedisDB)
 	}
-	if c.CatchUp <= 0 {
-		errs = append(errs, fmt.Errorf("DISPATCH_CATCH_UP: must be positive, got %s", c.CatchUp))
+	positive("DISPATCH_CATCH_UP", c.CatchUp)
+	if c.MaxWait <= 0 || c.MaxWait > 5*time.Minute {
+		bad("DISPATCH_MAX_WAIT", "must be in (0, 5m], got %s", c.MaxWait)
 	}
-	if c.MaxWait < 0 || c.MaxWait > 5*time.Minute {
-		errs = append(errs, fmt.Errorf("DISPATCH_MAX_WAIT: must be 0..5m, got %s", c.MaxWait))
-	}
-	if c.SweepInterval <= 0 {
-		errs = append(errs, fmt.Errorf("DISPATCH_SWEEP_INTERVAL: must be positive, got %s", c.SweepInterval))
-	}
-	if c.Shutdown <= 0 {
-		errs = append(errs, fmt.Errorf("DISPATCH_SHUTDOWN_TIMEOUT: must be positive, got %s", c.Shutdown))
-	}
+	positive("DISPATCH_SWEEP_INTERVAL", c.SweepInterval)
+	positive("DISPATCH_SHUTDOWN_TIMEOUT", c.Shutdown)
 	if c.MySQLConns < 1 {
-		errs = append(errs, fmt.Errorf("DISPATCH_MYSQL_CONNS: must be >= 1, got %d", c.MySQLConns))
+		bad("DISPATCH_MYSQL_CONNS", "must be >= 1, got %d", c.MySQLConns)
 	}
-	if c.RequestTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("DISPATCH_REQUEST_TIMEOUT: must be positive, got %s", c.RequestTimeout))
-	}
+	positive("DISPATCH_REQUEST_TIMEOUT", c.RequestTimeout)
 	if c.AuthFailureBurst < 1 {
-		errs = append(errs, fmt.Errorf("DISPATCH_AUTH_FAILURE_BURST: must be >= 1, got %d", c.AuthFailureBurst))
+		bad("DISPATCH_AUTH_FAILURE_BURST", "must be >= 1, got %d", c.AuthFailureBurst)
 	}
 	if !(c.AuthFailureRate > 0) {
-		errs = append(errs, fmt.Errorf("DISPATCH_AUTH_FAILURE_RATE: must be positive, got %g", c.AuthFailureRate))
+		bad("DISPATCH_AUTH_FAILURE_RATE", "must be positive, got %g", c.AuthFailureRate)
 	}
 	if c.KeysPerUID < 1 || c.KeysPerUID > 1000 {
-		errs = append(errs, fmt.Errorf("DISPATCH_KEYS_PER_UID: must be 1..1000, got %d", c.KeysPerUID))
+		bad("DISPATCH_KEYS_PER_UID", "must be 1..1000, got %d", c.KeysPerUID)
 	}
-	if c.KeyRecheck <= 0 {
-		errs = append(errs, fmt.Errorf("DISPATCH_KEY_RECHECK: must be positive, got %s", c.KeyRecheck))
-	}
+	positive("DISPATCH_KEY_RECHECK", c.KeyRecheck)
 	for _, t := range c.AdminTokens {
 		if len(t) < 8 {
-			errs = append(errs, errors.New("DISPATCH_ADMIN_TOKEN: each token must be at least 8 characters"))
+			bad("DISPATCH_ADMIN_TOKEN", "each token must be at least 8 characters") // never the token itself
 			break
 		}
 	}

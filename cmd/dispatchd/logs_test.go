@@ -1,0 +1,148 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/taskpull/taskd/internal/testenv"
+)
+
+// During a Redis outage every failed request logs "dependency unavailable"; the log
+// carries it once, and the summary written by the time run returns counts the rest:
+// every failure is accounted for, none hidden and none lost at shutdown.
+func TestOutageWarningsAreCollapsed(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.MySQLDSN(t)
+	_, prefix := testenv.Redis(t)
+	redis := newCuttableProxy(t, "127.0.0.1:6379")
+	env := map[string]string{
+		"DISPATCH_ADDR":         "127.0.0.1:0",
+		"DISPATCH_MYSQL_DSN":    dsn,
+		"DISPATCH_REDIS_ADDR":   redis.addr(),
+		"DISPATCH_REDIS_PREFIX": prefix,
+		"DISPATCH_ADMIN_TOKEN":  "a-long-admin-token",
+	}
+	var logs syncBuffer
+	addr, stop := startDispatchdLogged(t, env, &logs)
+	key := enroll(t, addr)
+	redis.cut()
+
+	const requests = 12
+	var wg sync.WaitGroup
+	for range requests {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequest("POST", "http://"+addr+"/v1/fetch", nil)
+			req.Header.Set("Authorization", "Bearer "+key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusServiceUnavailable {
+				t.Errorf("fetch with Redis down: %d, want 503", resp.StatusCode)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := stop(); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+
+	var written, repeated int
+	sc := bufio.NewScanner(strings.NewReader(logs.String()))
+	for sc.Scan() {
+		var rec struct {
+			Msg      string `json:"msg"`
+			Repeated int    `json:"repeated"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			t.Fatalf("log line %q: %v", sc.Text(), err)
+		}
+		switch rec.Msg {
+		case "dependency unavailable":
+			written++
+		case "dependency unavailable (repeated)":
+			repeated += rec.Repeated
+		}
+	}
+	if written+repeated != requests || written >= requests/2 {
+		t.Fatalf("%d failed requests: %d warnings written, %d counted in summaries; want them collapsed and all counted\n%s",
+			requests, written, repeated, logs.String())
+	}
+}
+
+// cuttableProxy forwards TCP connections to a target until cut, when it closes its
+// listener and every connection: the target looks down.
+type cuttableProxy struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func newCuttableProxy(t *testing.T, target string) *cuttableProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cuttableProxy{ln: ln}
+	t.Cleanup(p.cut)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, u)
+			p.mu.Unlock()
+			go io.Copy(u, c)
+			go io.Copy(c, u)
+		}
+	}()
+	return p
+}
+
+func (p *cuttableProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *cuttableProxy) cut() {
+	p.ln.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
