@@ -77,8 +77,12 @@ func newEnvWith(t testing.TB, instances int, tweak func(*app.Config)) *env {
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512}}}
 	// Errors (internal ones are logged once, at the top) show in the test output.
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError}))
+	// The request bound is wide: under the race detector, a thousand concurrent fetches
+	// on two cores queue for longer than production's default; tests of the bound set
+	// their own.
 	cfg := app.Config{RedisPrefix: prefix, CatchUp: time.Hour, AdminTokens: []string{adminToken},
-		EnrollSecret: "enroll-secret", MaxWait: 5 * time.Second, SweepInterval: time.Second, Node: "test"}
+		EnrollSecret: "enroll-secret", MaxWait: 5 * time.Second, SweepInterval: time.Second, Node: "test",
+		RequestTimeout: time.Minute}
 	if tweak != nil {
 		tweak(&cfg)
 	}

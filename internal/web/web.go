@@ -71,10 +71,10 @@ func Error(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) 
 	var e *taskd.Error
 	if !errors.As(err, &e) || e.Code == taskd.CodeInternal {
 		// The detail stays in the log: it may name tables, hosts or files.
-		log.ErrorContext(r.Context(), "internal error", "method", r.Method, "path", r.URL.Path, "err", err)
+		log.ErrorContext(r.Context(), "internal error", "component", "http", "method", r.Method, "path", r.URL.Path, "err", err)
 		e = &taskd.Error{Code: taskd.CodeInternal, Message: "internal error"}
 	} else if e.Code == taskd.CodeUnavailable {
-		log.WarnContext(r.Context(), "dependency unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
+		log.WarnContext(r.Context(), "dependency unavailable", "component", "http", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	switch e.Code {
 	case taskd.CodeUnavailable, taskd.CodeRateLimited:
