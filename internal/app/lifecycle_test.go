@@ -100,8 +100,18 @@ func TestNextDueAtNullWhenNothingMore(t *testing.T) {
 // each expiry is an attempt, and after max_attempts the occurrence is dead.
 func TestExpiryCountsAsAnAttempt(t *testing.T) {
 	t.Parallel()
+	for _, mode := range []string{"once_per_user", "until_exhausted"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			expiryCountsAsAnAttempt(t, mode)
+		})
+	}
+}
+
+func expiryCountsAsAnAttempt(t *testing.T, mode string) {
 	e := newEnv(t, 1)
-	id := e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0), "lease_seconds": 30, "max_attempts": 3})
+	id := e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0), "lease_seconds": 30, "max_attempts": 3,
+		"mode": mode})
 	k := e.key("1")
 	var last *task
 	for attempt := 1; attempt <= 3; attempt++ {

@@ -170,52 +170,61 @@ func (t *dispatchTask) hasOccurrence(k taskd.Kind, due time.Time) bool {
 }
 
 func loadDispatchTask(ctx context.Context, tx *sql.Tx, k taskd.TaskKey) (*dispatchTask, error) {
-	t, _, err := loadTaskFor(ctx, tx, k, nil)
-	return t, err
-}
-
-// priorAttempts is what a user already did with an occurrence, read in the claim's
-// task query (no extra round trip): -1 when the user may not take it (a dead or a
-// retry-waiting dispatch of it), otherwise the attempts its expired dispatches used.
-const priorAttempts = `(SELECT IF(SUM(state IN (2, 6)) > 0, -1, COALESCE(MAX(IF(state = 4, attempt, 0)), 0))
-	FROM dispatch WHERE task_kind = ? AND task_id = ? AND due_at = ? AND uid = ?)`
-
-// claimer is the occurrence and user whose prior attempts loadTaskFor reads.
-type claimer struct {
-	occ taskd.Occurrence
-	uid string
-}
-
-// loadTaskFor reads the task row under a shared lock and, for a claimer, the claimer's
-// prior attempts at the occurrence. It returns nil for a task that does not exist.
-func loadTaskFor(ctx context.Context, tx *sql.Tx, k taskd.TaskKey, c *claimer) (*dispatchTask, int, error) {
 	var t dispatchTask
-	var prior int
 	dest := []any{&t.status, &t.start, &t.quota, &t.mode, &t.templateID, &t.params,
 		&t.leaseSeconds, &t.maxAttempts, &t.backoffSeconds}
-	cols := "status, start_time, dispatch_times, mode, template_id, params, lease_seconds, max_attempts, retry_backoff_seconds"
-	table := "task_once"
+	const cols = "status, start_time, dispatch_times, mode, template_id, params, lease_seconds, max_attempts, retry_backoff_seconds"
+	q := "SELECT " + cols + " FROM task_once WHERE id = ? LOCK IN SHARE MODE"
 	if k.Kind == taskd.KindRotate {
-		cols += ", space_minutes, end_time"
-		table = "task_rotate"
+		q = "SELECT " + cols + ", space_minutes, end_time FROM task_rotate WHERE id = ? LOCK IN SHARE MODE"
 		dest = append(dest, &t.space, &t.end)
 	}
-	var args []any
-	if c != nil {
-		cols += ", " + priorAttempts
-		dest = append(dest, &prior)
-		args = append(args, c.occ.Task.Kind, c.occ.Task.ID, c.occ.DueAt, c.uid)
-	}
-	args = append(args, k.ID)
-	q := "SELECT " + cols + " FROM " + table + " WHERE id = ? LOCK IN SHARE MODE"
-	if err := tx.QueryRowContext(ctx, q, args...).Scan(dest...); err != nil {
+	if err := tx.QueryRowContext(ctx, q, k.ID).Scan(dest...); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
-			return nil, 0, nil
+			return nil, nil
 		}
-		return nil, 0, err
+		return nil, err
 	}
 	t.start = t.start.UTC()
-	return &t, prior, nil
+	return &t, nil
+}
+
+// priorAttempts takes uid's hold on occ for a claim and returns the attempts uid
+// already used at it (expiries that left attempts), or -1 when uid may not take it: it
+// holds it (open or waiting for a retry), finished it for good (once_per_user), or it
+// is dead for uid.
+//
+// once_per_user: the claim row (task, due, uid) is the hold. It is inserted, or, when
+// an expiry released it, taken again; rows affected tell which (1 new, 2 re-taken, 0
+// held), and only a re-take reads its attempts. until_exhausted has no such row (the
+// user takes the occurrence again after each completion): the user's dispatch records
+// of it say.
+func priorAttempts(ctx context.Context, tx *sql.Tx, mode taskd.Mode, occ taskd.Occurrence, uid string) (int, error) {
+	o := occ.Task
+	if mode != taskd.ModeOncePerUser {
+		var prior int
+		err := tx.QueryRowContext(ctx, `SELECT IF(SUM(state IN (?, ?)) > 0, -1, COALESCE(MAX(IF(state = ?, attempt, 0)), 0))
+			FROM dispatch WHERE task_kind = ? AND task_id = ? AND due_at = ? AND uid = ?`,
+			StateRetryWait, StateDead, StateExpired, o.Kind, o.ID, occ.DueAt, uid).Scan(&prior)
+		return prior, err
+	}
+	res, err := tx.ExecContext(ctx, `INSERT INTO occurrence_user (task_kind, task_id, due_at, uid) VALUES (?, ?, ?, ?)
+		ON DUPLICATE KEY UPDATE released = 0`, o.Kind, o.ID, occ.DueAt, uid)
+	if err != nil {
+		return 0, err
+	}
+	switch n, err := res.RowsAffected(); {
+	case err != nil:
+		return 0, err
+	case n == 1:
+		return 0, nil
+	case n == 0:
+		return -1, nil // held: released was 0 already
+	}
+	var prior int
+	err = tx.QueryRowContext(ctx, `SELECT attempts FROM occurrence_user
+		WHERE task_kind = ? AND task_id = ? AND due_at = ? AND uid = ?`, o.Kind, o.ID, occ.DueAt, uid).Scan(&prior)
+	return prior, err
 }
 
 // errAbort rolls a transaction back without it being an error.
@@ -226,13 +235,15 @@ var errAbort = errors.New("abort")
 // quota slot atomically (a conditional increment, and for once_per_user a row whose key
 // forbids a second claim by the same user), and records the open dispatch, all in one
 // transaction. On Claimed it returns the new record; its attempt counts the user's
-// earlier attempts at the occurrence that expired.
+// earlier attempts at the occurrence that expired. Only a re-take costs a read of
+// those: once_per_user learns it from its claim row, until_exhausted asks the
+// dispatch records.
 func (s *Store) Claim(ctx context.Context, uid string, occ taskd.Occurrence, now time.Time) (ClaimOutcome, *Dispatch, error) {
 	var outcome ClaimOutcome
 	var d *Dispatch
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		outcome, d = 0, nil
-		t, prior, err := loadTaskFor(ctx, tx, occ.Task, &claimer{occ: occ, uid: uid})
+		t, err := loadDispatchTask(ctx, tx, occ.Task)
 		if err != nil {
 			return err
 		}
@@ -240,21 +251,13 @@ func (s *Store) Claim(ctx context.Context, uid string, occ taskd.Occurrence, now
 			outcome = Gone
 			return errAbort
 		}
+		prior, err := priorAttempts(ctx, tx, t.mode, occ, uid)
+		if err != nil {
+			return err
+		}
 		if prior < 0 || prior >= max(t.maxAttempts, 1) {
 			outcome = AlreadyHad
 			return errAbort
-		}
-		if t.mode == taskd.ModeOncePerUser {
-			_, err := tx.ExecContext(ctx,
-				"INSERT INTO occurrence_user (task_kind, task_id, due_at, uid) VALUES (?, ?, ?, ?)",
-				occ.Task.Kind, occ.Task.ID, occ.DueAt, uid)
-			if isDuplicate(err) {
-				outcome = AlreadyHad
-				return errAbort
-			}
-			if err != nil {
-				return err
-			}
 		}
 		// One statement: insert the counter at 1, or add one while below the quota.
 		// Rows affected is 1 (inserted), 2 (incremented) or 0 (exhausted).
@@ -731,9 +734,10 @@ func (s *Store) expire(ctx context.Context, tx *sql.Tx, d *Dispatch, now time.Ti
 		return err
 	}
 	if d.Mode == taskd.ModeOncePerUser {
-		if _, err := tx.ExecContext(ctx,
-			"DELETE FROM occurrence_user WHERE task_kind = ? AND task_id = ? AND due_at = ? AND uid = ?",
-			o.Task.Kind, o.Task.ID, o.DueAt, d.UID); err != nil {
+		// Released, not deleted: a re-take by this user is its next attempt.
+		if _, err := tx.ExecContext(ctx, `UPDATE occurrence_user SET released = 1, attempts = ?
+			WHERE task_kind = ? AND task_id = ? AND due_at = ? AND uid = ?`,
+			d.Attempt, o.Task.Kind, o.Task.ID, o.DueAt, d.UID); err != nil {
 			return err
 		}
 	}
