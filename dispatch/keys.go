@@ -53,11 +53,10 @@ func (s *Service) IssueKey(ctx context.Context, actor, uid string) (string, erro
 		return "", err
 	}
 	if err := s.keysChanged(ctx, uid); err != nil {
-		if replaced > 0 {
-			return "", err // the keys it replaced must be known to stop working
-		}
-		// Only a new key is at stake: it works once the cached set expires.
-		s.log.WarnContext(ctx, "new client key not yet in the cache", "uid", uid, "err", err)
+		// The key is committed: hand it out. It works once the cached set expires, as
+		// the keys it replaced stop working then (KeyRecheck), and a retry goes on in
+		// the background.
+		s.log.WarnContext(ctx, "client key change not yet in the cache", "uid", uid, "replaced", replaced, "err", err)
 	}
 	return key, nil
 }

@@ -374,6 +374,11 @@ func (s *Service) Complete(ctx context.Context, uid, keyHash, logID string, resu
 		s.clearOpen(ctx, uid, logID)
 		return s.cache.InvalidateUser(ctx, uid)
 	case store.AlreadyDone:
+		if d != nil && d.State == store.StateRetryWait {
+			// A repeat of a complete whose cache update failed: make sure the retry is
+			// in the heap.
+			return s.cache.InvalidateUser(ctx, uid)
+		}
 		return nil
 	case store.ExpiredNow:
 		s.cfg.Metrics.Expired(d.Occurrence.Task.Kind.String())

@@ -88,8 +88,8 @@ func Offer(src Source, from, until time.Time) []Entry {
 		}
 		out = append(out, e)
 	}
-	// A waiting dispatch is offered from its time, but never before from: the heap
-	// counts an entry older than the catch-up floor as stale.
+	// A waiting dispatch is offered from its time (rounded up to whole seconds), but
+	// never before from: it is the user's own, however old.
 	for _, w := range src.Waiting {
 		at := w.At.Truncate(time.Second)
 		if at.Before(w.At) {

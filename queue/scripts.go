@@ -17,6 +17,14 @@ import "github.com/redis/go-redis/v9"
 // Returns {status, open, groups, ver, due (member, score, ...), next (member, score)}
 // with status one of ok, cold, stale, groups, badkey, nokeys.
 var peekScript = redis.NewScript(`
+-- An occurrence older than the catch-up floor makes the heap stale; a waiting dispatch
+-- of the user (member <p>|d|<log_id>) does not: it stays until taken, however old.
+local function stale_below(heap, floor)
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', heap, '-inf', '(' .. floor, 'LIMIT', 0, 32)) do
+    if string.sub(m, 3, 3) ~= 'd' then return true end
+  end
+  return false
+end
 if ARGV[5] ~= '' and redis.call('SISMEMBER', KEYS[3], ARGV[5]) == 0 then
   if redis.call('EXISTS', KEYS[3]) == 1 then return {'badkey'} end
   return {'nokeys'}
@@ -29,7 +37,7 @@ if not h[2] then
   status = 'cold'
 elseif ver ~= h[2] or tonumber(h[5]) < tonumber(ARGV[2]) then
   status = 'stale'
-elseif #redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[6], 'LIMIT', 0, 1) > 0 then
+elseif stale_below(KEYS[2], ARGV[6]) then
   status = 'stale'
 elseif h[3] ~= ARGV[4] then
   status = 'groups'

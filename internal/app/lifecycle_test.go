@@ -338,3 +338,63 @@ func TestEventIDsAgreeAcrossAdminAPIAndOutbox(t *testing.T) {
 		}
 	}
 }
+
+// An attempt that expires after the user's cursor moved past its occurrence (the user
+// completed later tasks while its retry waited) is still taken again: the expired
+// record waits beside the user's slot until it is.
+func TestExpiredRetryComesBackAfterTheCursorMovedOn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	a := e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0.Add(-2 * time.Minute)),
+		"lease_seconds": 60, "max_attempts": 3, "retry_backoff_seconds": 300})
+	b := e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0.Add(-time.Minute))})
+	k := e.key("1")
+	first := mustFetch(t, e, k)
+	if first.TaskID != a {
+		t.Fatalf("first: %s", first.TaskID)
+	}
+	e.complete(0, k, first.LogID, "failure")
+	if r := mustFetch(t, e, k); r.TaskID != b {
+		t.Fatalf("during the backoff: %s", r.TaskID)
+	} else {
+		e.mustComplete(k, r.LogID) // the cursor moves past a's occurrence
+	}
+	e.clock.Advance(301 * time.Second)
+	second := mustFetch(t, e, k)
+	if second.TaskID != a || second.Attempt != 2 {
+		t.Fatalf("retry: %+v", second)
+	}
+	e.clock.Advance(61 * time.Second) // the retry's lease runs out
+	third := e.fetch(0, k)
+	if third.Task == nil || third.Task.TaskID != a || third.Task.Attempt != 3 {
+		t.Fatalf("after the retry expired: %+v, want %s attempt 3", third.Task, a)
+	}
+	e.mustComplete(k, third.Task.LogID)
+	e.checkClaims()
+}
+
+// A waiting dispatch older than the catch-up floor (the user was busy with another
+// dispatch all along) does not make the heap stale on every poll.
+func TestOldWaitingDispatchDoesNotRebuildEveryPoll(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0.Add(-time.Minute)),
+		"max_attempts": 2, "retry_backoff_seconds": 60})
+	e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0)})
+	k := e.key("1")
+	first := mustFetch(t, e, k)
+	e.complete(0, k, first.LogID, "failure")
+	busy := mustFetch(t, e, k) // the other task, kept open
+	e.clock.Advance(3 * time.Hour)
+	e.fetch(0, k) // rebuilds: the window and floor moved
+	before := e.loaders[0].rebuilds.Load()
+	for i := 0; i < 5; i++ {
+		e.clock.Advance(time.Second)
+		if r := e.fetch(0, k); r.Task == nil || r.Task.LogID != busy.LogID || !r.Task.Redo {
+			t.Fatalf("poll %d: %+v, want a redo of %s", i, r.Task, busy.LogID)
+		}
+	}
+	if n := e.loaders[0].rebuilds.Load() - before; n > 0 {
+		t.Fatalf("%d rebuilds in 5 polls of a busy user", n)
+	}
+}

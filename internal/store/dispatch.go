@@ -356,8 +356,9 @@ func (s *Store) Redo(ctx context.Context, d *Dispatch, now time.Time) (bool, err
 // entry stays), NotDue when the backoff is not over (the entry stays), and Gone when
 // there is nothing to resume (finished meanwhile, its task paused again or deleted).
 func (s *Store) Resume(ctx context.Context, uid, logID string, now time.Time) (outcome ClaimOutcome, d *Dispatch, redo bool, err error) {
+	var reclaim *taskd.Occurrence
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		outcome, d, redo = Gone, nil, false
+		outcome, d, redo, reclaim = Gone, nil, false, nil
 		var waiting sql.NullString
 		prev, err := scanDispatch(tx.QueryRowContext(ctx,
 			"SELECT "+dispatchColumns+", waiting_uid FROM dispatch WHERE log_id = ? FOR UPDATE", logID), &waiting)
@@ -375,12 +376,18 @@ func (s *Store) Resume(ctx context.Context, uid, logID string, now time.Time) (o
 			return err
 		}
 		switch {
+		case (t == nil || t.status == taskd.StatusDeleted) && prev.State == StateExpired:
+			_, err := tx.ExecContext(ctx, "UPDATE dispatch SET waiting_uid = NULL WHERE log_id = ?", logID)
+			return err
 		case t == nil || t.status == taskd.StatusDeleted:
 			return s.cancel(ctx, tx, []*Dispatch{prev}, now)
 		case t.status != taskd.StatusActive:
 			return errAbort // paused: it waits for the task's resume (which rebuilds the heap)
 		}
 		switch prev.State {
+		case StateExpired:
+			reclaim = &prev.Occurrence // claimed below, in a transaction of its own
+			return errAbort
 		case StateRetryWait:
 			if prev.RetryAt != nil && now.Before(*prev.RetryAt) {
 				outcome = NotDue
@@ -434,10 +441,32 @@ func (s *Store) Resume(ctx context.Context, uid, logID string, now time.Time) (o
 	if err != nil {
 		return 0, nil, false, mysqlErr("resume "+logID, err)
 	}
+	if reclaim != nil {
+		return s.reclaim(ctx, uid, logID, *reclaim, now)
+	}
 	if outcome != Claimed {
 		d, redo = nil, false
 	}
 	return outcome, d, redo, nil
+}
+
+// reclaim claims again, for uid, the occurrence of its expired dispatch logID (as its
+// next attempt, by the rules of any claim), then ends the record's wait whatever the
+// claim came to, but for UserBusy (it waits on). A crash between the two leaves the
+// wait, and the next resume finds the claim already made.
+func (s *Store) reclaim(ctx context.Context, uid, logID string, occ taskd.Occurrence, now time.Time) (ClaimOutcome, *Dispatch, bool, error) {
+	outcome, d, err := s.Claim(ctx, uid, occ, now)
+	if err != nil || outcome == UserBusy {
+		return outcome, d, false, err
+	}
+	if _, err := s.db.ExecContext(ctx, "UPDATE dispatch SET waiting_uid = NULL WHERE log_id = ? AND waiting_uid = ?",
+		logID, uid); err != nil {
+		return 0, nil, false, mysqlErr("resume "+logID, err)
+	}
+	if outcome != Claimed {
+		d = nil
+	}
+	return outcome, d, false, nil
 }
 
 // cancel ends dispatches of a deleted task: open or waiting, they are closed for good
@@ -475,6 +504,11 @@ func (s *Store) cancelTask(ctx context.Context, tx *sql.Tx, key taskd.TaskKey, n
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
+		return err
+	}
+	// Expired attempts waiting to be taken again just stop waiting.
+	if _, err := tx.ExecContext(ctx, `UPDATE dispatch SET waiting_uid = NULL
+		WHERE task_kind = ? AND task_id = ? AND state = ? AND waiting_uid IS NOT NULL`, key.Kind, key.ID, StateExpired); err != nil {
 		return err
 	}
 	return s.cancel(ctx, tx, ds, now)
@@ -703,9 +737,12 @@ func (s *Store) expire(ctx context.Context, tx *sql.Tx, d *Dispatch, now time.Ti
 	if dead {
 		state = StateDead
 	}
+	// With attempts left, the expired record waits beside the user's slot (waiting_uid)
+	// until the user takes the occurrence again: its heap may no longer offer it (the
+	// cursor moved past it while a retry waited, or it is older than the catch-up).
 	if _, err := tx.ExecContext(ctx,
-		"UPDATE dispatch SET state = ?, finished_at = ?, open_uid = NULL, waiting_uid = NULL WHERE log_id = ?",
-		state, now, d.LogID); err != nil {
+		"UPDATE dispatch SET state = ?, finished_at = ?, open_uid = NULL, waiting_uid = IF(?, NULL, uid) WHERE log_id = ?",
+		state, now, dead, d.LogID); err != nil {
 		return err
 	}
 	d.State, d.FinishedAt = state, &now
@@ -857,7 +894,8 @@ func (s *Store) LoadSource(ctx context.Context, uid string, groups []string, fro
 }
 
 // waiting lists uid's dispatches waiting beside its open slot: retries (from their
-// retry time) and parked open dispatches whose task is active again (at once).
+// retry time), and, when their task is active, parked open dispatches and expired ones
+// with attempts left (at once).
 func (s *Store) waiting(ctx context.Context, uid string) ([]queue.WaitingDispatch, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT d.log_id, d.state, d.due_at, d.retry_at,
 		COALESCE(o.status, r.status, 3), COALESCE(o.priority, r.priority, 5)
@@ -882,7 +920,7 @@ func (s *Store) waiting(ctx context.Context, uid string) ([]queue.WaitingDispatc
 		switch {
 		case state == StateRetryWait && retryAt.Valid && status != taskd.StatusPaused:
 			w.At = retryAt.Time.UTC()
-		case state == StateOpen && status == taskd.StatusActive:
+		case (state == StateOpen || state == StateExpired) && status == taskd.StatusActive:
 			w.At = due.UTC()
 		default:
 			continue // its task is paused: the resume rebuilds the heap

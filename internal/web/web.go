@@ -4,6 +4,7 @@ package web
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -73,7 +74,7 @@ func Error(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) 
 		// The detail stays in the log: it may name tables, hosts or files.
 		log.ErrorContext(r.Context(), "internal error", "component", "http", "method", r.Method, "path", r.URL.Path, "err", err)
 		e = &taskd.Error{Code: taskd.CodeInternal, Message: "internal error"}
-	} else if e.Code == taskd.CodeUnavailable {
+	} else if e.Code == taskd.CodeUnavailable && r.Context().Err() != context.Canceled { // a client that hung up is no outage
 		log.WarnContext(r.Context(), "dependency unavailable", "component", "http", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	switch e.Code {
