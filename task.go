@@ -97,8 +97,12 @@ const Unlimited = -1
 // idPattern is what a user or group id may look like: short, URL- and key-safe.
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
-// ValidID reports whether s may be a user or group id.
-func ValidID(s string) bool { return idPattern.MatchString(s) }
+// ValidID reports whether s may be a user or group id. An id never starts with an
+// executor prefix: "uid_5" as a bare id would be read as user 5 in one place and as
+// user "uid_5" in another.
+func ValidID(s string) bool {
+	return idPattern.MatchString(s) && !strings.HasPrefix(s, "uid_") && !strings.HasPrefix(s, "gid_")
+}
 
 // Executor is who a task targets: one user (uid_<id>) or a group (gid_<id>).
 type Executor struct {

@@ -45,7 +45,7 @@ func newKey(uid string) string {
 // is who asked, for the audit log.
 func (s *Service) IssueKey(ctx context.Context, actor, uid string) (string, error) {
 	if !taskd.ValidID(uid) {
-		return "", taskd.Errorf(taskd.CodeInvalid, "uid: must be 1 to 64 of [A-Za-z0-9_-], got %q", uid)
+		return "", taskd.Errorf(taskd.CodeInvalid, "uid: must be 1 to 64 of [A-Za-z0-9_-], not starting with uid_ or gid_, got %q", uid)
 	}
 	key := newKey(uid)
 	replaced, err := s.store.CreateClientKey(ctx, actor, uid, HashKey(key), s.cfg.KeysPerUID, s.now())

@@ -254,3 +254,14 @@ func TestRepliesDoNotEscapeHTML(t *testing.T) {
 		t.Fatalf("%d %s", resp.StatusCode, raw)
 	}
 }
+
+// A uid that looks like an executor is refused at enrollment, as the admin paths refuse
+// it: its keys could never be revoked by its bare id.
+func TestEnrollRefusesPrefixedUID(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	code, out := e.do(0, "POST", "/v1/enroll", "", map[string]any{"uid": "uid_5", "enroll_secret": "enroll-secret"})
+	if code != 400 {
+		t.Fatalf("enroll uid_5: %d %v", code, out)
+	}
+}
