@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/taskpull/taskd/internal/app"
+	"github.com/taskpull/taskd/internal/bind"
 	"github.com/taskpull/taskd/internal/logcollapse"
 	"github.com/taskpull/taskd/internal/metrics"
 	"github.com/taskpull/taskd/logsink"
@@ -55,7 +56,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	log := slog.New(logs)
 
 	// Bind before opening MySQL: a busy port fails at once, not after migrations.
-	ln, err := listen(cfg.Addr, cfg.Source("DISPATCH_ADDR"))
+	ln, err := bind.Listen(cfg.Addr, cfg.Source("DISPATCH_ADDR"))
 	if err != nil {
 		return err
 	}
@@ -169,45 +170,4 @@ func startRelay(ctx context.Context, rc logsink.RelayConfig, deps app.Deps, a *a
 		}
 	}()
 	return done, nil
-}
-
-// listen binds addr; source says where addr came from (an env name, "flag -addr" or
-// "default"), and a failure names both.
-func listen(addr, source string) (net.Listener, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, &bindError{addr: addr, source: source, err: err}
-	}
-	return ln, nil
-}
-
-// bindError is a failed listen: "listen on :8080 (DISPATCH_ADDR): address already in
-// use". It wraps the net error (errors.Is(err, syscall.EADDRINUSE) holds).
-type bindError struct {
-	addr, source string
-	err          error
-}
-
-func (e *bindError) Error() string {
-	return fmt.Sprintf("listen on %s (%s): %s", e.addr, e.source, bindReason(e.err))
-}
-
-func (e *bindError) Unwrap() error { return e.err }
-
-// bindReason is the cause of a failed listen, without the operation and address that
-// net.OpError repeats.
-func bindReason(err error) string {
-	var se *os.SyscallError
-	if errors.As(err, &se) {
-		return se.Err.Error()
-	}
-	var ae *net.AddrError
-	if errors.As(err, &ae) {
-		return ae.Err
-	}
-	var oe *net.OpError
-	if errors.As(err, &oe) && oe.Err != nil {
-		return oe.Err.Error()
-	}
-	return err.Error()
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/taskpull/taskd/internal/bind"
 	"github.com/taskpull/taskd/internal/logcollapse"
 	"github.com/taskpull/taskd/logsink"
 )
@@ -67,7 +68,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var ln net.Listener
 	if cfg.MetricsAddr != "" {
 		var err error
-		if ln, err = listen(cfg.MetricsAddr, logsink.Source(args, getenv, "DISPATCH_LOGSINK_METRICS_ADDR")); err != nil {
+		if ln, err = bind.Listen(cfg.MetricsAddr, logsink.Source(args, getenv, "DISPATCH_LOGSINK_METRICS_ADDR")); err != nil {
 			return err
 		}
 		defer ln.Close()
@@ -99,47 +100,6 @@ docs/CONFIG.md is the full reference.
 	for _, s := range logsink.Settings() {
 		fmt.Fprintf(w, "  %s, -%s (default %q)\n      %s\n", s.Env, s.Flag, s.Default, s.Usage)
 	}
-}
-
-// listen binds addr; source says where addr came from (an env name, a flag or
-// "default"), and a failure names both.
-func listen(addr, source string) (net.Listener, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, &bindError{addr: addr, source: source, err: err}
-	}
-	return ln, nil
-}
-
-// bindError is a failed listen: "listen on :9101 (DISPATCH_LOGSINK_METRICS_ADDR):
-// address already in use". It wraps the net error.
-type bindError struct {
-	addr, source string
-	err          error
-}
-
-func (e *bindError) Error() string {
-	return fmt.Sprintf("listen on %s (%s): %s", e.addr, e.source, bindReason(e.err))
-}
-
-func (e *bindError) Unwrap() error { return e.err }
-
-// bindReason is the cause of a failed listen, without the operation and address that
-// net.OpError repeats.
-func bindReason(err error) string {
-	var se *os.SyscallError
-	if errors.As(err, &se) {
-		return se.Err.Error()
-	}
-	var ae *net.AddrError
-	if errors.As(err, &ae) {
-		return ae.Err
-	}
-	var oe *net.OpError
-	if errors.As(err, &oe) && oe.Err != nil {
-		return oe.Err.Error()
-	}
-	return err.Error()
 }
 
 // metricsHandler serves /metrics (the sink's throughput, dead letters, retries,
