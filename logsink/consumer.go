@@ -27,7 +27,10 @@ type SinkStats struct {
 	Indexed      uint64 // events Elasticsearch acknowledged (replays included)
 	DeadLettered uint64 // events sent to the dead-letter topic
 	Retries      uint64 // item attempts that will be tried again
-	InFlight     int    // messages fetched and not yet done
+	// Unconfirmed counts reply items that did not confirm their event (another _id, no
+	// 2xx status, or a short reply list); each such event was retried.
+	Unconfirmed uint64
+	InFlight    int // messages fetched and not yet done
 	// Lag is the consumer lag: over the partitions this sink has read, the high
 	// watermark last seen minus the offset last committed (or first fetched).
 	Lag int64
@@ -57,8 +60,8 @@ type Sink struct {
 	reader *kafka.Reader
 	crash  context.CancelCauseFunc
 
-	indexed, deadLettered, retries atomic.Uint64
-	lastWarn                       atomic.Int64
+	indexed, deadLettered, retries, unconfirmed atomic.Uint64
+	lastWarn                                    atomic.Int64
 
 	lagMu     sync.Mutex
 	watermark map[int]int64 // partition -> high watermark last seen
@@ -128,7 +131,7 @@ func NewSink(cfg Config, logger *slog.Logger) (*Sink, error) {
 func (s *Sink) Stats() SinkStats {
 	st := SinkStats{
 		Indexed: s.indexed.Load(), DeadLettered: s.deadLettered.Load(),
-		Retries: s.retries.Load(), InFlight: len(s.sem),
+		Retries: s.retries.Load(), Unconfirmed: s.unconfirmed.Load(), InFlight: len(s.sem),
 	}
 	s.lagMu.Lock()
 	for p, hw := range s.watermark {

@@ -87,11 +87,22 @@ func (l *lane) add(ctx context.Context, j *job) error {
 		Index:      j.index,
 		DocumentID: j.id,
 		Body:       &itemBody{r: bytes.NewReader(j.msg.Value), onRead: func() { l.buffer(j, attempt) }},
-		OnSuccess: func(context.Context, esutil.BulkIndexerItem, esutil.BulkIndexerResponseItem) {
-			if j.answer(attempt) {
-				l.s.indexed.Add(1)
-				l.s.finish(j)
+		OnSuccess: func(_ context.Context, _ esutil.BulkIndexerItem, res esutil.BulkIndexerResponseItem) {
+			if !j.answer(attempt) {
+				return
 			}
+			if !confirms(res, j.id) {
+				// BulkIndexer pairs reply items with request items by position: a short
+				// or reordered list, an item for another _id, or one without a 2xx
+				// status confirms nothing. The event goes again (same _id: harmless).
+				l.s.unconfirmed.Add(1)
+				l.s.warnf("bulk reply item does not confirm its event; retrying it",
+					"event_id", j.id, "reply_id", res.DocumentID, "status", res.Status)
+				l.s.retry(j)
+				return
+			}
+			l.s.indexed.Add(1)
+			l.s.finish(j)
 		},
 		OnFailure: func(_ context.Context, _ esutil.BulkIndexerItem, res esutil.BulkIndexerResponseItem, err error) {
 			if j.answer(attempt) {
@@ -99,6 +110,12 @@ func (l *lane) add(ctx context.Context, j *job) error {
 			}
 		},
 	})
+}
+
+// confirms reports whether a bulk reply item says the event with _id id is stored: it
+// answers for that very _id, with a 2xx status.
+func confirms(res esutil.BulkIndexerResponseItem, id string) bool {
+	return res.DocumentID == id && res.Status >= 200 && res.Status < 300
 }
 
 func (l *lane) buffer(j *job, attempt int) {

@@ -56,6 +56,7 @@ type Server struct {
 	templates    map[string]json.RawMessage
 	policies     map[string]json.RawMessage
 	itemFault    func(Item) int
+	replyFault   func(Item) ReplyFault
 	failRequests int
 	failStatus   int
 	down         bool
@@ -101,6 +102,29 @@ func (s *Server) FailRequests(n, status int) {
 func (s *Server) SetItemFault(f func(Item) int) {
 	s.mu.Lock()
 	s.itemFault = f
+	s.mu.Unlock()
+}
+
+// ReplyFault is how a lying server answers for one item it did not store.
+type ReplyFault uint8
+
+const (
+	// ReplyTruthfully stores the item and answers for it.
+	ReplyTruthfully ReplyFault = iota
+	// ReplyOmit stores nothing and leaves the item out of the reply, which still says
+	// 200 with "errors": false: a short item list.
+	ReplyOmit
+	// ReplyOtherID stores nothing and answers 201 "created" for another _id.
+	ReplyOtherID
+	// ReplyNoStatus stores nothing and answers an item with no status at all.
+	ReplyNoStatus
+)
+
+// SetReplyFault installs f, called for every bulk item before it is applied, to make
+// the server lie about it (see ReplyFault). nil removes the fault.
+func (s *Server) SetReplyFault(f func(Item) ReplyFault) {
+	s.mu.Lock()
+	s.replyFault = f
 	s.mu.Unlock()
 }
 
@@ -338,6 +362,23 @@ func (s *Server) serveBulk(w http.ResponseWriter, r *http.Request, defaultIndex 
 			meta.Index = defaultIndex
 		}
 		s.bulkItems++
+		if s.replyFault != nil {
+			fault := s.replyFault(Item{Action: op, Index: meta.Index, ID: meta.ID, Source: source, Attempt: s.attempts[meta.ID] + 1})
+			switch fault {
+			case ReplyOmit:
+				s.attempts[meta.ID]++
+				continue
+			case ReplyOtherID:
+				s.attempts[meta.ID]++
+				items = append(items, map[string]bulkResult{op: {Index: meta.Index, ID: "other-" + meta.ID,
+					Version: 1, Result: "created", Status: http.StatusCreated}})
+				continue
+			case ReplyNoStatus:
+				s.attempts[meta.ID]++
+				items = append(items, map[string]bulkResult{op: {Index: meta.Index, ID: meta.ID}})
+				continue
+			}
+		}
 		res := s.applyItem(op, meta.Index, meta.ID, source)
 		if res.Status >= 300 {
 			anyErr = true
