@@ -5,9 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/taskpull/taskd/internal/testenv"
 )
 
 func TestPhaseSummary(t *testing.T) {
@@ -77,7 +78,7 @@ func TestPhaseSummary(t *testing.T) {
 func TestProgressLine(t *testing.T) {
 	var ctrs counters
 	ctrs.requests.Store(10)
-	var buf syncBuffer
+	var buf testenv.SyncBuffer
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() { progressLine(&buf, false, "run", time.Millisecond, &ctrs, stop); close(done) }()
@@ -89,24 +90,6 @@ func TestProgressLine(t *testing.T) {
 	if s := buf.String(); !strings.Contains(s, "run  elapsed") || !strings.Contains(s, "errors") || !strings.Contains(s, "rate") {
 		t.Errorf("progress line: %q", s)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for one writer and one reader.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // Every form of the verdict comes from Verdict: the table's last line, the JSON's

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"io"
 	"net"
@@ -29,7 +28,7 @@ func TestOutageWarningsAreCollapsed(t *testing.T) {
 		"DISPATCH_REDIS_PREFIX": prefix,
 		"DISPATCH_ADMIN_TOKEN":  "a-long-admin-token",
 	}
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	addr, stop := startDispatchdLogged(t, env, &logs)
 	key := enroll(t, addr)
 	redis.cut()
@@ -128,21 +127,4 @@ func (p *cuttableProxy) cut() {
 		c.Close()
 	}
 	p.conns = nil
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

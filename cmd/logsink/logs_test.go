@@ -31,7 +31,7 @@ func TestDeadLetterWarningsAreCollapsed(t *testing.T) {
 	topic := "events-" + testenv.Suffix()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr testenv.SyncBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"-kafka-topic", topic, "-es-flush-interval", "20ms", "-metrics-addr", "127.0.0.1:0",
@@ -97,7 +97,7 @@ func TestDeadLetterWarningsAreCollapsed(t *testing.T) {
 }
 
 // scrape reads the sink's /metrics once its address is on stdout ("" before).
-func scrape(t *testing.T, stdout *syncBuffer) string {
+func scrape(t *testing.T, stdout *testenv.SyncBuffer) string {
 	t.Helper()
 	_, addr, ok := strings.Cut(stdout.String(), "logsink metrics on ")
 	if !ok {
