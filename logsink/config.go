@@ -48,9 +48,14 @@ type Config struct {
 	// RetentionDays is how long an index lives before ILM deletes it
 	// (DISPATCH_ES_RETENTION_DAYS, default 30).
 	RetentionDays int
-	// SetupES installs the index template and ILM policy at start
-	// (DISPATCH_ES_SETUP, default true). Turn it off where the operator manages them.
+	// SetupES installs the ILM policy and the index template at start
+	// (DISPATCH_ES_SETUP, default true), skipping with a warning what the server does
+	// not support. Turn it off where the operator manages them.
 	SetupES bool
+	// SetupWait is how long indexing waits for the setup to finish, so that the day's
+	// first index is created from the template (DISPATCH_ES_SETUP_WAIT, default 30s);
+	// past it indexing starts anyway. 0 does not wait.
+	SetupWait time.Duration
 	// Workers is the number of concurrent bulk requests (DISPATCH_ES_WORKERS, default 4).
 	Workers int
 	// FlushBytes is the bulk request size that triggers a flush
@@ -73,10 +78,16 @@ type Config struct {
 	// (DISPATCH_LOGSINK_SHUTDOWN_TIMEOUT, default 20s); what is not indexed by then is
 	// not committed and is consumed again at the next start. 0 stops at once.
 	ShutdownTimeout time.Duration
+	// LagInterval is how often the consumer lag and the age of the oldest unindexed
+	// event are measured from the broker (DISPATCH_LOGSINK_LAG_INTERVAL, default 5s).
+	LagInterval time.Duration
+	// MaxEventAge is the readiness bound: the sink is not ready while its oldest
+	// unindexed event is older (DISPATCH_LOGSINK_MAX_EVENT_AGE, default 5m).
+	MaxEventAge time.Duration
 	// LogLevel is debug, info, warn or error (DISPATCH_LOG_LEVEL, default info).
 	LogLevel string
-	// MetricsAddr serves /metrics and /healthz (DISPATCH_LOGSINK_METRICS_ADDR, default
-	// :9101); empty turns it off.
+	// MetricsAddr serves /metrics, /healthz, /readyz and /livez
+	// (DISPATCH_LOGSINK_METRICS_ADDR, default :9101); empty turns it off.
 	MetricsAddr string
 }
 
@@ -94,6 +105,7 @@ func DefaultConfig() Config {
 		IndexPrefix:      "taskd-events",
 		RetentionDays:    30,
 		SetupES:          true,
+		SetupWait:        30 * time.Second,
 		Workers:          4,
 		FlushBytes:       2 << 20,
 		FlushInterval:    500 * time.Millisecond,
@@ -101,6 +113,8 @@ func DefaultConfig() Config {
 		RetryMax:         30 * time.Second,
 		MaxInFlight:      20000,
 		ShutdownTimeout:  20 * time.Second,
+		LagInterval:      5 * time.Second,
+		MaxEventAge:      5 * time.Minute,
 		LogLevel:         "info",
 		MetricsAddr:      ":9101",
 	}
@@ -228,7 +242,8 @@ func (c *Config) flagSet(getenv func(string) string, output io.Writer) (*flag.Fl
 	str(&c.ESPassword, "es-password", "DISPATCH_ES_PASSWORD", "Elasticsearch password")
 	str(&c.IndexPrefix, "es-index-prefix", "DISPATCH_ES_INDEX_PREFIX", "daily index name prefix")
 	integer(&c.RetentionDays, "es-retention-days", "DISPATCH_ES_RETENTION_DAYS", "days before ILM deletes an index")
-	boolean(&c.SetupES, "es-setup", "DISPATCH_ES_SETUP", "install the index template and ILM policy at start")
+	boolean(&c.SetupES, "es-setup", "DISPATCH_ES_SETUP", "install the ILM policy and index template at start, skipping what the server does not support")
+	duration(&c.SetupWait, "es-setup-wait", "DISPATCH_ES_SETUP_WAIT", "how long indexing waits for the setup at start; 0: not at all")
 	integer(&c.Workers, "es-workers", "DISPATCH_ES_WORKERS", "concurrent bulk requests")
 	integer(&c.FlushBytes, "es-flush-bytes", "DISPATCH_ES_FLUSH_BYTES", "bulk request size")
 	duration(&c.FlushInterval, "es-flush-interval", "DISPATCH_ES_FLUSH_INTERVAL", "bulk flush interval")
@@ -236,8 +251,10 @@ func (c *Config) flagSet(getenv func(string) string, output io.Writer) (*flag.Fl
 	duration(&c.RetryMax, "es-retry-max", "DISPATCH_ES_RETRY_MAX", "longest retry backoff")
 	integer(&c.MaxInFlight, "max-in-flight", "DISPATCH_LOGSINK_MAX_IN_FLIGHT", "messages fetched but not yet indexed")
 	duration(&c.ShutdownTimeout, "shutdown-timeout", "DISPATCH_LOGSINK_SHUTDOWN_TIMEOUT", "graceful shutdown bound; 0: stop at once, what is in flight is consumed again at the next start")
+	duration(&c.LagInterval, "lag-interval", "DISPATCH_LOGSINK_LAG_INTERVAL", "how often the lag and the oldest unindexed event's age are measured")
+	duration(&c.MaxEventAge, "max-event-age", "DISPATCH_LOGSINK_MAX_EVENT_AGE", "not ready while the oldest unindexed event is older than this")
 	str(&c.LogLevel, "log-level", "DISPATCH_LOG_LEVEL", "debug, info, warn or error")
-	str(&c.MetricsAddr, "metrics-addr", "DISPATCH_LOGSINK_METRICS_ADDR", "listen address of /metrics and /healthz; empty: off")
+	str(&c.MetricsAddr, "metrics-addr", "DISPATCH_LOGSINK_METRICS_ADDR", "listen address of /metrics, /healthz, /readyz and /livez; empty: off")
 
 	return fs, envOf, errors.Join(errs...)
 }
@@ -285,6 +302,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("DISPATCH_ES_RETRY_MIN, DISPATCH_ES_RETRY_MAX: need min <= max, got %s and %s", c.RetryMin, c.RetryMax)
 	case c.MaxInFlight < 1:
 		return fmt.Errorf("DISPATCH_LOGSINK_MAX_IN_FLIGHT: must be at least 1, got %d", c.MaxInFlight)
+	case c.SetupWait < 0: // 0 is meaningful: index at once
+		return fmt.Errorf("DISPATCH_ES_SETUP_WAIT: must not be negative, got %s", c.SetupWait)
+	case c.LagInterval <= 0:
+		return fmt.Errorf("DISPATCH_LOGSINK_LAG_INTERVAL: must be positive, got %s", c.LagInterval)
+	case c.MaxEventAge <= 0:
+		return fmt.Errorf("DISPATCH_LOGSINK_MAX_EVENT_AGE: must be positive, got %s", c.MaxEventAge)
 	case c.ShutdownTimeout < 0: // 0 is meaningful: stop at once, replay what was in flight
 		return fmt.Errorf("DISPATCH_LOGSINK_SHUTDOWN_TIMEOUT: must not be negative, got %s", c.ShutdownTimeout)
 	}

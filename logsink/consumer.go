@@ -8,18 +8,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/elastic/go-elasticsearch/v8"
+	"github.com/elastic/elastic-transport-go/v8/elastictransport"
 	"github.com/elastic/go-elasticsearch/v8/esapi"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/taskpull/taskd"
-	esdeploy "github.com/taskpull/taskd/deploy/elasticsearch"
 )
 
 // SinkStats is a snapshot of the sink's progress since start.
@@ -30,10 +27,14 @@ type SinkStats struct {
 	// Unconfirmed counts reply items that did not confirm their event (another _id, no
 	// 2xx status, or a short reply list); each such event was retried.
 	Unconfirmed uint64
-	InFlight    int // messages fetched and not yet done
-	// Lag is the consumer lag: over the partitions this sink has read, the high
-	// watermark last seen minus the offset last committed (or first fetched).
-	Lag int64
+	// RefusedBatches counts bulk requests that stored none of their events: no
+	// answer, an error status, a reply that is not a true bulk reply, or every item
+	// refused. Their events were retried.
+	RefusedBatches uint64
+	InFlight       int // messages fetched and not yet done
+	// Lag is the consumer group's lag and the age of its oldest unindexed event, last
+	// measured from the broker.
+	Lag Lag
 }
 
 // Sink consumes events from Kafka in a consumer group and bulk-indexes them into daily
@@ -45,9 +46,12 @@ type SinkStats struct {
 type Sink struct {
 	cfg     Config
 	log     *slog.Logger
-	es      *elasticsearch.Client
+	es      *elastictransport.Client // every call to the search server goes through it
+	api     *esapi.API
 	dlq     *kafka.Writer
 	tracker *tracker
+	health  *health
+	lag     atomic.Pointer[Lag]
 
 	sem      chan struct{} // one token per message in flight
 	lanes    []*lane
@@ -60,12 +64,10 @@ type Sink struct {
 	reader *kafka.Reader
 	crash  context.CancelCauseFunc
 
-	indexed, deadLettered, retries, unconfirmed atomic.Uint64
-	lastWarn                                    atomic.Int64
+	indexed, deadLettered, retries, unconfirmed, refusedBatches atomic.Uint64
 
-	lagMu     sync.Mutex
-	watermark map[int]int64 // partition -> high watermark last seen
-	position  map[int]int64 // partition -> offset committed (or first fetched)
+	warnMu   sync.Mutex
+	lastWarn map[string]time.Time // warning message -> when last logged
 
 	// Test hooks: beforeCommit sees the offsets (the next to consume, per partition)
 	// about to be committed, onCommit those committed.
@@ -78,28 +80,9 @@ func NewSink(cfg Config, logger *slog.Logger) (*Sink, error) {
 		return nil, err
 	}
 	log := logger.With("component", "logsink")
-	es, err := elasticsearch.NewClient(elasticsearch.Config{
-		Addresses: cfg.ESURLs,
-		Username:  cfg.ESUsername,
-		Password:  cfg.ESPassword,
-		// The transport retries a request a few times at once; past that the sink's
-		// own per-item backoff takes over, without limit.
-		RetryOnStatus: []int{http.StatusTooManyRequests, http.StatusBadGateway,
-			http.StatusServiceUnavailable, http.StatusGatewayTimeout},
-		MaxRetries: 3,
-		RetryBackoff: func(attempt int) time.Duration {
-			return retryDelay(attempt, cfg.RetryMin, min(cfg.RetryMax, 2*time.Second))
-		},
-		Transport: &http.Transport{
-			Proxy:                 http.ProxyFromEnvironment,
-			DialContext:           (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
-			ResponseHeaderTimeout: 2 * time.Minute,
-			MaxIdleConnsPerHost:   cfg.Workers + 2,
-			IdleConnTimeout:       90 * time.Second,
-		},
-	})
+	es, err := newESTransport(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("elasticsearch client: %w", err)
+		return nil, err
 	}
 	_, errs := kafkaLoggers(log)
 	dlq := &kafka.Writer{
@@ -113,17 +96,17 @@ func NewSink(cfg Config, logger *slog.Logger) (*Sink, error) {
 		ErrorLogger:            errs,
 	}
 	return &Sink{
-		cfg:     cfg,
-		log:     log,
-		es:      es,
-		dlq:     dlq,
-		tracker: newTracker(),
-		sem:     make(chan struct{}, cfg.MaxInFlight),
-		retryCh: make(chan *job, cfg.MaxInFlight),
-		dlqCh:   make(chan *job, cfg.MaxInFlight),
-
-		watermark: map[int]int64{},
-		position:  map[int]int64{},
+		cfg:      cfg,
+		log:      log,
+		es:       es,
+		api:      esapi.New(es),
+		dlq:      dlq,
+		tracker:  newTracker(),
+		health:   newHealth(),
+		sem:      make(chan struct{}, cfg.MaxInFlight),
+		retryCh:  make(chan *job, cfg.MaxInFlight),
+		dlqCh:    make(chan *job, cfg.MaxInFlight),
+		lastWarn: map[string]time.Time{},
 	}, nil
 }
 
@@ -131,25 +114,18 @@ func NewSink(cfg Config, logger *slog.Logger) (*Sink, error) {
 func (s *Sink) Stats() SinkStats {
 	st := SinkStats{
 		Indexed: s.indexed.Load(), DeadLettered: s.deadLettered.Load(),
-		Retries: s.retries.Load(), Unconfirmed: s.unconfirmed.Load(), InFlight: len(s.sem),
+		Retries: s.retries.Load(), Unconfirmed: s.unconfirmed.Load(),
+		RefusedBatches: s.refusedBatches.Load(), InFlight: len(s.sem),
 	}
-	s.lagMu.Lock()
-	for p, hw := range s.watermark {
-		st.Lag += max(hw-s.position[p], 0)
+	if l := s.lag.Load(); l != nil {
+		st.Lag = *l
 	}
-	s.lagMu.Unlock()
 	return st
 }
 
-// observe records a fetched message's partition watermark for the lag.
-func (s *Sink) observe(m kafka.Message) {
-	s.lagMu.Lock()
-	s.watermark[m.Partition] = m.HighWaterMark
-	if _, ok := s.position[m.Partition]; !ok {
-		s.position[m.Partition] = m.Offset
-	}
-	s.lagMu.Unlock()
-}
+// Readiness says whether the sink is doing its job: Elasticsearch setup finished, the
+// server storing what it is sent, and no unindexed event older than MaxEventAge.
+func (s *Sink) Readiness() Readiness { return s.health.readiness() }
 
 func (s *Sink) readerConfig() kafka.ReaderConfig {
 	info, errs := kafkaLoggers(s.log)
@@ -175,16 +151,38 @@ func (s *Sink) readerConfig() kafka.ReaderConfig {
 	}
 }
 
-// Run prepares Kafka topics and Elasticsearch (waiting for them to answer), then
-// consumes until ctx is done. At shutdown it stops fetching, lets what is in flight
-// finish for up to ShutdownTimeout, commits, and returns nil. It returns an error only
-// when consuming cannot go on (the reader was closed under it).
+// Run creates the Kafka topics (waiting for Kafka to answer), sets Elasticsearch up
+// in the background (see esSetup), then consumes until ctx is done. Indexing waits for
+// the setup, so that the day's first index is created from the template, but never
+// longer than SetupWait. At shutdown it stops fetching, lets what is in flight finish
+// for up to ShutdownTimeout, commits, and returns nil. It returns an error only when
+// consuming cannot go on (the reader was closed under it).
 func (s *Sink) Run(ctx context.Context) error {
-	if err := s.prepare(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
+	// The lag monitor runs as long as Run; the setup until it is done or ctx ends.
+	var background sync.WaitGroup
+	monitorCtx, stopMonitor := context.WithCancel(context.WithoutCancel(ctx))
+	setupCtx, stopSetup := context.WithCancel(ctx)
+	defer func() {
+		stopMonitor()
+		stopSetup()
+		background.Wait()
+	}()
+	background.Go(func() { s.monitor(monitorCtx) })
+	if err := s.createTopics(ctx); err != nil {
+		return nil // only when ctx ended
+	}
+	setupDone := make(chan struct{})
+	if s.cfg.SetupES {
+		s.health.set(UnreadySetup, true)
+		background.Go(func() {
+			defer close(setupDone)
+			s.setupElasticsearch(setupCtx)
+		})
+	} else {
+		close(setupDone)
+	}
+	if !s.awaitSetup(ctx, setupDone) {
+		return nil
 	}
 	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWork()
@@ -240,43 +238,108 @@ func (s *Sink) Run(ctx context.Context) error {
 	return runErr
 }
 
-// prepare creates the topics and installs the Elasticsearch template and policy,
-// retrying while either is unavailable: the sink may start before its dependencies.
-func (s *Sink) prepare(ctx context.Context) error {
+// createTopics creates the topics, when configured to, retrying while Kafka does not
+// answer: the sink may start before it. A refusal that retrying cannot mend (no right
+// to create topics, say) is logged, and consuming goes on: the topics may exist. It
+// returns an error only when ctx ends.
+func (s *Sink) createTopics(ctx context.Context) error {
+	if !s.cfg.CreateTopics {
+		return nil
+	}
 	b := backoff{min: s.cfg.RetryMin, max: min(s.cfg.RetryMax, 10*time.Second)}
-	if s.cfg.CreateTopics {
-		for {
-			tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			err := ensureTopics(tctx, s.cfg.KafkaBrokers, s.cfg.TopicPartitions, s.cfg.TopicReplication,
-				s.cfg.Topic, s.cfg.DLQTopic)
-			cancel()
-			if err == nil {
-				break
-			}
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			s.warnf("kafka topics not ready; retrying", "err", err)
-			sleep(ctx, b.next())
+	for {
+		tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := ensureTopics(tctx, s.cfg.KafkaBrokers, s.cfg.TopicPartitions, s.cfg.TopicReplication,
+			s.cfg.Topic, s.cfg.DLQTopic)
+		cancel()
+		var kerr kafka.Error
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.As(err, &kerr) && !kerr.Temporary():
+			s.log.Warn("kafka topics not created; consuming anyway, they may exist (DISPATCH_KAFKA_CREATE_TOPICS=false skips this step)",
+				"err", err, "topics", s.cfg.Topic+","+s.cfg.DLQTopic)
+			return nil
+		}
+		s.warnf("kafka topics not ready; retrying", "err", err)
+		sleep(ctx, b.next())
+	}
+}
+
+// setupElasticsearch runs esSetup; readiness says setup_pending until it is done.
+func (s *Sink) setupElasticsearch(ctx context.Context) {
+	setup := &esSetup{
+		api: s.api, prefix: s.cfg.IndexPrefix, retentionDays: s.cfg.RetentionDays, log: s.log,
+		backoff: backoff{min: s.cfg.RetryMin, max: min(s.cfg.RetryMax, 10*time.Second)},
+		warnf:   s.warnf,
+	}
+	rep, err := setup.run(ctx)
+	if ctx.Err() != nil {
+		return
+	}
+	if err != nil { // the embedded objects do not load: a build defect, which tests catch
+		s.log.Error("elasticsearch setup", "err", err)
+	}
+	s.health.set(UnreadySetup, false)
+	tpl, retention := rep.Template, "none"
+	if tpl == "" {
+		tpl = "none"
+	}
+	if rep.Policy {
+		retention = fmt.Sprintf("%dd", s.cfg.RetentionDays)
+	}
+	s.log.Info("elasticsearch setup finished", "lifecycle_policy", rep.Policy, "index_template", tpl,
+		"index_pattern", s.cfg.IndexPrefix+"-*", "retention", retention)
+}
+
+// awaitSetup holds indexing back until setup is done, or SetupWait has passed: setup
+// never blocks indexing. It reports false when ctx ended first.
+func (s *Sink) awaitSetup(ctx context.Context, done <-chan struct{}) bool {
+	if s.cfg.SetupWait == 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(s.cfg.SetupWait)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		s.log.Warn("elasticsearch setup has not finished; indexing without it (an index created meanwhile gets dynamic mappings)",
+			"waited", s.cfg.SetupWait)
+		return true
+	}
+}
+
+// monitor measures the lag every LagInterval, and says the sink is behind while the
+// oldest unindexed event is older than MaxEventAge.
+func (s *Sink) monitor(ctx context.Context) {
+	probe := newLagProbe(s.cfg.KafkaBrokers, s.cfg.Topic, s.cfg.Group)
+	defer probe.close()
+	t := time.NewTicker(s.cfg.LagInterval)
+	defer t.Stop()
+	for {
+		mctx, cancel := context.WithTimeout(ctx, max(s.cfg.LagInterval, 10*time.Second))
+		lag, err := probe.measure(mctx, time.Now())
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			s.warnf("consumer lag: cannot measure it; the last figures stand", "err", err)
+		default:
+			s.lag.Store(&lag)
+			s.health.set(UnreadyBehind, lag.OldestAge > s.cfg.MaxEventAge)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
 	}
-	b.reset()
-	if s.cfg.SetupES {
-		for {
-			err := SetupElasticsearch(ctx, s.es, s.cfg.IndexPrefix, s.cfg.RetentionDays)
-			if err == nil {
-				break
-			}
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			s.warnf("elasticsearch setup failed; retrying", "err", err)
-			sleep(ctx, b.next())
-		}
-		s.log.Info("elasticsearch template and lifecycle policy installed",
-			"index_pattern", s.cfg.IndexPrefix+"-*", "retention_days", s.cfg.RetentionDays)
-	}
-	return nil
 }
 
 // fetchLoop reads messages and hands them on, while there is room in flight.
@@ -302,7 +365,6 @@ func (s *Sink) fetchLoop(ctx context.Context, r *kafka.Reader) error {
 			continue
 		}
 		b.reset()
-		s.observe(m)
 		j := &job{msg: m, entry: s.tracker.track(m.Partition, m.Offset)}
 		ev, err := decodeEvent(m.Value)
 		if err != nil {
@@ -388,11 +450,6 @@ func (s *Sink) commit(ctx context.Context, r *kafka.Reader) error {
 		return fmt.Errorf("commit offsets: %w", err)
 	}
 	s.tracker.committed(offs)
-	s.lagMu.Lock()
-	for p, off := range offs {
-		s.position[p] = off
-	}
-	s.lagMu.Unlock()
 	if s.onCommit != nil {
 		s.onCommit(offs)
 	}
@@ -417,14 +474,18 @@ func (s *Sink) indexName(at time.Time) string {
 	return s.cfg.IndexPrefix + "-" + at.UTC().Format("2006.01.02")
 }
 
-// warnf logs a warning at most every few seconds: during an outage the same failure
-// repeats for every request.
+// warnf logs a warning at most every few seconds per message: during an outage the
+// same failure repeats for every request.
 func (s *Sink) warnf(msg string, args ...any) {
-	now := time.Now().UnixNano()
-	last := s.lastWarn.Load()
-	if now-last < int64(5*time.Second) || !s.lastWarn.CompareAndSwap(last, now) {
+	now := time.Now()
+	s.warnMu.Lock()
+	last, seen := s.lastWarn[msg]
+	if seen && now.Sub(last) < 5*time.Second {
+		s.warnMu.Unlock()
 		return
 	}
+	s.lastWarn[msg] = now
+	s.warnMu.Unlock()
 	s.log.Warn(msg, args...)
 }
 
@@ -449,40 +510,4 @@ func decodeEvent(value []byte) (taskd.Event, error) {
 		return ev, errors.New("at missing")
 	}
 	return ev, nil
-}
-
-// SetupElasticsearch installs, idempotently, the lifecycle policy named prefix that
-// deletes indices after retentionDays, and the index template named prefix with the
-// events' mappings for indices prefix-*.
-func SetupElasticsearch(ctx context.Context, es *elasticsearch.Client, prefix string, retentionDays int) error {
-	pol, err := esdeploy.LifecyclePolicy(retentionDays)
-	if err != nil {
-		return err
-	}
-	res, err := es.ILM.PutLifecycle(prefix, es.ILM.PutLifecycle.WithBody(bytes.NewReader(pol)),
-		es.ILM.PutLifecycle.WithContext(ctx))
-	if err := esResult(res, err); err != nil {
-		return fmt.Errorf("put lifecycle policy %s: %w", prefix, err)
-	}
-	tpl, err := esdeploy.IndexTemplate(prefix, prefix)
-	if err != nil {
-		return err
-	}
-	res, err = es.Indices.PutIndexTemplate(prefix, bytes.NewReader(tpl),
-		es.Indices.PutIndexTemplate.WithContext(ctx))
-	if err := esResult(res, err); err != nil {
-		return fmt.Errorf("put index template %s: %w", prefix, err)
-	}
-	return nil
-}
-
-func esResult(res *esapi.Response, err error) error {
-	if err != nil {
-		return err
-	}
-	defer res.Body.Close()
-	if res.IsError() {
-		return errors.New(res.String())
-	}
-	return nil
 }

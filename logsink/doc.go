@@ -33,5 +33,7 @@
 // named by the event time send every delivery of an event to the same index, where
 // index-by-_id overwrites. Retention is an ILM policy that deletes each daily index
 // after DISPATCH_ES_RETENTION_DAYS; the template and policy live in
-// deploy/elasticsearch and are installed, idempotently, at every logsink start.
+// deploy/elasticsearch and are installed, idempotently, at every logsink start, where
+// the server supports them (see esSetup: a server without ILM gets no retention, and a
+// warning saying so).
 package logsink

@@ -62,6 +62,7 @@ func testConfig(brokers []string, esURL, topic, dlq, group string) Config {
 	c.RetryMin = 5 * time.Millisecond
 	c.RetryMax = 100 * time.Millisecond
 	c.ShutdownTimeout = 10 * time.Second
+	c.LagInterval = 50 * time.Millisecond
 	return c
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"container/heap"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -49,6 +50,10 @@ type lane struct {
 
 	mu       sync.Mutex
 	buffered []laneItem
+
+	// Of the flush under way, touched by the lane's one worker only: how many items
+	// it sends, and how many of them got a final answer (stored, or dead-lettered).
+	sent, settled int
 }
 
 type laneItem struct {
@@ -70,6 +75,7 @@ func (s *Sink) newLane() (*lane, error) {
 		},
 		OnFlushStart: l.flushStart,
 		OnFlushEnd:   l.flushEnd,
+		Decoder:      replyDecoder{l},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bulk indexer: %w", err)
@@ -101,12 +107,13 @@ func (l *lane) add(ctx context.Context, j *job) error {
 				l.s.retry(j)
 				return
 			}
+			l.settled++
 			l.s.indexed.Add(1)
 			l.s.finish(j)
 		},
 		OnFailure: func(_ context.Context, _ esutil.BulkIndexerItem, res esutil.BulkIndexerResponseItem, err error) {
-			if j.answer(attempt) {
-				l.s.itemFailed(j, res, err)
+			if j.answer(attempt) && l.s.itemFailed(j, res, err) {
+				l.settled++
 			}
 		},
 	})
@@ -131,10 +138,13 @@ func (l *lane) flushStart(context.Context) context.Context {
 	items := l.buffered
 	l.buffered = nil
 	l.mu.Unlock()
+	l.sent, l.settled = len(items), 0
 	return context.WithValue(l.s.abortCtx, flushKey{}, items)
 }
 
-// flushEnd retries the items of the flush that got no per-item answer.
+// flushEnd retries the items of the flush that got no per-item answer, and records
+// whether the server is storing what it is sent: a request none of whose items got a
+// final answer was refused.
 func (l *lane) flushEnd(ctx context.Context) {
 	items, _ := ctx.Value(flushKey{}).([]laneItem)
 	for _, it := range items {
@@ -142,6 +152,39 @@ func (l *lane) flushEnd(ctx context.Context) {
 			l.s.retry(it.j)
 		}
 	}
+	if len(items) == 0 {
+		return
+	}
+	refused := l.settled == 0
+	if refused {
+		l.s.refusedBatches.Add(1)
+	}
+	l.s.health.set(UnreadyRefused, refused)
+}
+
+// replyDecoder decodes a bulk reply, and rejects one that cannot be a true answer to
+// the request: a top-level error (whatever the HTTP status), or a number of items
+// other than the number sent. BulkIndexer pairs reply items with request items by
+// position (and would index past the end of its list on a long reply). A rejected
+// reply answers for no item: the request's events are all sent again.
+type replyDecoder struct{ l *lane }
+
+func (d replyDecoder) UnmarshalFromReader(r io.Reader, blk *esutil.BulkIndexerResponse) error {
+	var reply struct {
+		esutil.BulkIndexerResponse
+		Error json.RawMessage `json:"error"`
+	}
+	if err := json.NewDecoder(r).Decode(&reply); err != nil {
+		return fmt.Errorf("bulk reply is not JSON: %w", err)
+	}
+	if len(reply.Error) > 0 && string(reply.Error) != "null" {
+		return fmt.Errorf("bulk reply is an error: %s", errorReason([]byte(`{"error":`+string(reply.Error)+`}`)))
+	}
+	if len(reply.Items) != d.l.sent {
+		return fmt.Errorf("bulk reply has %d items for %d sent", len(reply.Items), d.l.sent)
+	}
+	*blk = reply.BulkIndexerResponse
+	return nil
 }
 
 // ownBody gives each bulk request a body of its own. BulkIndexer sends its reusable
@@ -187,14 +230,17 @@ var _ io.ReadSeeker = (*itemBody)(nil)
 
 // itemFailed sorts a failed item: throttling and server errors are retried until they
 // succeed; other client errors (a mapping conflict, a document ES cannot parse) would
-// fail forever, so the event goes to the dead-letter topic with the reason.
-func (s *Sink) itemFailed(j *job, res esutil.BulkIndexerResponseItem, err error) {
+// fail forever, so the event goes to the dead-letter topic with the reason. It reports
+// whether the answer was final (dead-lettered).
+func (s *Sink) itemFailed(j *job, res esutil.BulkIndexerResponseItem, err error) bool {
 	switch {
 	case err != nil, res.Status == 0, res.Status == 429, res.Status >= 500:
 		s.retry(j)
+		return false
 	default:
 		j.reason = fmt.Sprintf("elasticsearch status %d: %s: %s", res.Status, res.Error.Type, res.Error.Reason)
 		s.deadLetter(j)
+		return true
 	}
 }
 

@@ -9,12 +9,12 @@ import (
 )
 
 // A server that says it stored what it did not (a short item list under "errors":
-// false, an item answering for another _id, an item with no status) gets every event
-// it did not confirm again: nothing lost, nothing duplicated, and no offset committed
-// past an event before it was stored.
+// false, an item answering for another _id, an item with no status), or answers with
+// more items than it was sent, gets every event it did not confirm again: nothing
+// lost, nothing duplicated, and no offset committed past an event before it was stored.
 func TestSinkConfirmsEveryEventItself(t *testing.T) {
 	t.Parallel()
-	for _, fault := range []esfake.ReplyFault{esfake.ReplyOmit, esfake.ReplyOtherID, esfake.ReplyNoStatus} {
+	for _, fault := range []esfake.ReplyFault{esfake.ReplyOmit, esfake.ReplyOtherID, esfake.ReplyNoStatus, esfake.ReplyTwice} {
 		t.Run(fmt.Sprint(fault), func(t *testing.T) {
 			t.Parallel()
 			topic, dlq, group := names()
@@ -57,6 +57,69 @@ func TestSinkConfirmsEveryEventItself(t *testing.T) {
 			assertCommittedToEnd(t, checker, msgs)
 			if n := len(readTopic(t, brokers, dlq)); n != 0 {
 				t.Fatalf("%d dead letters, want none", n)
+			}
+		})
+	}
+}
+
+// A reply that is not a bulk reply (a top-level error under 200, a proxy's HTML 502)
+// stores nothing: the whole batch is sent again with backoff, the batch counts as
+// refused, and readiness says es_refusing until a batch is stored again.
+func TestSinkRetriesRepliesThatAreNotBulkReplies(t *testing.T) {
+	t.Parallel()
+	for name, fault := range map[string]esfake.RequestFault{
+		"top-level error": esfake.TopLevelError, "proxy 502": esfake.ProxyBadGateway,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			topic, dlq, group := names()
+			_, brokers := newKafka(t, topic, dlq)
+			es := esfake.New(t)
+			evs := makeEvents(400)
+			produce(t, brokers, topic, evs)
+			es.FailRequestsWith(1<<30, fault)
+			sink, err := NewSink(testConfig(brokers, es.URL(), topic, dlq, group), testLogger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checker := &commitChecker{es: es}
+			checker.install(sink)
+			stop := startSink(t, sink)
+			waitFor(t, time.Minute, "refused batches", func() bool { return sink.Stats().RefusedBatches >= 3 })
+			if r := sink.Readiness(); !r.Holds(UnreadyRefused) {
+				t.Fatalf("readiness %+v while every batch is refused", r)
+			}
+			if n := es.Count(); n != 0 {
+				t.Fatalf("%d stored", n)
+			}
+			checker.mu.Lock()
+			committed := len(checker.final)
+			checker.mu.Unlock()
+			if committed != 0 {
+				t.Fatal("offsets committed while nothing was stored")
+			}
+			es.FailRequestsWith(0, esfake.RequestFault{})
+			waitFor(t, time.Minute, "all indexed", func() bool { return es.Count() >= len(evs) })
+			waitFor(t, time.Minute, "ready again", func() bool { return !sink.Readiness().Holds(UnreadyRefused) })
+			msgs := readTopic(t, brokers, topic)
+			waitFor(t, time.Minute, "all committed", func() bool {
+				checker.mu.Lock()
+				defer checker.mu.Unlock()
+				n := int64(0)
+				for _, o := range checker.final {
+					n += o
+				}
+				return n >= int64(len(msgs))
+			})
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := es.IDs(), eventIDs(evs); !equalStrings(got, want) {
+				t.Fatalf("indexed ids: %s", diff(got, want))
+			}
+			checker.check(t, msgs, nil)
+			if r := sink.Readiness(); r.Begins[UnreadyRefused] == 0 {
+				t.Fatalf("readiness %+v: es_refusing never counted", r)
 			}
 		})
 	}

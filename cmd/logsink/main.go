@@ -6,11 +6,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -103,7 +105,9 @@ docs/CONFIG.md is the full reference.
 }
 
 // metricsHandler serves /metrics (the sink's throughput, dead letters, retries,
-// in-flight messages and consumer lag, read at scrape time) and /healthz.
+// in-flight messages, consumer lag and readiness, read at scrape time); /healthz and
+// /readyz, which answer 503 with the reasons while the sink is not ready; and /livez,
+// which says only that the process answers.
 func metricsHandler(sink *logsink.Sink) http.Handler {
 	reg := prometheus.NewRegistry()
 	stat := func(v func(logsink.SinkStats) float64) func() float64 {
@@ -124,20 +128,81 @@ func metricsHandler(sink *logsink.Sink) http.Handler {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "taskd_logsink_es_unconfirmed_items_total",
 			Help: "Bulk reply items that did not confirm their event (another _id, no 2xx status); each event was retried."},
 			stat(func(s logsink.SinkStats) float64 { return float64(s.Unconfirmed) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "taskd_logsink_es_refused_batches_total",
+			Help: "Bulk requests that stored none of their events (no answer, an error status, a reply that is not a bulk reply, every item refused); their events were retried."},
+			stat(func(s logsink.SinkStats) float64 { return float64(s.RefusedBatches) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "taskd_logsink_in_flight_events",
 			Help: "Events fetched from Kafka and not yet indexed or dead-lettered."},
 			stat(func(s logsink.SinkStats) float64 { return float64(s.InFlight) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "taskd_logsink_consumer_lag_events",
-			Help: "Consumer lag: high watermark last seen minus offset committed, summed over partitions."},
-			stat(func(s logsink.SinkStats) float64 { return float64(s.Lag) })),
+			Help: "Consumer group lag from the broker: high watermark minus committed offset, summed over every partition of the topic. NaN before the first measurement."},
+			lagStat(sink, func(l logsink.Lag) float64 { return float64(l.Events) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "taskd_logsink_oldest_unindexed_event_age_seconds",
+			Help: "Age of the oldest event in Kafka not yet indexed (by its Kafka timestamp); 0 without lag. NaN before the first measurement."},
+			lagStat(sink, func(l logsink.Lag) float64 { return l.OldestAge.Seconds() })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "taskd_logsink_lag_measured_timestamp_seconds",
+			Help: "When the lag and the oldest event's age were last measured (Unix time); 0 before the first measurement."},
+			stat(func(s logsink.SinkStats) float64 { return unixSeconds(s.Lag.At) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "taskd_logsink_ready",
+			Help: "1 while the sink is ready (see /readyz), else 0."},
+			func() float64 { return boolValue(sink.Readiness().Ready) }),
 	)
+	for _, reason := range logsink.UnreadyReasons {
+		labels := prometheus.Labels{"reason": reason}
+		reg.MustRegister(
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "taskd_logsink_unready", ConstLabels: labels,
+				Help: "1 while the reason keeps the sink from being ready, else 0."},
+				func() float64 { return boolValue(sink.Readiness().Holds(reason)) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "taskd_logsink_unready_total", ConstLabels: labels,
+				Help: "Times the reason began to keep the sink from being ready."},
+				func() float64 { return float64(sink.Readiness().Begins[reason]) }),
+		)
+	}
+	ready := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		rd := sink.Readiness()
+		if !rd.Ready {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			json.NewEncoder(w).Encode(map[string]any{"status": "not_ready", "reasons": rd.Reasons})
+			return
+		}
+		io.WriteString(w, `{"status":"ok"}`)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET /healthz", ready)
+	mux.HandleFunc("GET /readyz", ready)
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"status":"ok"}`)
 	})
 	return mux
+}
+
+// lagStat reads a lag figure at scrape time: NaN before the first measurement, so
+// that a graph shows a gap rather than a reassuring 0.
+func lagStat(sink *logsink.Sink, v func(logsink.Lag) float64) func() float64 {
+	return func() float64 {
+		l := sink.Stats().Lag
+		if l.At.IsZero() {
+			return math.NaN()
+		}
+		return v(l)
+	}
+}
+
+func unixSeconds(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return float64(t.UnixNano()) / 1e9
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // redact drops credentials embedded in URLs, which must not reach the logs.

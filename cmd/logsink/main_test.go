@@ -64,7 +64,7 @@ func TestRunIndexesAndStops(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"-kafka-topic", topic, "-es-flush-interval", "20ms", "-metrics-addr", "127.0.0.1:0",
-			"-kafka-commit-interval", "20ms"}, env(map[string]string{
+			"-kafka-commit-interval", "20ms", "-lag-interval", "50ms"}, env(map[string]string{
 			"DISPATCH_KAFKA_BROKERS":     strings.Join(cluster.ListenAddrs(), ","),
 			"DISPATCH_ES_URLS":           "http://elastic:secret@" + strings.TrimPrefix(es.URL(), "http://"),
 			"DISPATCH_KAFKA_GROUP":       "group-" + topic,
@@ -124,7 +124,9 @@ func TestRunIndexesAndStops(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	for _, want := range []string{"taskd_logsink_indexed_events_total 100\n", "taskd_logsink_consumer_lag_events 0\n",
-		"taskd_logsink_dead_lettered_events_total 0\n", "taskd_logsink_es_bulk_failures_total 0\n"} {
+		"taskd_logsink_dead_lettered_events_total 0\n", "taskd_logsink_es_bulk_failures_total 0\n",
+		"taskd_logsink_oldest_unindexed_event_age_seconds 0\n", "taskd_logsink_ready 1\n",
+		`taskd_logsink_unready{reason="es_refusing"} 0` + "\n", `taskd_logsink_unready_total{reason="setup_pending"} 1` + "\n"} {
 		if !strings.Contains(scrape, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
@@ -144,5 +146,94 @@ func TestRunIndexesAndStops(t *testing.T) {
 	}
 	if !strings.Contains(logs, `"component":"logsink"`) || !strings.Contains(logs, `"msg":"stopped"`) {
 		t.Fatalf("logs lack the sink's lines:\n%s", logs)
+	}
+}
+
+// /readyz and /healthz answer 503 with the reasons while the server refuses every
+// batch, and /metrics says the same per reason; /livez stays ok; once the server
+// stores again, the sink is ready.
+func TestReadyzSaysWhy(t *testing.T) {
+	t.Parallel()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	es := esfake.New(t)
+	es.SetDown(true)
+	topic := "events-" + testenv.Suffix()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr testenv.SyncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-kafka-topic", topic, "-es-flush-interval", "20ms", "-metrics-addr", "127.0.0.1:0",
+			"-es-setup-wait", "0", "-es-retry-max", "200ms", "-lag-interval", "50ms"}, env(map[string]string{
+			"DISPATCH_KAFKA_BROKERS": strings.Join(cluster.ListenAddrs(), ","),
+			"DISPATCH_ES_URLS":       es.URL(),
+			"DISPATCH_KAFKA_GROUP":   "group-" + topic,
+		}), &stdout, &stderr)
+	}()
+	w := &kafka.Writer{Addr: kafka.TCP(cluster.ListenAddrs()...), Topic: topic, RequiredAcks: kafka.RequireAll,
+		BatchTimeout: 5 * time.Millisecond}
+	defer w.Close()
+	b, _ := json.Marshal(taskd.Event{EventID: "ev-1", Type: taskd.EventDispatch, UID: "u1", At: time.Now()})
+	waitUntil(t, 30*time.Second, "produced", func() bool { return w.WriteMessages(ctx, kafka.Message{Value: b}) == nil })
+
+	var addr string
+	waitUntil(t, 30*time.Second, "metrics address", func() bool {
+		_, a, ok := strings.Cut(stdout.String(), "logsink metrics on ")
+		addr = strings.TrimSpace(a)
+		return ok
+	})
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	var body string
+	waitUntil(t, 30*time.Second, "not ready because of refused batches", func() bool {
+		var status int
+		status, body = get("/readyz")
+		return status == http.StatusServiceUnavailable && strings.Contains(body, "es_refusing")
+	})
+	var got struct {
+		Status  string   `json:"status"`
+		Reasons []string `json:"reasons"`
+	}
+	if err := json.Unmarshal([]byte(body), &got); err != nil || got.Status != "not_ready" ||
+		strings.Join(got.Reasons, ",") != "setup_pending,es_refusing" {
+		t.Fatalf("/readyz said %s", body)
+	}
+	if status, _ := get("/healthz"); status != http.StatusServiceUnavailable {
+		t.Fatalf("/healthz %d while not ready", status)
+	}
+	if status, _ := get("/livez"); status != http.StatusOK {
+		t.Fatalf("/livez %d", status)
+	}
+	_, metrics := get("/metrics")
+	for _, want := range []string{"taskd_logsink_ready 0\n", `taskd_logsink_unready{reason="es_refusing"} 1` + "\n",
+		`taskd_logsink_unready{reason="setup_pending"} 1` + "\n", `taskd_logsink_unready_total{reason="es_refusing"} 1` + "\n",
+		`taskd_logsink_unready{reason="events_too_old"} 0` + "\n"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if !strings.Contains(metrics, "taskd_logsink_es_refused_batches_total ") ||
+		strings.Contains(metrics, "taskd_logsink_es_refused_batches_total 0\n") {
+		t.Error("/metrics counts no refused batch")
+	}
+	es.SetDown(false)
+	waitUntil(t, 30*time.Second, "ready", func() bool { status, _ := get("/readyz"); return status == http.StatusOK })
+	if es.Count() != 1 {
+		t.Fatalf("%d indexed", es.Count())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -3,8 +3,12 @@
 // lifecycle (ILM) policy that deletes them after the retention period.
 //
 // The JSON files next to this one are the source of truth, valid as they stand for
-// curl (PUT _index_template/taskd-events, PUT _ilm/policy/taskd-events); the logsink
-// embeds them and installs them at start with the configured prefix and retention.
+// curl (PUT _index_template/taskd-events, PUT _ilm/policy/taskd-events). The template
+// file holds only what every server speaking the Elasticsearch API accepts
+// (Elasticsearch 7.8 and later, OpenSearch): shards, replicas, refresh interval and the
+// mappings. What some servers refuse (the link to the lifecycle policy, a _meta block)
+// is added by IndexTemplate on request. The logsink embeds both files and installs
+// them at start with the configured prefix and retention.
 package elasticsearch
 
 import (
@@ -16,9 +20,18 @@ import (
 //go:embed index-template.json ilm-policy.json
 var files embed.FS
 
+// TemplateOptions adds to the index template what not every server accepts.
+type TemplateOptions struct {
+	// Policy links the indices to the ILM policy of this name (the setting
+	// index.lifecycle.name, which servers without ILM refuse as unknown); "" for none.
+	Policy string
+	// Meta adds a _meta block saying what the template is and who manages it.
+	Meta bool
+}
+
 // IndexTemplate returns the composable index template body for indices named
-// prefix-*, attached to the lifecycle policy named policy.
-func IndexTemplate(prefix, policy string) ([]byte, error) {
+// prefix-*, with what opt asks for.
+func IndexTemplate(prefix string, opt TemplateOptions) ([]byte, error) {
 	var tpl map[string]any
 	if err := load("index-template.json", &tpl); err != nil {
 		return nil, err
@@ -29,7 +42,15 @@ func IndexTemplate(prefix, policy string) ([]byte, error) {
 	if settings == nil {
 		return nil, fmt.Errorf("index-template.json: no template.settings")
 	}
-	settings["index.lifecycle.name"] = policy
+	if opt.Policy != "" {
+		settings["index.lifecycle.name"] = opt.Policy
+	}
+	if opt.Meta {
+		tpl["_meta"] = map[string]any{
+			"description": "taskd dispatch lifecycle events, one index per UTC day of the event time (" + prefix + "-YYYY.MM.DD)",
+			"managed_by":  "taskd logsink",
+		}
+	}
 	return json.Marshal(tpl)
 }
 

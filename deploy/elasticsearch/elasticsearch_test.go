@@ -2,6 +2,7 @@ package elasticsearch
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"os"
 	"regexp"
@@ -10,7 +11,7 @@ import (
 
 func templateFields(t *testing.T) map[string]string {
 	t.Helper()
-	b, err := IndexTemplate("ev", "ev-policy")
+	b, err := IndexTemplate("ev", TemplateOptions{Policy: "ev-policy", Meta: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,6 +86,10 @@ func TestLifecyclePolicy(t *testing.T) {
 	}
 }
 
+// portableAggs are the aggregations the Kibana objects may use.
+var portableAggs = map[string]bool{"count": true, "date_histogram": true, "terms": true, "percentiles": true,
+	"filters": true, "cumulative_sum": true, "avg": true, "sum": true, "min": true, "max": true, "cardinality": true}
+
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 
 // The Kibana saved objects parse, every reference resolves within the file, and every
@@ -146,6 +151,20 @@ func TestKibanaSavedObjects(t *testing.T) {
 			if !json.Valid([]byte(src)) {
 				t.Fatalf("%s searchSourceJSON is not JSON", o.ID)
 			}
+			// Aggregations every supported server has (Elasticsearch 7.10 to 9,
+			// OpenSearch); a date histogram's interval is left to Kibana ("auto"),
+			// which picks calendar or fixed intervals as the server wants them.
+			aggs, _ := state["aggs"].([]any)
+			for _, a := range aggs {
+				agg, _ := a.(map[string]any)
+				typ, _ := agg["type"].(string)
+				if !portableAggs[typ] {
+					t.Errorf("%s uses aggregation %q, not known to be on every supported server", o.ID, typ)
+				}
+				if params, _ := agg["params"].(map[string]any); typ == "date_histogram" && params["interval"] != "auto" {
+					t.Errorf("%s: date_histogram interval %v, want auto", o.ID, params["interval"])
+				}
+			}
 			for _, m := range append(fieldRe.FindAllStringSubmatch(vs, -1), kqlRe.FindAllStringSubmatch(vs+src, -1)...) {
 				if fields[m[1]] == "" {
 					t.Errorf("%s uses field %s, which the index template does not map", o.ID, m[1])
@@ -169,5 +188,41 @@ func TestKibanaSavedObjects(t *testing.T) {
 				t.Errorf("%d panels for %d visualizations", len(panels), count["visualization"])
 			}
 		}
+	}
+}
+
+// The template without options (and the file as it stands, for curl) holds only what
+// every server speaking the API accepts; the rest comes only on request.
+func TestIndexTemplateBaseIsPortable(t *testing.T) {
+	universal := map[string]bool{"index.number_of_shards": true, "index.number_of_replicas": true, "index.refresh_interval": true}
+	for name, opt := range map[string]TemplateOptions{"base": {}, "policy": {Policy: "p"}, "meta": {Meta: true}} {
+		b, err := IndexTemplate("ev", opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tpl struct {
+			Meta     map[string]any `json:"_meta"`
+			Template struct {
+				Settings map[string]any `json:"settings"`
+			} `json:"template"`
+		}
+		if err := json.Unmarshal(b, &tpl); err != nil {
+			t.Fatal(err)
+		}
+		for k := range tpl.Template.Settings {
+			if !universal[k] && !(k == "index.lifecycle.name" && opt.Policy != "") {
+				t.Errorf("%s: setting %s not every server accepts", name, k)
+			}
+		}
+		if (tpl.Template.Settings["index.lifecycle.name"] == "p") != (opt.Policy != "") || (tpl.Meta != nil) != opt.Meta {
+			t.Errorf("%s: template %s", name, b)
+		}
+	}
+	raw, err := files.ReadFile("index-template.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(raw, []byte("_meta")) || bytes.Contains(raw, []byte("lifecycle")) {
+		t.Error("index-template.json holds what some servers refuse")
 	}
 }

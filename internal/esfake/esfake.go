@@ -5,9 +5,14 @@
 //
 // Documents are kept by index and _id, so a test can check the indexed set of ids for
 // equality with what it sent and find any id indexed into two indices. Faults are
-// injected per item (any status, e.g. 429 or a 400 mapping error), per request (e.g. the
-// next n bulk requests answer 503) and for the whole server (down: connections are cut
+// injected per item (any status, e.g. 429 or a 400 mapping error; or a lie about it),
+// per request (e.g. the next n bulk requests answer 503, a top-level error under 200,
+// or an HTML 502 from a proxy) and for the whole server (down: connections are cut
 // without an answer).
+//
+// It can also be another server that speaks the API: one without ILM, one that refuses
+// template settings it does not know, one whose setup calls fail for a while, one that
+// does not send X-Elastic-Product (OpenSearch, Elasticsearch before 7.14).
 package esfake
 
 import (
@@ -58,10 +63,17 @@ type Server struct {
 	itemFault    func(Item) int
 	replyFault   func(Item) ReplyFault
 	failRequests int
-	failStatus   int
+	requestFault RequestFault
 	down         bool
 	bulkRequests int
 	bulkItems    int
+
+	noProduct   bool
+	missing     map[string]int // first path segment (_ilm) -> status of every call
+	refusedKeys []string       // template keys answered with 400 unknown setting/field
+	failSetup   int            // the next failSetup template and policy calls fail ...
+	setupStatus int            // ... with this status
+	setupCalls  []string       // "PUT _ilm/policy/x 200", in order
 }
 
 // New starts a fake on a local port; it is closed when t ends.
@@ -71,6 +83,7 @@ func New(t testing.TB) *Server {
 		attempts:  map[string]int{},
 		templates: map[string]json.RawMessage{},
 		policies:  map[string]json.RawMessage{},
+		missing:   map[string]int{},
 	}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	t.Cleanup(s.srv.Close)
@@ -91,9 +104,72 @@ func (s *Server) SetDown(down bool) {
 // FailRequests answers the next n bulk requests with status (e.g. 503) and an
 // Elasticsearch error body, indexing nothing.
 func (s *Server) FailRequests(n, status int) {
+	s.FailRequestsWith(n, RequestFault{Status: status, ContentType: "application/json", Body: errorBody(status, errorType(status), "injected request failure")})
+}
+
+// RequestFault is a whole answer to a bulk request that stores nothing.
+type RequestFault struct {
+	Status      int
+	ContentType string
+	Body        string
+}
+
+var (
+	// TopLevelError is a 200 whose body is an error, not a bulk reply: no items.
+	TopLevelError = RequestFault{Status: http.StatusOK, ContentType: "application/json",
+		Body: errorBody(http.StatusOK, "illegal_state_exception", "injected top-level error under 200")}
+	// ProxyBadGateway is what a proxy in front of the server says when the server
+	// does not answer: 502 with an HTML page.
+	ProxyBadGateway = RequestFault{Status: http.StatusBadGateway, ContentType: "text/html",
+		Body: "<html><head><title>502 Bad Gateway</title></head><body><center><h1>502 Bad Gateway</h1></center></body></html>\n"}
+)
+
+// FailRequestsWith answers the next n bulk requests with f, indexing nothing.
+func (s *Server) FailRequestsWith(n int, f RequestFault) {
 	s.mu.Lock()
-	s.failRequests, s.failStatus = n, status
+	s.failRequests, s.requestFault = n, f
 	s.mu.Unlock()
+}
+
+// WithoutProductHeader makes the server answer without X-Elastic-Product, as
+// OpenSearch and Elasticsearch before 7.14 do.
+func (s *Server) WithoutProductHeader() {
+	s.mu.Lock()
+	s.noProduct = true
+	s.mu.Unlock()
+}
+
+// WithoutEndpoint makes every call under /api (like "_ilm" or "_index_template")
+// answer status, as a server without that API does: 404, 405, or 400 with
+// Elasticsearch's "no handler found for uri".
+func (s *Server) WithoutEndpoint(api string, status int) {
+	s.mu.Lock()
+	s.missing[api] = status
+	s.mu.Unlock()
+}
+
+// RefuseTemplateKeys makes the server answer 400 to an index template that holds any
+// of keys, as a top-level field (like _meta) or a setting under template.settings
+// (like index.lifecycle.name), as a server that does not know them does.
+func (s *Server) RefuseTemplateKeys(keys ...string) {
+	s.mu.Lock()
+	s.refusedKeys = keys
+	s.mu.Unlock()
+}
+
+// FailSetup answers the next n template and policy calls with status (e.g. 503).
+func (s *Server) FailSetup(n, status int) {
+	s.mu.Lock()
+	s.failSetup, s.setupStatus = n, status
+	s.mu.Unlock()
+}
+
+// SetupCalls lists the template and policy calls received, in order, each as
+// "METHOD path status".
+func (s *Server) SetupCalls() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.setupCalls...)
 }
 
 // SetItemFault installs f, called for every bulk item before it is applied: a non-zero
@@ -118,6 +194,9 @@ const (
 	ReplyOtherID
 	// ReplyNoStatus stores nothing and answers an item with no status at all.
 	ReplyNoStatus
+	// ReplyTwice stores the item and answers for it twice: a reply with more items
+	// than the request.
+	ReplyTwice
 )
 
 // SetReplyFault installs f, called for every bulk item before it is applied, to make
@@ -236,7 +315,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		panic(http.ErrAbortHandler)
 	}
-	w.Header().Set("X-Elastic-Product", "Elasticsearch")
+	s.mu.Lock()
+	noProduct := s.noProduct
+	s.mu.Unlock()
+	if !noProduct {
+		w.Header().Set("X-Elastic-Product", "Elasticsearch")
+	}
 	w.Header().Set("Content-Type", "application/json")
 
 	path := strings.Trim(r.URL.Path, "/")
@@ -250,9 +334,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			"tagline": "You Know, for Search",
 		})
 	case len(parts) == 2 && parts[0] == "_index_template":
-		s.serveObject(w, r, s.templates, parts[1], "index_templates")
-	case len(parts) == 3 && parts[0] == "_ilm" && parts[1] == "policy":
-		s.serveObject(w, r, s.policies, parts[2], "policies")
+		s.serveSetup(w, r, s.templates, parts[1], "index_templates")
+	case parts[0] == "_ilm":
+		s.serveSetup(w, r, s.policies, parts[len(parts)-1], "policies")
 	case parts[len(parts)-1] == "_bulk" && len(parts) <= 2 &&
 		(r.Method == http.MethodPost || r.Method == http.MethodPut):
 		defaultIndex := ""
@@ -264,6 +348,88 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "resource_not_found_exception",
 			fmt.Sprintf("esfake does not implement %s /%s", r.Method, path))
 	}
+}
+
+// serveSetup answers a template or policy call, with the setup faults.
+func (s *Server) serveSetup(w http.ResponseWriter, r *http.Request, store map[string]json.RawMessage, name, listKey string) {
+	rec := &statusRecorder{ResponseWriter: w}
+	defer func() {
+		s.mu.Lock()
+		s.setupCalls = append(s.setupCalls, r.Method+" "+r.URL.Path+" "+fmt.Sprint(rec.status))
+		s.mu.Unlock()
+	}()
+	s.mu.Lock()
+	missing, refused := s.missing[strings.SplitN(strings.Trim(r.URL.Path, "/"), "/", 2)[0]], s.refusedKeys
+	fail := s.failSetup > 0
+	if fail {
+		s.failSetup--
+	}
+	status := s.setupStatus
+	s.mu.Unlock()
+	isPolicy := listKey == "policies"
+	switch {
+	case missing == http.StatusBadRequest:
+		// Elasticsearch's own words for a path it has no handler for.
+		writeJSON(rec, missing, map[string]any{"error": fmt.Sprintf("no handler found for uri [%s] and method [%s]", r.URL.Path, r.Method)})
+		return
+	case missing != 0:
+		writeError(rec, missing, "resource_not_found_exception", "no such endpoint: "+r.URL.Path)
+		return
+	case fail:
+		writeError(rec, status, errorType(status), "injected setup failure")
+		return
+	}
+	if !isPolicy && len(refused) > 0 && (r.Method == http.MethodPut || r.Method == http.MethodPost) {
+		body, err := readBody(r)
+		if err != nil {
+			writeError(rec, http.StatusBadRequest, "parse_exception", err.Error())
+			return
+		}
+		if key := refusedKey(body, refused); key != "" {
+			if strings.HasPrefix(key, "index.") {
+				writeError(rec, http.StatusBadRequest, "illegal_argument_exception",
+					fmt.Sprintf("unknown setting [%s] please check that any required plugins are installed, or check the breaking changes documentation for removed settings", key))
+			} else {
+				writeError(rec, http.StatusBadRequest, "x_content_parse_exception",
+					fmt.Sprintf("[1:2] [index_template] unknown field [%s]", key))
+			}
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.Header.Del("Content-Encoding")
+	}
+	s.serveObject(rec, r, store, name, listKey)
+}
+
+// refusedKey returns the first of keys the template body holds.
+func refusedKey(body []byte, keys []string) string {
+	var tpl struct {
+		Template struct {
+			Settings map[string]any `json:"settings"`
+		} `json:"template"`
+	}
+	var top map[string]json.RawMessage
+	json.Unmarshal(body, &tpl)
+	json.Unmarshal(body, &top)
+	for _, k := range keys {
+		if _, ok := top[k]; ok {
+			return k
+		}
+		if _, ok := tpl.Template.Settings[k]; ok {
+			return k
+		}
+	}
+	return ""
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(status int) {
+	r.status = status
+	r.ResponseWriter.WriteHeader(status)
 }
 
 // serveObject stores (PUT) or returns (GET) a named JSON object: templates and policies.
@@ -313,7 +479,10 @@ func (s *Server) serveBulk(w http.ResponseWriter, r *http.Request, defaultIndex 
 	s.bulkRequests++
 	if s.failRequests > 0 {
 		s.failRequests--
-		writeError(w, s.failStatus, errorType(s.failStatus), "injected request failure")
+		f := s.requestFault
+		w.Header().Set("Content-Type", f.ContentType)
+		w.WriteHeader(f.Status)
+		io.WriteString(w, f.Body)
 		return
 	}
 
@@ -376,6 +545,10 @@ func (s *Server) serveBulk(w http.ResponseWriter, r *http.Request, defaultIndex 
 			case ReplyNoStatus:
 				s.attempts[meta.ID]++
 				items = append(items, map[string]bulkResult{op: {Index: meta.Index, ID: meta.ID}})
+				continue
+			case ReplyTwice:
+				res := s.applyItem(op, meta.Index, meta.ID, source)
+				items = append(items, map[string]bulkResult{op: res}, map[string]bulkResult{op: res})
 				continue
 			}
 		}
@@ -492,9 +665,16 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, typ, reason string) {
+	w.WriteHeader(status)
+	io.WriteString(w, errorBody(status, typ, reason))
+}
+
+// errorBody is Elasticsearch's error document.
+func errorBody(status int, typ, reason string) string {
 	e := map[string]any{"type": typ, "reason": reason}
-	writeJSON(w, status, map[string]any{
+	b, _ := json.Marshal(map[string]any{
 		"error":  map[string]any{"root_cause": []any{e}, "type": typ, "reason": reason},
 		"status": status,
 	})
+	return string(b) + "\n"
 }

@@ -2,6 +2,7 @@ package esfake
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -83,5 +84,67 @@ not json
 	s.SetDown(false)
 	if _, ok := s.DocSeq("z"); ok {
 		t.Fatal("a failed request indexed a document")
+	}
+}
+
+func put(t *testing.T, s *Server, path, body string) (int, http.Header, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPut, s.URL()+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, res.Header, string(b)
+}
+
+// The fake can be another server speaking the API: no product header, no ILM, template
+// keys it does not know, setup calls failing for a while, replies that are not bulk
+// replies or have an item too many.
+func TestOtherServers(t *testing.T) {
+	s := New(t)
+	s.WithoutProductHeader()
+	s.WithoutEndpoint("_ilm", http.StatusBadRequest)
+	s.RefuseTemplateKeys("_meta", "index.lifecycle.name")
+	s.FailSetup(1, http.StatusServiceUnavailable)
+	if st, h, _ := put(t, s, "/_index_template/x", `{}`); st != 503 || h.Get("X-Elastic-Product") != "" {
+		t.Fatalf("first setup call: %d %v", st, h)
+	}
+	if st, _, body := put(t, s, "/_ilm/policy/x", `{}`); st != 400 || !strings.Contains(body, "no handler found for uri") {
+		t.Fatalf("ILM: %d %s", st, body)
+	}
+	if st, _, body := put(t, s, "/_index_template/x", `{"_meta":{}}`); st != 400 || !strings.Contains(body, "unknown field [_meta]") {
+		t.Fatalf("_meta: %d %s", st, body)
+	}
+	if st, _, body := put(t, s, "/_index_template/x", `{"template":{"settings":{"index.lifecycle.name":"p"}}}`); st != 400 ||
+		!strings.Contains(body, "unknown setting [index.lifecycle.name]") {
+		t.Fatalf("lifecycle setting: %d %s", st, body)
+	}
+	if st, _, _ := put(t, s, "/_index_template/x", `{"template":{"settings":{"index.number_of_shards":1}}}`); st != 200 {
+		t.Fatalf("plain template: %d", st)
+	}
+	if _, ok := s.Template("x"); !ok {
+		t.Fatal("template not stored")
+	}
+	if calls := s.SetupCalls(); len(calls) != 5 || calls[0] != "PUT /_index_template/x 503" || calls[4] != "PUT /_index_template/x 200" {
+		t.Fatalf("calls %v", calls)
+	}
+
+	s.FailRequestsWith(1, TopLevelError)
+	if st, _, out := bulk(t, s, "{\"index\":{\"_index\":\"i\",\"_id\":\"a\"}}\n{}\n"); st != 200 || out["error"] == nil || out["items"] != nil {
+		t.Fatalf("top-level error: %d %v", st, out)
+	}
+	s.FailRequestsWith(1, ProxyBadGateway)
+	if st, _, out := bulk(t, s, "{\"index\":{\"_index\":\"i\",\"_id\":\"a\"}}\n{}\n"); st != 502 || out != nil {
+		t.Fatalf("proxy 502: %d %v", st, out)
+	}
+	s.SetReplyFault(func(Item) ReplyFault { return ReplyTwice })
+	if _, _, out := bulk(t, s, "{\"index\":{\"_index\":\"i\",\"_id\":\"a\"}}\n{}\n"); len(out["items"].([]any)) != 2 {
+		t.Fatalf("reply twice: %v", out)
+	}
+	if s.Count() != 1 {
+		t.Fatalf("%d stored", s.Count())
 	}
 }
