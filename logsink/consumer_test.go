@@ -63,6 +63,20 @@ func clone(m map[int]int64) map[int]int64 {
 	return out
 }
 
+// waitCommitted waits until the commits cover as many messages as msgs holds.
+func (c *commitChecker) waitCommitted(t *testing.T, msgs []kafka.Message) {
+	t.Helper()
+	waitFor(t, time.Minute, "all committed", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		n := int64(0)
+		for _, o := range c.final {
+			n += o
+		}
+		return n >= int64(len(msgs))
+	})
+}
+
 // check verifies every recorded commit against the topic's messages: every message
 // below a committed offset was indexed (or is a dead letter) before the commit.
 func (c *commitChecker) check(t *testing.T, msgs []kafka.Message, deadLetters map[string]bool) {

@@ -37,15 +37,7 @@ func TestSinkConfirmsEveryEventItself(t *testing.T) {
 			stop := startSink(t, sink)
 			waitFor(t, time.Minute, "all indexed", func() bool { return es.Count() >= len(evs) })
 			msgs := readTopic(t, brokers, topic)
-			waitFor(t, time.Minute, "all committed", func() bool {
-				checker.mu.Lock()
-				defer checker.mu.Unlock()
-				n := int64(0)
-				for _, o := range checker.final {
-					n += o
-				}
-				return n >= int64(len(msgs))
-			})
+			checker.waitCommitted(t, msgs)
 			if err := stop(); err != nil {
 				t.Fatal(err)
 			}
@@ -102,15 +94,7 @@ func TestSinkRetriesRepliesThatAreNotBulkReplies(t *testing.T) {
 			waitFor(t, time.Minute, "all indexed", func() bool { return es.Count() >= len(evs) })
 			waitFor(t, time.Minute, "ready again", func() bool { return !sink.Readiness().Holds(UnreadyRefused) })
 			msgs := readTopic(t, brokers, topic)
-			waitFor(t, time.Minute, "all committed", func() bool {
-				checker.mu.Lock()
-				defer checker.mu.Unlock()
-				n := int64(0)
-				for _, o := range checker.final {
-					n += o
-				}
-				return n >= int64(len(msgs))
-			})
+			checker.waitCommitted(t, msgs)
 			if err := stop(); err != nil {
 				t.Fatal(err)
 			}
