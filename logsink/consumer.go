@@ -228,8 +228,10 @@ func (s *Sink) Run(ctx context.Context) error {
 	for _, l := range s.lanes {
 		l.bi.Close(closeCtx)
 	}
-	if err := s.commit(closeCtx, reader); err != nil {
-		s.log.Warn("final commit", "err", err)
+	if runErr == nil { // a closed reader cannot commit: it would only wait out closeCtx
+		if err := s.commit(closeCtx, reader); err != nil {
+			s.log.Warn("final commit", "err", err)
+		}
 	}
 	reader.Close()
 	s.dlq.Close()
