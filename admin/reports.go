@@ -11,7 +11,7 @@ import (
 
 	"github.com/taskpull/taskd"
 	"github.com/taskpull/taskd/internal/store"
-	"github.com/taskpull/taskd/queue"
+	"github.com/taskpull/taskd/schedule"
 )
 
 // MaxScheduleOccurrences caps one schedule answer; a longer one is truncated and says so.
@@ -28,7 +28,7 @@ type ScheduledOccurrence struct {
 
 // Schedule lists the occurrences executor would be offered in [from, to), in the order
 // fetch offers them, with their quota claimed and remaining. It builds them with the
-// code the fetch path uses (queue.Offer and the heap); a user's schedule includes its
+// code the fetch path uses (schedule.Offer and the heap); a user's schedule includes its
 // groups' tasks. truncated says the list stopped at MaxScheduleOccurrences.
 func (s *Service) Schedule(ctx context.Context, executor string, from, to time.Time) (occ []ScheduledOccurrence, truncated bool, err error) {
 	e, err := taskd.ParseExecutor(executor)
@@ -49,7 +49,7 @@ func (s *Service) Schedule(ctx context.Context, executor string, from, to time.T
 	if err != nil {
 		return nil, false, err
 	}
-	h := queue.NewHeap(queue.Offer(queue.Source{Once: tasks.Once, Rotate: tasks.Rotate}, from, to))
+	h := schedule.NewHeap(schedule.Offer(schedule.Source{Once: tasks.Once, Rotate: tasks.Rotate}, from, to))
 	occ = []ScheduledOccurrence{}
 	for h.Len() > 0 {
 		if len(occ) == MaxScheduleOccurrences {

@@ -11,6 +11,7 @@ import (
 	"github.com/taskpull/taskd/internal/metrics"
 	"github.com/taskpull/taskd/internal/store"
 	"github.com/taskpull/taskd/queue"
+	"github.com/taskpull/taskd/schedule"
 )
 
 // Config tunes the service.
@@ -173,7 +174,7 @@ func (s *Service) fetch(ctx context.Context, uid, keyHash string) (FetchResult, 
 	// 2. Take the first due entry that still has a slot for this user: an occurrence to
 	// claim, or one of the user's waiting dispatches to resume.
 	for round := 0; len(view.Due) > 0 && round < maxRounds; round++ {
-		var popped []queue.Entry
+		var popped []schedule.Entry
 		waits := false
 		for i, e := range view.Due {
 			outcome, d, redo, err := s.take(ctx, uid, e, now)
@@ -221,7 +222,7 @@ func (s *Service) fetch(ctx context.Context, uid, keyHash string) (FetchResult, 
 
 // take dispatches a due heap entry to uid: it claims the entry's occurrence, or, for a
 // waiting dispatch of the user, resumes it (redo says it is handed out again).
-func (s *Service) take(ctx context.Context, uid string, e queue.Entry, now time.Time) (store.ClaimOutcome, *store.Dispatch, bool, error) {
+func (s *Service) take(ctx context.Context, uid string, e schedule.Entry, now time.Time) (store.ClaimOutcome, *store.Dispatch, bool, error) {
 	if e.LogID != "" {
 		return s.store.Resume(ctx, uid, e.LogID, now)
 	}
@@ -242,7 +243,7 @@ func refusal(o store.ClaimOutcome) string {
 // nextDue is when the user's next entry after taken is due, as far as its heap (a day
 // ahead at least) knows: the first of the entries after it, the first not yet due, and
 // taken's own next occurrence (a rotate task). nil when nothing more is scheduled.
-func nextDue(taken *queue.Entry, rest []queue.Entry, next *queue.Entry) *time.Time {
+func nextDue(taken *schedule.Entry, rest []schedule.Entry, next *schedule.Entry) *time.Time {
 	var at *time.Time
 	consider := func(t time.Time) {
 		if at == nil || t.Before(*at) {
@@ -326,7 +327,7 @@ func (s *Service) afterExpire(ctx context.Context, d *store.Dispatch) error {
 // apply writes a fetch's outcome to the cache. It is best effort: the cache is a hint,
 // and a stale hint is corrected by MySQL on the next fetch (a claim that fails, an
 // open dispatch found by its unique key).
-func (s *Service) apply(ctx context.Context, uid, open string, popped []queue.Entry) {
+func (s *Service) apply(ctx context.Context, uid, open string, popped []schedule.Entry) {
 	if open == "" && len(popped) == 0 {
 		return
 	}

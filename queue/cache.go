@@ -20,6 +20,7 @@ import (
 	"github.com/taskpull/taskd"
 	"github.com/taskpull/taskd/internal/clock"
 	"github.com/taskpull/taskd/internal/metrics"
+	"github.com/taskpull/taskd/schedule"
 )
 
 // Loader reads from the system of record (MySQL) what the cache is built from.
@@ -28,7 +29,7 @@ type Loader interface {
 	UserGroups(ctx context.Context, uid string) ([]string, error)
 	// LoadSource returns uid's cursor and exclude set and the active tasks targeted at
 	// uid or its groups that can have an occurrence in [from, until).
-	LoadSource(ctx context.Context, uid string, groups []string, from, until time.Time) (Source, error)
+	LoadSource(ctx context.Context, uid string, groups []string, from, until time.Time) (schedule.Source, error)
 	// ClientKeyHashes returns the hashes of uid's valid client keys.
 	ClientKeyHashes(ctx context.Context, uid string) ([]string, error)
 }
@@ -116,8 +117,8 @@ const (
 type View struct {
 	Open      OpenState
 	OpenLogID string
-	Due       []Entry // entries due now, in heap order
-	Next      *Entry  // the first entry not yet due
+	Due       []schedule.Entry // entries due now, in heap order
+	Next      *schedule.Entry  // the first entry not yet due
 }
 
 // ErrBadKey means the client key is not one of the user's valid keys.
@@ -205,7 +206,7 @@ func openState(open string) (OpenState, string) {
 
 // built is what a rebuild read, and whether it reached Redis.
 type built struct {
-	entries []Entry // in heap order
+	entries []schedule.Entry // in heap order
 	written bool
 }
 
@@ -247,10 +248,10 @@ func parseView(res []any) (View, error) {
 	return v, nil
 }
 
-func parseScored(member, score any) (Entry, error) {
+func parseScored(member, score any) (schedule.Entry, error) {
 	s, err := strconv.ParseInt(score.(string), 10, 64)
 	if err != nil {
-		return Entry{}, fmt.Errorf("heap score %v: %w", score, err)
+		return schedule.Entry{}, fmt.Errorf("heap score %v: %w", score, err)
 	}
 	return ParseMember(member.(string), s)
 }
@@ -362,8 +363,8 @@ func (c *Cache) build(ctx context.Context, uid string) (*built, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rebuild %s: %w", uid, err)
 	}
-	entries := Offer(src, EffectiveCursor(src.Cursor, now, c.cfg.CatchUp), until)
-	sort.Slice(entries, func(i, j int) bool { return Less(entries[i], entries[j]) })
+	entries := schedule.Offer(src, schedule.EffectiveCursor(src.Cursor, now, c.cfg.CatchUp), until)
+	sort.Slice(entries, func(i, j int) bool { return schedule.Less(entries[i], entries[j]) })
 
 	groups := strings.Join(gids, ",")
 	args := make([]any, 0, 5+2*len(entries))
@@ -384,7 +385,7 @@ func (c *Cache) build(ctx context.Context, uid string) (*built, error) {
 // Apply records a fetch's outcome, in one round trip: the open dispatch it made (a log
 // id; "" leaves the hint) and the entries it popped (dispatched or dropped; a rotate
 // entry advances to its next occurrence).
-func (c *Cache) Apply(ctx context.Context, uid, open string, popped []Entry) error {
+func (c *Cache) Apply(ctx context.Context, uid, open string, popped []schedule.Entry) error {
 	return c.apply(ctx, uid, open, "*", popped)
 }
 
@@ -394,7 +395,7 @@ func (c *Cache) ClearOpen(ctx context.Context, uid, expect string) error {
 	return c.apply(ctx, uid, "-", expect, nil)
 }
 
-func (c *Cache) apply(ctx context.Context, uid, open, expect string, popped []Entry) error {
+func (c *Cache) apply(ctx context.Context, uid, open, expect string, popped []schedule.Entry) error {
 	args := make([]any, 0, 3+3*len(popped))
 	args = append(args, open, c.ttl(), expect)
 	for _, e := range popped {

@@ -21,6 +21,7 @@ import (
 	"github.com/taskpull/taskd/internal/store"
 	"github.com/taskpull/taskd/internal/testenv"
 	"github.com/taskpull/taskd/queue"
+	"github.com/taskpull/taskd/schedule"
 )
 
 const adminToken = "test-admin-token"
@@ -37,7 +38,7 @@ type countingLoader struct {
 	hold     func() // called after LoadSource returns, if set
 }
 
-func (l *countingLoader) LoadSource(ctx context.Context, uid string, groups []string, from, until time.Time) (queue.Source, error) {
+func (l *countingLoader) LoadSource(ctx context.Context, uid string, groups []string, from, until time.Time) (schedule.Source, error) {
 	l.rebuilds.Add(1)
 	src, err := l.Loader.LoadSource(ctx, uid, groups, from, until)
 	l.mu.Lock()

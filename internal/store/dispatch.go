@@ -12,7 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/taskpull/taskd"
-	"github.com/taskpull/taskd/queue"
+	"github.com/taskpull/taskd/schedule"
 )
 
 // DispatchState is where a dispatch record is in its life.
@@ -51,7 +51,7 @@ func (r Result) String() string {
 // An open dispatch either holds its user's one open slot (open_uid) or, when its task
 // was paused, waits parked beside it (waiting_uid) so the user's other tasks flow; a
 // failed attempt waiting out its backoff also waits beside it. Waiting dispatches are
-// in the user's heap (queue.Entry.LogID) and come back through Resume when due.
+// in the user's heap (schedule.Entry.LogID) and come back through Resume when due.
 type Dispatch struct {
 	LogID          string
 	UID            string
@@ -865,8 +865,8 @@ func (s *Store) UserGroups(ctx context.Context, uid string) ([]string, error) {
 
 // LoadSource reads uid's cursor and exclude set and (see OfferTasks) the active tasks
 // targeted at uid or its groups that can have an occurrence in [from, until).
-func (s *Store) LoadSource(ctx context.Context, uid string, groups []string, from, until time.Time) (queue.Source, error) {
-	var src queue.Source
+func (s *Store) LoadSource(ctx context.Context, uid string, groups []string, from, until time.Time) (schedule.Source, error) {
+	var src schedule.Source
 	cursor, keys, err := userState(ctx, s.db, uid, "")
 	if err != nil {
 		return src, mysqlErr("load source", err)
@@ -896,7 +896,7 @@ func (s *Store) LoadSource(ctx context.Context, uid string, groups []string, fro
 // waiting lists uid's dispatches waiting beside its open slot: retries (from their
 // retry time), and, when their task is active, parked open dispatches and expired ones
 // with attempts left (at once).
-func (s *Store) waiting(ctx context.Context, uid string) ([]queue.WaitingDispatch, error) {
+func (s *Store) waiting(ctx context.Context, uid string) ([]schedule.WaitingDispatch, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT d.log_id, d.state, d.due_at, d.retry_at,
 		COALESCE(o.status, r.status, 3), COALESCE(o.priority, r.priority, 5)
 		FROM dispatch d
@@ -907,9 +907,9 @@ func (s *Store) waiting(ctx context.Context, uid string) ([]queue.WaitingDispatc
 		return nil, mysqlErr("waiting dispatches", err)
 	}
 	defer rows.Close()
-	var out []queue.WaitingDispatch
+	var out []schedule.WaitingDispatch
 	for rows.Next() {
-		var w queue.WaitingDispatch
+		var w schedule.WaitingDispatch
 		var state DispatchState
 		var due time.Time
 		var retryAt sql.NullTime
@@ -933,8 +933,8 @@ func (s *Store) waiting(ctx context.Context, uid string) ([]queue.WaitingDispatc
 // OfferTasks are the active tasks of some executors that can have an occurrence in a
 // time range, with their quotas.
 type OfferTasks struct {
-	Once   []queue.OnceTask
-	Rotate []queue.RotateTask
+	Once   []schedule.OnceTask
+	Rotate []schedule.RotateTask
 	Quota  map[taskd.TaskKey]int
 }
 
@@ -975,10 +975,10 @@ func (s *Store) OfferTasks(ctx context.Context, executors []string, from, until 
 		}
 		out.Quota[taskd.TaskKey{Kind: kind, ID: id}] = quota
 		if kind == taskd.KindOnce {
-			out.Once = append(out.Once, queue.OnceTask{ID: id, Start: start.UTC(), Priority: prio})
+			out.Once = append(out.Once, schedule.OnceTask{ID: id, Start: start.UTC(), Priority: prio})
 			continue
 		}
-		rt := queue.RotateTask{ID: id, Start: start.UTC(), Space: time.Duration(space) * time.Minute, Priority: prio}
+		rt := schedule.RotateTask{ID: id, Start: start.UTC(), Space: time.Duration(space) * time.Minute, Priority: prio}
 		if end.Valid {
 			rt.End = end.Time.UTC()
 		}

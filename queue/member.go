@@ -1,0 +1,95 @@
+package queue
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/schedule"
+)
+
+// Member is the sorted-set member of an entry. Among equal scores Redis orders members
+// by their bytes, and this encoding makes that order schedule.Less's: 9-priority first, then kind,
+// then the zero-padded id. A rotate member carries its period and end after the key, so
+// it is one member per task however often it rotates.
+func Member(e schedule.Entry) string {
+	var b strings.Builder
+	b.Grow(40)
+	b.WriteByte(byte('0' + 9 - e.Priority))
+	b.WriteByte('|')
+	if e.LogID != "" {
+		b.WriteString("d|") // sorts before o and r, as kind 0 does in Less
+		b.WriteString(e.LogID)
+		return b.String()
+	}
+	b.WriteByte(kindLetter(e.Task.Kind))
+	b.WriteByte('|')
+	id := strconv.FormatInt(e.Task.ID, 10)
+	for i := len(id); i < 19; i++ {
+		b.WriteByte('0')
+	}
+	b.WriteString(id)
+	if e.Task.Kind == taskd.KindRotate {
+		b.WriteByte('|')
+		b.WriteString(strconv.FormatInt(int64(e.Space/time.Second), 10))
+		b.WriteByte('|')
+		if !e.End.IsZero() {
+			b.WriteString(strconv.FormatInt(e.End.Unix(), 10))
+		} else {
+			b.WriteByte('0')
+		}
+	}
+	return b.String()
+}
+
+func kindLetter(k taskd.Kind) byte {
+	if k == taskd.KindRotate {
+		return 'r'
+	}
+	return 'o'
+}
+
+// ParseMember is the inverse of Member, given the score (due time in Unix seconds).
+func ParseMember(member string, score int64) (schedule.Entry, error) {
+	parts := strings.Split(member, "|")
+	if len(parts) != 3 && len(parts) != 5 || len(parts[0]) != 1 || len(parts[1]) != 1 {
+		return schedule.Entry{}, fmt.Errorf("heap member %q: malformed", member)
+	}
+	e := schedule.Entry{Priority: 9 - int(parts[0][0]-'0'), DueAt: time.Unix(score, 0).UTC()}
+	switch parts[1] {
+	case "d":
+		if len(parts) != 3 || parts[2] == "" {
+			return schedule.Entry{}, fmt.Errorf("heap member %q: bad waiting dispatch", member)
+		}
+		e.LogID = parts[2]
+		return e, nil
+	case "o":
+		e.Task.Kind = taskd.KindOnce
+	case "r":
+		e.Task.Kind = taskd.KindRotate
+	default:
+		return schedule.Entry{}, fmt.Errorf("heap member %q: bad kind", member)
+	}
+	id, err := strconv.ParseInt(parts[2], 10, 64)
+	if err != nil {
+		return schedule.Entry{}, fmt.Errorf("heap member %q: %w", member, err)
+	}
+	e.Task.ID = id
+	if e.Task.Kind == taskd.KindRotate {
+		if len(parts) != 5 {
+			return schedule.Entry{}, fmt.Errorf("heap member %q: rotate without period", member)
+		}
+		space, err1 := strconv.ParseInt(parts[3], 10, 64)
+		end, err2 := strconv.ParseInt(parts[4], 10, 64)
+		if err1 != nil || err2 != nil || space <= 0 {
+			return schedule.Entry{}, fmt.Errorf("heap member %q: bad period or end", member)
+		}
+		e.Space = time.Duration(space) * time.Second
+		if end != 0 {
+			e.End = time.Unix(end, 0).UTC()
+		}
+	}
+	return e, nil
+}

@@ -1,0 +1,70 @@
+package queue
+
+import (
+	"math/rand/v2"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/schedule"
+)
+
+var t0 = time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+
+func once(id int64, due time.Time, prio int) schedule.Entry {
+	return schedule.Entry{Task: taskd.TaskKey{Kind: taskd.KindOnce, ID: id}, DueAt: due, Priority: prio}
+}
+
+// The Redis sorted set orders by (score, member bytes); that must be the heap's order.
+func TestMemberOrderMatchesLess(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var es []schedule.Entry
+	for i := 0; i < 2000; i++ {
+		e := schedule.Entry{
+			Task:     taskd.TaskKey{Kind: taskd.Kind(1 + rng.IntN(2)), ID: 1 + rng.Int64N(5000)},
+			DueAt:    t0.Add(time.Duration(rng.IntN(4)) * time.Minute),
+			Priority: 1 + rng.IntN(9),
+		}
+		if e.Task.Kind == taskd.KindRotate {
+			e.Space = time.Duration(1+rng.IntN(100)) * time.Minute
+		}
+		es = append(es, e)
+	}
+	byLess := append([]schedule.Entry(nil), es...)
+	sort.SliceStable(byLess, func(i, j int) bool { return schedule.Less(byLess[i], byLess[j]) })
+	byRedis := append([]schedule.Entry(nil), es...)
+	sort.SliceStable(byRedis, func(i, j int) bool {
+		a, b := byRedis[i], byRedis[j]
+		if !a.DueAt.Equal(b.DueAt) {
+			return a.DueAt.Before(b.DueAt)
+		}
+		return Member(a) < Member(b)
+	})
+	for i := range es {
+		if byLess[i].Task != byRedis[i].Task || !byLess[i].DueAt.Equal(byRedis[i].DueAt) {
+			t.Fatalf("order differs at %d: Less %v, Redis %v", i, byLess[i], byRedis[i])
+		}
+	}
+}
+
+func TestMemberRoundTrip(t *testing.T) {
+	for _, e := range []schedule.Entry{
+		once(12, t0, 1),
+		{Task: taskd.TaskKey{Kind: taskd.KindRotate, ID: 3}, DueAt: t0, Priority: 9, Space: 1440 * time.Minute},
+		{Task: taskd.TaskKey{Kind: taskd.KindRotate, ID: 4}, DueAt: t0, Priority: 5, Space: time.Minute, End: t0.Add(time.Hour)},
+	} {
+		got, err := ParseMember(Member(e), e.DueAt.Unix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != e {
+			t.Fatalf("round trip: got %+v, want %+v", got, e)
+		}
+	}
+	for _, bad := range []string{"", "x", "4|o", "4|x|1", "4|r|0000000000000000001", "4|r|1|0|0"} {
+		if _, err := ParseMember(bad, 0); err == nil {
+			t.Errorf("ParseMember(%q): no error", bad)
+		}
+	}
+}
