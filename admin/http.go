@@ -131,7 +131,7 @@ func (h *Handlers) CreateTemplate() http.Handler {
 // ListTemplates is GET /v1/admin/templates.
 func (h *Handlers) ListTemplates() http.Handler {
 	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
-		ts, err := h.svc.store.ListTemplates(r.Context())
+		ts, err := h.svc.ListTemplates(r.Context())
 		return http.StatusOK, map[string]any{"templates": ts}, err
 	})
 }
@@ -143,7 +143,7 @@ func (h *Handlers) GetTemplate() http.Handler {
 		if err != nil {
 			return 0, nil, err
 		}
-		t, err := h.svc.store.GetTemplate(r.Context(), id)
+		t, err := h.svc.GetTemplate(r.Context(), id)
 		return http.StatusOK, t, err
 	})
 }
@@ -345,7 +345,7 @@ func (h *Handlers) GetTask() http.Handler {
 		if err != nil {
 			return 0, nil, err
 		}
-		t, err := h.svc.store.GetTask(r.Context(), key)
+		t, err := h.svc.GetTask(r.Context(), key)
 		return http.StatusOK, viewTask(t), err
 	})
 }
@@ -457,7 +457,7 @@ func (h *Handlers) ListMembers() http.Handler {
 }
 
 func (h *Handlers) members(ctx context.Context, gid string) (int, any, error) {
-	uids, err := h.svc.store.Members(ctx, gid)
+	uids, err := h.svc.Members(ctx, gid)
 	return http.StatusOK, map[string]any{"uids": uids}, err
 }
 

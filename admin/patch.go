@@ -80,7 +80,7 @@ func (h *Handlers) PatchTask() http.Handler {
 		if err := checkPatch(patch); err != nil {
 			return 0, nil, err
 		}
-		current, err := h.svc.store.GetTask(r.Context(), key)
+		current, err := h.svc.GetTask(r.Context(), key)
 		if err != nil {
 			return 0, nil, err
 		}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/taskpull/taskd"
-	"github.com/taskpull/taskd/internal/store"
 	"github.com/taskpull/taskd/schedule"
 )
 
@@ -158,7 +157,7 @@ var (
 func (h *Handlers) ListTasks() http.Handler {
 	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
 		q := r.URL.Query()
-		var f store.TaskFilter
+		var f taskd.TaskFilter
 		err := known(q, "executor", "kind", "status", "limit", "cursor")
 		if err == nil && q.Get("executor") != "" {
 			var e taskd.Executor
@@ -194,7 +193,7 @@ func (h *Handlers) ListTasks() http.Handler {
 				return 0, nil, e
 			}
 		}
-		tasks, more, err := h.svc.store.ListTasks(r.Context(), f, after, limit)
+		tasks, more, err := h.svc.ListTasks(r.Context(), f, after, limit)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -240,7 +239,7 @@ func (h *Handlers) Schedule() http.Handler {
 func (h *Handlers) Events() http.Handler {
 	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
 		q := r.URL.Query()
-		f := store.EventFilter{UID: q.Get("uid"), Type: taskd.EventType(q.Get("type"))}
+		f := taskd.EventFilter{UID: q.Get("uid"), Type: taskd.EventType(q.Get("type"))}
 		err := known(q, "uid", "task_id", "type", "from", "to", "limit", "cursor")
 		if err == nil && f.UID != "" {
 			err = bareID("uid", f.UID)
@@ -260,21 +259,21 @@ func (h *Handlers) Events() http.Handler {
 		}
 		limit, lerr := queryLimit(q)
 		cursor, cerr := decodeCursor(q)
-		var after *store.EventCursor
+		var after *taskd.EventCursor
 		if cursor != "" && cerr == nil {
 			at, id, ok := strings.Cut(cursor, "|")
 			t, perr := time.Parse(time.RFC3339Nano, at)
 			if !ok || perr != nil {
 				cerr = taskd.Errorf(taskd.CodeInvalid, "cursor: not a cursor this server gave out")
 			}
-			after = &store.EventCursor{At: t, EventID: id}
+			after = &taskd.EventCursor{At: t, EventID: id}
 		}
 		for _, e := range []error{err, lerr, cerr} {
 			if e != nil {
 				return 0, nil, e
 			}
 		}
-		events, err := h.svc.store.Events(r.Context(), f, after, limit+1)
+		events, err := h.svc.Events(r.Context(), f, after, limit+1)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -301,7 +300,7 @@ func (h *Handlers) Stats() http.Handler {
 		if err != nil {
 			return 0, nil, err
 		}
-		stats, err := h.svc.store.Stats(r.Context(), from, to)
+		stats, err := h.svc.Stats(r.Context(), from, to)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -331,7 +330,7 @@ func (h *Handlers) Audit() http.Handler {
 				return 0, nil, e
 			}
 		}
-		entries, err := h.svc.store.AuditPage(r.Context(), from, to, afterID, limit+1)
+		entries, err := h.svc.AuditPage(r.Context(), from, to, afterID, limit+1)
 		if err != nil {
 			return 0, nil, err
 		}

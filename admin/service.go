@@ -11,19 +11,16 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/taskpull/taskd"
-	"github.com/taskpull/taskd/dispatch"
 	"github.com/taskpull/taskd/internal/clock"
-	"github.com/taskpull/taskd/internal/store"
-	"github.com/taskpull/taskd/queue"
 )
 
 // Service carries out admin changes.
 type Service struct {
-	store    *store.Store
-	cache    *queue.Cache
-	dispatch *dispatch.Service
-	clock    clock.Clock
-	log      *slog.Logger
+	store Store
+	cache Cache
+	keys  Keys
+	clock clock.Clock
+	log   *slog.Logger
 	// compile compiles a template's schema (a test counts the calls); schemas keeps
 	// what it compiled.
 	compile func(json.RawMessage) (*jsonschema.Schema, error)
@@ -31,8 +28,8 @@ type Service struct {
 }
 
 // NewService wires the admin service.
-func NewService(st *store.Store, cache *queue.Cache, ds *dispatch.Service, clk clock.Clock, log *slog.Logger) *Service {
-	return &Service{store: st, cache: cache, dispatch: ds, clock: clk, log: log.With("component", "admin"), compile: compileSchema}
+func NewService(st Store, cache Cache, keys Keys, clk clock.Clock, log *slog.Logger) *Service {
+	return &Service{store: st, cache: cache, keys: keys, clock: clk, log: log.With("component", "admin"), compile: compileSchema}
 }
 
 // now is the time of a change, at the precision MySQL keeps (microseconds).
@@ -188,12 +185,12 @@ func (s *Service) DeleteTemplate(ctx context.Context, id int64) error {
 
 // IssueKey creates a client key for uid.
 func (s *Service) IssueKey(ctx context.Context, uid string) (string, error) {
-	return s.dispatch.IssueKey(ctx, ActorFrom(ctx), uid)
+	return s.keys.Issue(ctx, ActorFrom(ctx), uid)
 }
 
 // RevokeKeys revokes every key of uid.
 func (s *Service) RevokeKeys(ctx context.Context, uid string) (int, error) {
-	return s.dispatch.RevokeKeys(ctx, ActorFrom(ctx), uid)
+	return s.keys.Revoke(ctx, ActorFrom(ctx), uid)
 }
 
 // RemoveMember removes a user from a group: the group's tasks leave the user's offer
@@ -207,4 +204,47 @@ func (s *Service) RemoveMember(ctx context.Context, gid, uid string) error {
 		return taskd.Errorf(taskd.CodeNotFound, "user %s is not in group %s", uid, gid)
 	}
 	return s.cache.InvalidateUser(ctx, uid)
+}
+
+// The reads: what the admin API shows, as the Store has it.
+
+// ListTemplates returns every template.
+func (s *Service) ListTemplates(ctx context.Context) ([]taskd.Template, error) {
+	return s.store.ListTemplates(ctx)
+}
+
+// GetTemplate returns the template id, or taskd.ErrNotFound.
+func (s *Service) GetTemplate(ctx context.Context, id int64) (taskd.Template, error) {
+	return s.store.GetTemplate(ctx, id)
+}
+
+// GetTask returns the task key, or taskd.ErrNotFound.
+func (s *Service) GetTask(ctx context.Context, key taskd.TaskKey) (taskd.Task, error) {
+	return s.store.GetTask(ctx, key)
+}
+
+// ListTasks returns up to limit tasks matching f after the key after, and whether more
+// follow.
+func (s *Service) ListTasks(ctx context.Context, f taskd.TaskFilter, after taskd.TaskKey, limit int) ([]taskd.Task, bool, error) {
+	return s.store.ListTasks(ctx, f, after, limit)
+}
+
+// Members returns the uids of group gid.
+func (s *Service) Members(ctx context.Context, gid string) ([]string, error) {
+	return s.store.Members(ctx, gid)
+}
+
+// Events returns up to limit events matching f, newest first, after the cursor after.
+func (s *Service) Events(ctx context.Context, f taskd.EventFilter, after *taskd.EventCursor, limit int) ([]taskd.StoredEvent, error) {
+	return s.store.Events(ctx, f, after, limit)
+}
+
+// Stats summarises every task with activity in [from, to).
+func (s *Service) Stats(ctx context.Context, from, to time.Time) ([]taskd.TaskStats, error) {
+	return s.store.Stats(ctx, from, to)
+}
+
+// AuditPage returns up to limit audit entries in [from, to) after the entry afterID.
+func (s *Service) AuditPage(ctx context.Context, from, to time.Time, afterID int64, limit int) ([]taskd.AuditEntry, error) {
+	return s.store.AuditPage(ctx, from, to, afterID, limit)
 }

@@ -21,7 +21,6 @@ import (
 	"github.com/taskpull/taskd/admin"
 	"github.com/taskpull/taskd/api"
 	"github.com/taskpull/taskd/dispatch"
-	"github.com/taskpull/taskd/internal/store"
 	"github.com/taskpull/taskd/internal/web"
 )
 
@@ -617,9 +616,9 @@ func TestCodeOutputMatchesSchemas(t *testing.T) {
 		LogID: "01JD8Z6W3Q9V2K7M4N5P6R8S0T", TaskID: "rotate:3", Kind: "rotate", DueAt: now, TemplateID: 3,
 		Params: json.RawMessage(`{"url":"x"}`), Attempt: 2, LeaseExpiresAt: &later}})
 	valid("Template", taskd.Template{ID: 1, Name: "crawl", Schema: json.RawMessage(`{"type":"object"}`), CreatedAt: now})
-	valid("Event", store.StoredEvent{EventID: "l1/complete", Type: taskd.EventComplete, LogID: "l1", UID: "42",
+	valid("Event", taskd.StoredEvent{EventID: "l1/complete", Type: taskd.EventComplete, LogID: "l1", UID: "42",
 		TaskID: "once:12", DueAt: now, Attempt: 1, Result: "success", At: later})
-	valid("Event", store.StoredEvent{EventID: "l1/redo", Type: taskd.EventRedo, LogID: "l1", UID: "42",
+	valid("Event", taskd.StoredEvent{EventID: "l1/redo", Type: taskd.EventRedo, LogID: "l1", UID: "42",
 		TaskID: "rotate:3", DueAt: now, Attempt: 2, At: later})
 	lat := int64(1200)
 	valid("Event", taskd.Event{EventID: "e1", Type: taskd.EventComplete, LogID: "l1", UID: "42", TaskID: "once:12",
@@ -627,10 +626,10 @@ func TestCodeOutputMatchesSchemas(t *testing.T) {
 	left := 3
 	valid("Occurrence", admin.ScheduledOccurrence{TaskID: "once:12", DueAt: now, Priority: 5, Claimed: 2, Remaining: &left})
 	valid("Occurrence", admin.ScheduledOccurrence{TaskID: "rotate:3", DueAt: now, Priority: 9})
-	valid("TaskStats", store.TaskStats{TaskID: "once:12", Dispatched: 4, Completed: 2, Failed: 1, Expired: 1,
+	valid("TaskStats", taskd.TaskStats{TaskID: "once:12", Dispatched: 4, Completed: 2, Failed: 1, Expired: 1,
 		LatencyMSP50: &lat, LatencyMSP95: &lat, Claimed: 4, Remaining: &left})
-	valid("TaskStats", store.TaskStats{TaskID: "rotate:3"})
-	valid("AuditEntry", store.AuditEntry{At: now, Actor: "admin", Action: "task.create", Target: "once:12",
+	valid("TaskStats", taskd.TaskStats{TaskID: "rotate:3"})
+	valid("AuditEntry", taskd.AuditEntry{At: now, Actor: "admin", Action: "task.create", Target: "once:12",
 		Before: json.RawMessage("null"), After: json.RawMessage(`{"priority":5}`)})
 
 	// A task view as admin/http.go builds it: the task's fields plus the key, kind, mode

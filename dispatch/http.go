@@ -7,47 +7,31 @@ import (
 	"time"
 
 	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/clientkey"
 	"github.com/taskpull/taskd/internal/web"
 )
 
 // clientBodyLimit bounds client request bodies; completion details are small.
 const clientBodyLimit = 64 << 10
 
-type enrollRequest struct {
-	UID          string `json:"uid"`
-	EnrollSecret string `json:"enroll_secret"`
+// Handlers serves the client API's fetch and complete.
+type Handlers struct {
+	svc *Service
+	log *slog.Logger
 }
 
-// HandleEnroll is POST /v1/enroll.
-func HandleEnroll(s *Service, log *slog.Logger) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req enrollRequest
-		if err := web.Decode(w, r, clientBodyLimit, false, &req); err != nil {
-			web.Error(w, r, log, err)
-			return
-		}
-		if req.UID == "" {
-			web.Error(w, r, log, taskd.Errorf(taskd.CodeInvalid, "uid: required"))
-			return
-		}
-		key, err := s.Enroll(r.Context(), req.UID, req.EnrollSecret)
-		if err != nil {
-			web.Error(w, r, log, err)
-			return
-		}
-		web.Encode(w, http.StatusOK, map[string]string{"client_key": key})
-	})
-}
+// NewHandlers returns the handlers over svc.
+func NewHandlers(svc *Service, log *slog.Logger) *Handlers { return &Handlers{svc: svc, log: log} }
 
 // decodeAuthenticated decodes a client request's body. Authentication comes first: a
 // body that does not decode is answered 401 when the key is not valid either. A valid
 // request's key is checked later, in the same Redis round trip as its work.
-func (s *Service) decodeAuthenticated(w http.ResponseWriter, r *http.Request, uid, hash string, optional bool, v any) error {
+func (h *Handlers) decodeAuthenticated(w http.ResponseWriter, r *http.Request, uid, hash string, optional bool, v any) error {
 	err := web.Decode(w, r, clientBodyLimit, optional, v)
 	if err == nil {
 		return nil
 	}
-	if kerr := s.cache.VerifyKey(r.Context(), uid, hash); kerr != nil {
+	if kerr := h.svc.cache.VerifyKey(r.Context(), uid, hash); kerr != nil {
 		return kerr
 	}
 	return err
@@ -57,30 +41,30 @@ type fetchRequest struct {
 	WaitMS *int64 `json:"wait_ms"`
 }
 
-// HandleFetch is POST /v1/fetch.
-func HandleFetch(s *Service, log *slog.Logger) http.Handler {
+// Fetch is POST /v1/fetch.
+func (h *Handlers) Fetch() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		uid, hash, ok := ParseKey(web.Bearer(r))
+		uid, hash, ok := clientkey.Parse(web.Bearer(r))
 		if !ok {
-			web.Error(w, r, log, taskd.Errorf(taskd.CodeUnauthenticated, "missing or malformed client key"))
+			web.Error(w, r, h.log, taskd.Errorf(taskd.CodeUnauthenticated, "missing or malformed client key"))
 			return
 		}
 		var req fetchRequest
-		if err := s.decodeAuthenticated(w, r, uid, hash, true, &req); err != nil {
-			web.Error(w, r, log, err)
+		if err := h.decodeAuthenticated(w, r, uid, hash, true, &req); err != nil {
+			web.Error(w, r, h.log, err)
 			return
 		}
 		var wait time.Duration
 		if req.WaitMS != nil {
 			if *req.WaitMS < 0 {
-				web.Error(w, r, log, taskd.Errorf(taskd.CodeInvalid, "wait_ms: must be >= 0"))
+				web.Error(w, r, h.log, taskd.Errorf(taskd.CodeInvalid, "wait_ms: must be >= 0"))
 				return
 			}
 			wait = time.Duration(min(*req.WaitMS, 3_600_000)) * time.Millisecond
 		}
-		res, err := s.Fetch(r.Context(), uid, hash, wait)
+		res, err := h.svc.Fetch(r.Context(), uid, hash, wait)
 		if err != nil {
-			web.Error(w, r, log, err)
+			web.Error(w, r, h.log, err)
 			return
 		}
 		web.Encode(w, http.StatusOK, res)
@@ -93,41 +77,41 @@ type completeRequest struct {
 	Detail json.RawMessage `json:"detail"`
 }
 
-// HandleComplete is POST /v1/complete.
-func HandleComplete(s *Service, log *slog.Logger) http.Handler {
+// Complete is POST /v1/complete.
+func (h *Handlers) Complete() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		uid, hash, ok := ParseKey(web.Bearer(r))
+		uid, hash, ok := clientkey.Parse(web.Bearer(r))
 		if !ok {
-			web.Error(w, r, log, taskd.Errorf(taskd.CodeUnauthenticated, "missing or malformed client key"))
+			web.Error(w, r, h.log, taskd.Errorf(taskd.CodeUnauthenticated, "missing or malformed client key"))
 			return
 		}
 		var req completeRequest
-		if err := s.decodeAuthenticated(w, r, uid, hash, false, &req); err != nil {
-			web.Error(w, r, log, err)
+		if err := h.decodeAuthenticated(w, r, uid, hash, false, &req); err != nil {
+			web.Error(w, r, h.log, err)
 			return
 		}
 		if req.LogID == "" {
-			web.Error(w, r, log, taskd.Errorf(taskd.CodeInvalid, "log_id: required"))
+			web.Error(w, r, h.log, taskd.Errorf(taskd.CodeInvalid, "log_id: required"))
 			return
 		}
 		if len(req.LogID) > 64 {
-			web.Error(w, r, log, taskd.Errorf(taskd.CodeInvalid, "log_id: too long"))
+			web.Error(w, r, h.log, taskd.Errorf(taskd.CodeInvalid, "log_id: too long"))
 			return
 		}
 		result, err := ParseResult(req.Result)
 		if err != nil {
-			web.Error(w, r, log, err)
+			web.Error(w, r, h.log, err)
 			return
 		}
 		if len(req.Detail) > 0 && string(req.Detail) != "null" && req.Detail[0] != '{' {
-			web.Error(w, r, log, taskd.Errorf(taskd.CodeInvalid, "detail: must be an object"))
+			web.Error(w, r, h.log, taskd.Errorf(taskd.CodeInvalid, "detail: must be an object"))
 			return
 		}
 		if string(req.Detail) == "null" {
 			req.Detail = nil
 		}
-		if err := s.Complete(r.Context(), uid, hash, req.LogID, result, req.Detail); err != nil {
-			web.Error(w, r, log, err)
+		if err := h.svc.Complete(r.Context(), uid, hash, req.LogID, result, req.Detail); err != nil {
+			web.Error(w, r, h.log, err)
 			return
 		}
 		web.Encode(w, http.StatusOK, map[string]bool{"ok": true})

@@ -9,8 +9,6 @@ import (
 	"github.com/taskpull/taskd"
 	"github.com/taskpull/taskd/internal/clock"
 	"github.com/taskpull/taskd/internal/metrics"
-	"github.com/taskpull/taskd/internal/store"
-	"github.com/taskpull/taskd/queue"
 	"github.com/taskpull/taskd/schedule"
 )
 
@@ -20,31 +18,24 @@ type Config struct {
 	MaxWait time.Duration
 	// PollStep is how often a long poll looks again when nothing tells it earlier.
 	PollStep time.Duration
-	// EnrollSecret lets agents enroll themselves; empty disables enrollment.
-	EnrollSecret string
 	// RequestTimeout bounds each round of a fetch's MySQL and Redis work (a long poll's
 	// waiting is apart from it).
 	RequestTimeout time.Duration
-	// KeysPerUID caps a uid's live client keys: issuing one more revokes the oldest.
-	KeysPerUID int
-	// KeyRecheck is how long the cache trusts a key set: the longest a revoked key may
-	// keep working when Redis could not be told.
-	KeyRecheck time.Duration
 	// Metrics records fetches, dispatches, completions and expiries; nil records nothing.
 	Metrics *metrics.Metrics
 }
 
-// Service is fetch, complete and client keys.
+// Service is fetch, complete and lease expiry.
 type Service struct {
-	store *store.Store
-	cache *queue.Cache
+	store Store
+	cache Cache
 	clock clock.Clock
 	log   *slog.Logger
 	cfg   Config
 }
 
 // NewService wires the service.
-func NewService(st *store.Store, cache *queue.Cache, clk clock.Clock, log *slog.Logger, cfg Config) *Service {
+func NewService(st Store, cache Cache, clk clock.Clock, log *slog.Logger, cfg Config) *Service {
 	if cfg.MaxWait <= 0 {
 		cfg.MaxWait = 30 * time.Second
 	}
@@ -53,12 +44,6 @@ func NewService(st *store.Store, cache *queue.Cache, clk clock.Clock, log *slog.
 	}
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 5 * time.Second
-	}
-	if cfg.KeysPerUID <= 0 {
-		cfg.KeysPerUID = 5
-	}
-	if cfg.KeyRecheck <= 0 {
-		cfg.KeyRecheck = time.Minute
 	}
 	return &Service{store: st, cache: cache, clock: clk, log: log.With("component", "dispatch"), cfg: cfg}
 }
@@ -86,7 +71,7 @@ type FetchResult struct {
 	NextDueAt *time.Time  `json:"next_due_at"`
 }
 
-func assignment(d *store.Dispatch, redo bool) *Assignment {
+func assignment(d *taskd.Dispatch, redo bool) *Assignment {
 	return &Assignment{
 		LogID:          d.LogID,
 		TaskID:         d.Occurrence.Task.String(),
@@ -162,8 +147,8 @@ func (s *Service) fetch(ctx context.Context, uid, keyHash string) (FetchResult, 
 	}
 	// 1. The open dispatch, if any, comes first. The cached hint only says whether to
 	// look; MySQL says what is open.
-	if view.Open != queue.OpenNone {
-		res, done, err := s.resumeOpen(ctx, uid, view.OpenLogID, now, view)
+	if view.Open.State != schedule.OpenNone {
+		res, done, err := s.resumeOpen(ctx, uid, view.Open, now, view)
 		if err != nil || done {
 			return res, err
 		}
@@ -179,27 +164,27 @@ func (s *Service) fetch(ctx context.Context, uid, keyHash string) (FetchResult, 
 		for i, e := range view.Due {
 			outcome, d, redo, err := s.take(ctx, uid, e, now)
 			if err != nil {
-				s.apply(ctx, uid, "", popped)
+				s.pop(ctx, uid, popped)
 				return FetchResult{}, err
 			}
 			switch outcome {
-			case store.Claimed:
+			case taskd.Claimed:
 				if !redo {
 					s.cfg.Metrics.Dispatched(d.Occurrence.Task.Kind.String())
 				}
-				s.apply(ctx, uid, d.LogID, append(popped, e))
+				s.setOpen(ctx, uid, d.LogID, append(popped, e))
 				return FetchResult{Task: assignment(d, redo), NextDueAt: nextDue(&e, view.Due[i+1:], view.Next)}, nil
-			case store.UserBusy:
+			case taskd.UserBusy:
 				// Another request of this user dispatched first: hand that one out, or,
 				// if it is already finished, look at the heap again.
 				s.cfg.Metrics.ClaimRefused("user_busy")
-				s.apply(ctx, uid, "", popped)
-				res, done, err := s.resumeOpen(ctx, uid, "-", now, view)
+				s.pop(ctx, uid, popped)
+				res, done, err := s.resumeOpen(ctx, uid, schedule.NoneOpen, now, view)
 				if err != nil || done {
 					return res, err
 				}
 				popped = nil
-			case store.NotDue: // a retry a little early by this node's clock: it stays
+			case taskd.NotDue: // a retry a little early by this node's clock: it stays
 				waits = true
 				continue
 			default: // exhausted, already had it, or gone: drop it, try the next
@@ -212,7 +197,7 @@ func (s *Service) fetch(ctx context.Context, uid, keyHash string) (FetchResult, 
 		if waits && len(popped) == 0 {
 			break // only early retries left: looking again would find the same
 		}
-		s.apply(ctx, uid, "", popped)
+		s.pop(ctx, uid, popped)
 		if view, err = s.cache.Peek(ctx, uid, "", now); err != nil {
 			return FetchResult{}, err
 		}
@@ -222,7 +207,7 @@ func (s *Service) fetch(ctx context.Context, uid, keyHash string) (FetchResult, 
 
 // take dispatches a due heap entry to uid: it claims the entry's occurrence, or, for a
 // waiting dispatch of the user, resumes it (redo says it is handed out again).
-func (s *Service) take(ctx context.Context, uid string, e schedule.Entry, now time.Time) (store.ClaimOutcome, *store.Dispatch, bool, error) {
+func (s *Service) take(ctx context.Context, uid string, e schedule.Entry, now time.Time) (taskd.ClaimOutcome, *taskd.Dispatch, bool, error) {
 	if e.LogID != "" {
 		return s.store.Resume(ctx, uid, e.LogID, now)
 	}
@@ -230,11 +215,11 @@ func (s *Service) take(ctx context.Context, uid string, e schedule.Entry, now ti
 	return outcome, d, false, err
 }
 
-func refusal(o store.ClaimOutcome) string {
+func refusal(o taskd.ClaimOutcome) string {
 	switch o {
-	case store.Exhausted:
+	case taskd.Exhausted:
 		return "exhausted"
-	case store.AlreadyHad:
+	case taskd.AlreadyHad:
 		return "already_had"
 	}
 	return "gone"
@@ -266,9 +251,9 @@ func nextDue(taken *schedule.Entry, rest []schedule.Entry, next *schedule.Entry)
 
 // resumeOpen handles uid's open dispatch: an open one is handed out again (redo), and
 // one past its lease expires. done is false when nothing is open (any more) and the
-// heap is next. seen is the open-dispatch hint the caller's peek saw ("" for unknown):
-// the hint is cleared only if it still says that. view is that peek, for next_due_at.
-func (s *Service) resumeOpen(ctx context.Context, uid, seen string, now time.Time, view queue.View) (FetchResult, bool, error) {
+// heap is next. seen is the open-dispatch hint the caller saw: the hint is cleared only
+// if it still says that. view is the caller's peek, for next_due_at.
+func (s *Service) resumeOpen(ctx context.Context, uid string, seen schedule.OpenHint, now time.Time, view schedule.View) (FetchResult, bool, error) {
 	for attempt := 0; attempt < 3; attempt++ {
 		d, err := s.store.OpenDispatch(ctx, uid)
 		if err != nil {
@@ -290,7 +275,7 @@ func (s *Service) resumeOpen(ctx context.Context, uid, seen string, now time.Tim
 			if !redone {
 				continue // completed, expired or parked meanwhile: look again
 			}
-			s.apply(ctx, uid, d.LogID, nil)
+			s.setOpen(ctx, uid, d.LogID, nil)
 			return FetchResult{Task: assignment(d, true), NextDueAt: nextDue(nil, view.Due, view.Next)}, true, nil
 		}
 	}
@@ -313,8 +298,8 @@ func (s *Service) expired(ctx context.Context, logID string, now time.Time) erro
 // expiry reopened an exhausted occurrence, to everyone the task targets (members who
 // dropped it as exhausted must see the returned slot). An expiry that leaves slots
 // as they were for the others costs them nothing: their heaps still hold it.
-func (s *Service) afterExpire(ctx context.Context, d *store.Dispatch) error {
-	s.clearOpen(ctx, d.UID, d.LogID)
+func (s *Service) afterExpire(ctx context.Context, d *taskd.Dispatch) error {
+	s.clearOpen(ctx, d.UID, schedule.OpenIs(d.LogID))
 	if err := s.cache.InvalidateUser(ctx, d.UID); err != nil {
 		return err
 	}
@@ -324,22 +309,27 @@ func (s *Service) afterExpire(ctx context.Context, d *store.Dispatch) error {
 	return nil
 }
 
-// apply writes a fetch's outcome to the cache. It is best effort: the cache is a hint,
-// and a stale hint is corrected by MySQL on the next fetch (a claim that fails, an
-// open dispatch found by its unique key).
-func (s *Service) apply(ctx context.Context, uid, open string, popped []schedule.Entry) {
-	if open == "" && len(popped) == 0 {
-		return
-	}
-	if err := s.cache.Apply(ctx, uid, open, popped); err != nil {
-		s.log.WarnContext(ctx, "cache apply failed", "uid", uid, "err", err)
+// pop, setOpen and clearOpen write a fetch's or complete's outcome to the cache. They
+// are best effort: the cache is a hint, and a stale hint is corrected by MySQL on the
+// next fetch (a claim that fails, an open dispatch found by its unique key).
+
+// pop drops the popped entries from uid's heap.
+func (s *Service) pop(ctx context.Context, uid string, popped []schedule.Entry) {
+	if err := s.cache.Pop(ctx, uid, popped); err != nil {
+		s.log.WarnContext(ctx, "cache pop failed", "uid", uid, "err", err)
 	}
 }
 
-// clearOpen sets the open-dispatch hint to none if it still says expect; best effort,
-// like apply.
-func (s *Service) clearOpen(ctx context.Context, uid, expect string) {
-	if err := s.cache.ClearOpen(ctx, uid, expect); err != nil {
+// setOpen records logID as uid's open dispatch and drops the popped entries.
+func (s *Service) setOpen(ctx context.Context, uid, logID string, popped []schedule.Entry) {
+	if err := s.cache.SetOpen(ctx, uid, logID, popped); err != nil {
+		s.log.WarnContext(ctx, "cache set-open failed", "uid", uid, "err", err)
+	}
+}
+
+// clearOpen sets uid's open-dispatch hint to none if it still says seen.
+func (s *Service) clearOpen(ctx context.Context, uid string, seen schedule.OpenHint) {
+	if err := s.cache.ClearOpen(ctx, uid, seen); err != nil {
 		s.log.WarnContext(ctx, "cache clear failed", "uid", uid, "err", err)
 	}
 }
@@ -347,7 +337,7 @@ func (s *Service) clearOpen(ctx context.Context, uid, expect string) {
 // Complete finishes uid's open dispatch logID. Anything but the caller's open dispatch
 // is a stale_lease conflict; a repeated complete of the same log id answers as the
 // first did and changes nothing.
-func (s *Service) Complete(ctx context.Context, uid, keyHash, logID string, result store.Result, detail json.RawMessage) error {
+func (s *Service) Complete(ctx context.Context, uid, keyHash, logID string, result taskd.Result, detail json.RawMessage) error {
 	if err := s.cache.VerifyKey(ctx, uid, keyHash); err != nil {
 		return err
 	}
@@ -356,32 +346,32 @@ func (s *Service) Complete(ctx context.Context, uid, keyHash, logID string, resu
 	if err != nil {
 		return err
 	}
-	if outcome == store.Completed || outcome == store.RetryScheduled {
+	if outcome == taskd.Completed || outcome == taskd.RetryScheduled {
 		s.cfg.Metrics.Completed(d.Occurrence.Task.Kind.String(), result.String())
 	}
 	switch outcome {
-	case store.Completed:
-		if d.Mode == taskd.ModeUntilExhausted && d.State == store.StateDone {
+	case taskd.Completed:
+		if d.Mode == taskd.ModeUntilExhausted && d.State == taskd.StateDone {
 			// The occurrence stays on offer to this user while quota lasts; the rebuild
 			// from the new cursor puts it back.
-			s.clearOpen(ctx, uid, logID)
+			s.clearOpen(ctx, uid, schedule.OpenIs(logID))
 			return s.cache.InvalidateUser(ctx, uid)
 		}
-		s.clearOpen(ctx, uid, logID)
+		s.clearOpen(ctx, uid, schedule.OpenIs(logID))
 		return nil
-	case store.RetryScheduled:
+	case taskd.RetryScheduled:
 		// The failed attempt left the open slot and waits in the user's heap: the
 		// rebuild puts it there, due at its retry time.
-		s.clearOpen(ctx, uid, logID)
+		s.clearOpen(ctx, uid, schedule.OpenIs(logID))
 		return s.cache.InvalidateUser(ctx, uid)
-	case store.AlreadyDone:
-		if d != nil && d.State == store.StateRetryWait {
+	case taskd.AlreadyDone:
+		if d != nil && d.State == taskd.StateRetryWait {
 			// A repeat of a complete whose cache update failed: make sure the retry is
 			// in the heap.
 			return s.cache.InvalidateUser(ctx, uid)
 		}
 		return nil
-	case store.ExpiredNow:
+	case taskd.ExpiredNow:
 		s.cfg.Metrics.Expired(d.Occurrence.Task.Kind.String())
 		if err := s.afterExpire(ctx, d); err != nil {
 			return err
@@ -392,12 +382,12 @@ func (s *Service) Complete(ctx context.Context, uid, keyHash, logID string, resu
 }
 
 // ParseResult parses "success" or "failure".
-func ParseResult(s string) (store.Result, error) {
+func ParseResult(s string) (taskd.Result, error) {
 	switch s {
 	case "success":
-		return store.ResultSuccess, nil
+		return taskd.ResultSuccess, nil
 	case "failure":
-		return store.ResultFailure, nil
+		return taskd.ResultFailure, nil
 	}
 	return 0, taskd.Errorf(taskd.CodeInvalid, "result: must be success or failure, got %q", s)
 }

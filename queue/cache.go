@@ -104,30 +104,13 @@ func NewCache(rdb redis.UniversalClient, loader Loader, clk clock.Clock, cfg Con
 // Keys returns the key builder (tests and admin invalidation use it).
 func (c *Cache) Keys() Keys { return c.keys }
 
-// OpenState is what the cache knows of a user's open dispatch.
-type OpenState uint8
-
-const (
-	OpenUnknown OpenState = iota // not cached: ask MySQL
-	OpenNone                     // no open dispatch
-	OpenSome                     // OpenLogID is open (a hint: verify in MySQL)
-)
-
-// View is a user's heap as seen by one peek.
-type View struct {
-	Open      OpenState
-	OpenLogID string
-	Due       []schedule.Entry // entries due now, in heap order
-	Next      *schedule.Entry  // the first entry not yet due
-}
-
 // ErrBadKey means the client key is not one of the user's valid keys.
 var ErrBadKey = taskd.Errorf(taskd.CodeUnauthenticated, "invalid or revoked client key")
 
 // Peek checks keyHash (unless empty) and returns the user's open dispatch hint and the
 // entries due at now, rebuilding the heap from MySQL first if it is cold or stale. A
 // warm peek is one Redis round trip.
-func (c *Cache) Peek(ctx context.Context, uid, keyHash string, now time.Time) (View, error) {
+func (c *Cache) Peek(ctx context.Context, uid, keyHash string, now time.Time) (schedule.View, error) {
 	var groups string
 	if g, ok := c.groups.Load(uid); ok {
 		groups = g.(string)
@@ -135,7 +118,7 @@ func (c *Cache) Peek(ctx context.Context, uid, keyHash string, now time.Time) (V
 	refused := 0
 	for attempt := 0; ; attempt++ {
 		if attempt == 50 {
-			return View{}, taskd.Errorf(taskd.CodeUnavailable, "heap of user %s did not settle", uid)
+			return schedule.View{}, taskd.Errorf(taskd.CodeUnavailable, "heap of user %s did not settle", uid)
 		}
 		gids := splitGroups(groups)
 		keys := make([]string, 0, 3+len(gids))
@@ -146,17 +129,17 @@ func (c *Cache) Peek(ctx context.Context, uid, keyHash string, now time.Time) (V
 		res, err := peekScript.Run(ctx, c.rdb, keys,
 			now.Unix(), now.Add(c.cfg.Horizon).Unix(), c.cfg.MaxDue, groups, keyHash, c.floor(now)).Slice()
 		if err != nil {
-			return View{}, unavailable("peek", err)
+			return schedule.View{}, unavailable("peek", err)
 		}
 		switch status := res[0].(string); status {
 		case "ok":
 			c.cfg.Metrics.HeapLookup(true)
 			return parseView(res)
 		case "badkey":
-			return View{}, ErrBadKey
+			return schedule.View{}, ErrBadKey
 		case "nokeys":
 			if err := c.loadKeys(ctx, uid); err != nil {
-				return View{}, err
+				return schedule.View{}, err
 			}
 		case "groups":
 			groups = res[2].(string)
@@ -165,7 +148,7 @@ func (c *Cache) Peek(ctx context.Context, uid, keyHash string, now time.Time) (V
 			c.cfg.Metrics.HeapLookup(false)
 			b, err := c.rebuild(ctx, uid, res[3].(string))
 			if err != nil {
-				return View{}, err
+				return schedule.View{}, err
 			}
 			if b != nil && !b.written {
 				// Invalidations keep landing between this rebuild's reads and its
@@ -179,7 +162,7 @@ func (c *Cache) Peek(ctx context.Context, uid, keyHash string, now time.Time) (V
 				groups = g.(string)
 			}
 		default:
-			return View{}, fmt.Errorf("peek: unexpected status %q", status)
+			return schedule.View{}, fmt.Errorf("peek: unexpected status %q", status)
 		}
 	}
 }
@@ -194,14 +177,29 @@ const rebuildTimeout = 30 * time.Second
 // refuse before it serves the offer it read without caching it.
 const maxRefusals = 3
 
-func openState(open string) (OpenState, string) {
+// The user hash's open field: absent (unknown), "-" (none) or the open log id.
+const openNone = "-"
+
+// openHint reads the user hash's open field.
+func openHint(open string) schedule.OpenHint {
 	switch open {
 	case "":
-		return OpenUnknown, ""
-	case "-":
-		return OpenNone, ""
+		return schedule.OpenHint{}
+	case openNone:
+		return schedule.NoneOpen
 	}
-	return OpenSome, open
+	return schedule.OpenIs(open)
+}
+
+// openField is the user hash's open field that says h ("" for unknown: absent).
+func openField(h schedule.OpenHint) string {
+	switch h.State {
+	case schedule.OpenNone:
+		return openNone
+	case schedule.OpenSome:
+		return h.LogID
+	}
+	return ""
 }
 
 // built is what a rebuild read, and whether it reached Redis.
@@ -211,9 +209,9 @@ type built struct {
 }
 
 // view is the peek answer a refused rebuild's offer gives at now.
-func (b *built) view(open string, now time.Time, maxDue int) View {
-	var v View
-	v.Open, v.OpenLogID = openState(open)
+func (b *built) view(open string, now time.Time, maxDue int) schedule.View {
+	var v schedule.View
+	v.Open = openHint(open)
 	for i, e := range b.entries {
 		if e.DueAt.After(now) {
 			next := b.entries[i]
@@ -227,21 +225,21 @@ func (b *built) view(open string, now time.Time, maxDue int) View {
 	return v
 }
 
-func parseView(res []any) (View, error) {
-	var v View
-	v.Open, v.OpenLogID = openState(res[1].(string))
+func parseView(res []any) (schedule.View, error) {
+	var v schedule.View
+	v.Open = openHint(res[1].(string))
 	due := res[4].([]any)
 	for i := 0; i+1 < len(due); i += 2 {
 		e, err := parseScored(due[i], due[i+1])
 		if err != nil {
-			return View{}, err
+			return schedule.View{}, err
 		}
 		v.Due = append(v.Due, e)
 	}
 	if next := res[5].([]any); len(next) == 2 {
 		e, err := parseScored(next[0], next[1])
 		if err != nil {
-			return View{}, err
+			return schedule.View{}, err
 		}
 		v.Next = &e
 	}
@@ -382,18 +380,33 @@ func (c *Cache) build(ctx context.Context, uid string) (*built, error) {
 	return &built{entries: entries, written: written == 1}, nil
 }
 
-// Apply records a fetch's outcome, in one round trip: the open dispatch it made (a log
-// id; "" leaves the hint) and the entries it popped (dispatched or dropped; a rotate
-// entry advances to its next occurrence).
-func (c *Cache) Apply(ctx context.Context, uid, open string, popped []schedule.Entry) error {
-	return c.apply(ctx, uid, open, "*", popped)
+// Pop removes the entries a fetch popped (dispatched or dropped; a rotate entry
+// advances to its next occurrence), in one round trip, and leaves the open-dispatch
+// hint as it is.
+func (c *Cache) Pop(ctx context.Context, uid string, popped []schedule.Entry) error {
+	if len(popped) == 0 {
+		return nil
+	}
+	return c.apply(ctx, uid, applyKeepOpen, applyAlways, popped)
 }
 
-// ClearOpen sets uid's open-dispatch hint to none, but only if it still says expect
-// (a log id, or "" for unknown): a dispatch made meanwhile keeps its hint.
-func (c *Cache) ClearOpen(ctx context.Context, uid, expect string) error {
-	return c.apply(ctx, uid, "-", expect, nil)
+// SetOpen records that logID is uid's open dispatch, whatever the hint said, and pops
+// the entries the fetch popped, in one round trip.
+func (c *Cache) SetOpen(ctx context.Context, uid, logID string, popped []schedule.Entry) error {
+	return c.apply(ctx, uid, logID, applyAlways, popped)
 }
+
+// ClearOpen sets uid's open-dispatch hint to none, but only if it still says seen (the
+// hint the caller saw): a dispatch made meanwhile keeps its hint.
+func (c *Cache) ClearOpen(ctx context.Context, uid string, seen schedule.OpenHint) error {
+	return c.apply(ctx, uid, openNone, openField(seen), nil)
+}
+
+// applyScript's sentinels, used by Pop, SetOpen and ClearOpen only.
+const (
+	applyKeepOpen = ""  // ARGV[1]: leave the open field as it is
+	applyAlways   = "*" // ARGV[3]: write the open field whatever it says
+)
 
 func (c *Cache) apply(ctx context.Context, uid, open, expect string, popped []schedule.Entry) error {
 	args := make([]any, 0, 3+3*len(popped))

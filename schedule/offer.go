@@ -105,3 +105,11 @@ func Offer(src Source, from, until time.Time) []Entry {
 	}
 	return out
 }
+
+// TaskSet is the active tasks of some executors that can have an occurrence in a
+// time range, with their quotas: what a schedule report is built from.
+type TaskSet struct {
+	Once   []OnceTask
+	Rotate []RotateTask
+	Quota  map[taskd.TaskKey]int
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/taskpull/taskd"
 	"github.com/taskpull/taskd/internal/esfake"
 	"github.com/taskpull/taskd/internal/store"
 	"github.com/taskpull/taskd/internal/testenv"
@@ -121,7 +122,7 @@ func TestEventPipelineEndToEnd(t *testing.T) {
 		var state int
 		rows.Scan(&id, &state)
 		want = append(want, id+"/dispatch")
-		if state == int(store.StateDone) {
+		if state == int(taskd.StateDone) {
 			want = append(want, id+"/complete")
 		}
 	}

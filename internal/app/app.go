@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/taskpull/taskd/admin"
+	"github.com/taskpull/taskd/clientkey"
 	"github.com/taskpull/taskd/dispatch"
 	"github.com/taskpull/taskd/internal/authguard"
 	"github.com/taskpull/taskd/internal/clock"
@@ -37,6 +38,7 @@ type App struct {
 	cfg      Config
 	deps     Deps
 	Cache    *queue.Cache
+	Keys     *clientkey.Service
 	Dispatch *dispatch.Service
 	Admin    *admin.Service
 	// Registry holds this instance's Prometheus metrics, served at /metrics.
@@ -59,10 +61,11 @@ func New(cfg Config, deps Deps) *App {
 	a.guard = authguard.New(cfg.AuthFailureBurst, cfg.AuthFailureRate, nil)
 	a.Cache = queue.NewCache(deps.Redis, loader, deps.Clock,
 		queue.Config{Prefix: cfg.RedisPrefix, CatchUp: cfg.CatchUp, KeyTTL: cfg.KeyRecheck, Metrics: a.metrics})
+	a.Keys = clientkey.New(deps.Store, a.Cache, deps.Clock, deps.Log,
+		clientkey.Config{EnrollSecret: cfg.EnrollSecret, KeysPerUID: cfg.KeysPerUID, KeyRecheck: cfg.KeyRecheck})
 	a.Dispatch = dispatch.NewService(deps.Store, a.Cache, deps.Clock, deps.Log,
-		dispatch.Config{MaxWait: cfg.MaxWait, EnrollSecret: cfg.EnrollSecret, RequestTimeout: cfg.RequestTimeout,
-			KeysPerUID: cfg.KeysPerUID, KeyRecheck: cfg.KeyRecheck, Metrics: a.metrics})
-	a.Admin = admin.NewService(deps.Store, a.Cache, a.Dispatch, deps.Clock, deps.Log)
+		dispatch.Config{MaxWait: cfg.MaxWait, RequestTimeout: cfg.RequestTimeout, Metrics: a.metrics})
+	a.Admin = admin.NewService(deps.Store, a.Cache, a.Keys, deps.Clock, deps.Log)
 	a.handler = a.routes()
 	return a
 }

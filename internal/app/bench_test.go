@@ -10,9 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/taskpull/taskd"
-	"github.com/taskpull/taskd/dispatch"
+	"github.com/taskpull/taskd/clientkey"
 	"github.com/taskpull/taskd/internal/app"
-	"github.com/taskpull/taskd/internal/store"
 )
 
 // redisCounter counts commands sent to Redis (a script call is one).
@@ -39,7 +38,7 @@ func TestWarmEmptyPollIsOneRedisRoundTripAndNoMySQL(t *testing.T) {
 	e := newEnv(t, 1)
 	e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0.Add(time.Hour))})
 	k := e.key("1")
-	uid, hash, _ := dispatch.ParseKey(k)
+	uid, hash, _ := clientkey.Parse(k)
 	svc := e.apps[0].Dispatch
 	if _, err := svc.Fetch(t.Context(), uid, hash, 0); err != nil { // warms heap and key set
 		t.Fatal(err)
@@ -64,7 +63,7 @@ func TestWarmEmptyPollIsOneRedisRoundTripAndNoMySQL(t *testing.T) {
 func BenchmarkWarmEmptyPoll(b *testing.B) {
 	e := newEnv(b, 1)
 	e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0.Add(time.Hour))})
-	uid, hash, _ := dispatch.ParseKey(e.key("1"))
+	uid, hash, _ := clientkey.Parse(e.key("1"))
 	svc := e.apps[0].Dispatch
 	ctx := context.Background()
 	svc.Fetch(ctx, uid, hash, 0)
@@ -93,7 +92,7 @@ func BenchmarkDispatchCompleteCycle(b *testing.B) {
 				}
 			})
 			e.task("rotate", map[string]any{"executor": "uid_1", "start_time": ts(t0), "space_minutes": 1})
-			uid, hash, _ := dispatch.ParseKey(e.key("1"))
+			uid, hash, _ := clientkey.Parse(e.key("1"))
 			svc := e.apps[0].Dispatch
 			ctx := context.Background()
 			b.ReportAllocs()
@@ -104,7 +103,7 @@ func BenchmarkDispatchCompleteCycle(b *testing.B) {
 				if err != nil || r.Task == nil {
 					b.Fatalf("fetch: %+v %v", r.Task, err)
 				}
-				if err := svc.Complete(ctx, uid, hash, r.Task.LogID, store.ResultSuccess, nil); err != nil {
+				if err := svc.Complete(ctx, uid, hash, r.Task.LogID, taskd.ResultSuccess, nil); err != nil {
 					b.Fatal(err)
 				}
 			}

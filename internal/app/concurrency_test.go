@@ -16,7 +16,7 @@ func (e *env) groupOf(gid string, n int) (uids, keys []string) {
 	}
 	e.admin("PUT", "/v1/admin/groups/"+gid+"/members", map[string]any{"uids": uids})
 	for _, u := range uids {
-		k, err := e.apps[0].Dispatch.IssueKey(e.t.Context(), "test", u)
+		k, err := e.apps[0].Keys.Issue(e.t.Context(), "test", u)
 		if err != nil {
 			e.t.Fatal(err)
 		}

@@ -3,6 +3,8 @@ package app_test
 import (
 	"testing"
 	"time"
+
+	"github.com/taskpull/taskd/schedule"
 )
 
 // DESIGN.md section 3, case by case, through the HTTP API.
@@ -481,7 +483,7 @@ func TestLateHintClearDoesNotHideANewDispatch(t *testing.T) {
 	if cur.LogID == old.LogID {
 		t.Fatalf("the expired dispatch was handed out again")
 	}
-	if err := e.apps[0].Cache.ClearOpen(t.Context(), "1", old.LogID); err != nil { // the sweeper's late cache part
+	if err := e.apps[0].Cache.ClearOpen(t.Context(), "1", schedule.OpenIs(old.LogID)); err != nil { // the sweeper's late cache part
 		t.Fatal(err)
 	}
 	again := e.fetch(0, k)

@@ -13,6 +13,7 @@ import (
 	"github.com/taskpull/taskd"
 	"github.com/taskpull/taskd/admin"
 	"github.com/taskpull/taskd/api"
+	"github.com/taskpull/taskd/clientkey"
 	"github.com/taskpull/taskd/dispatch"
 	"github.com/taskpull/taskd/internal/authguard"
 	"github.com/taskpull/taskd/internal/web"
@@ -41,12 +42,14 @@ func (a *App) routes() http.Handler {
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(a.Registry, promhttp.HandlerOpts{}))
 	r.Method(http.MethodGet, "/openapi.json", api.Handler())
 
-	r.Method(http.MethodPost, "/v1/enroll", dispatch.HandleEnroll(a.Dispatch, log))
-	r.Method(http.MethodPost, "/v1/fetch", dispatch.HandleFetch(a.Dispatch, log))
-	r.Method(http.MethodPost, "/v1/complete", dispatch.HandleComplete(a.Dispatch, log))
+	keys := clientkey.NewHandlers(a.Keys, log)
+	client := dispatch.NewHandlers(a.Dispatch, log)
+	r.Method(http.MethodPost, "/v1/enroll", keys.Enroll())
+	r.Method(http.MethodPost, "/v1/fetch", client.Fetch())
+	r.Method(http.MethodPost, "/v1/complete", client.Complete())
 
 	isClientKey := func(ctx context.Context, key string) bool {
-		_, err := a.Dispatch.VerifyKey(ctx, key)
+		_, err := a.Keys.Verify(ctx, key)
 		return err == nil
 	}
 	h := admin.NewHandlers(a.Admin, log)

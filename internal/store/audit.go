@@ -9,17 +9,6 @@ import (
 	"github.com/taskpull/taskd"
 )
 
-// AuditEntry is one recorded admin change.
-type AuditEntry struct {
-	ID     int64           `json:"-"`
-	At     time.Time       `json:"at"`
-	Actor  string          `json:"actor"`
-	Action string          `json:"action"`
-	Target string          `json:"target"`
-	Before json.RawMessage `json:"before"`
-	After  json.RawMessage `json:"after"`
-}
-
 // audit records a change in the caller's transaction, so a change and its record
 // commit together or not at all. before and after are marshalled to JSON (nil: null).
 func audit(ctx context.Context, tx *sql.Tx, actor, action, target string, before, after any, now time.Time) error {
@@ -45,7 +34,7 @@ func audit(ctx context.Context, tx *sql.Tx, actor, action, target string, before
 
 // AuditPage lists audit entries newest first in [from, to), after the cursor (the id
 // of the last entry of the previous page; 0 for the first page).
-func (s *Store) AuditPage(ctx context.Context, from, to time.Time, afterID int64, limit int) ([]AuditEntry, error) {
+func (s *Store) AuditPage(ctx context.Context, from, to time.Time, afterID int64, limit int) ([]taskd.AuditEntry, error) {
 	q := `SELECT id, at, actor, action, target, before_json, after_json FROM audit_log
 		WHERE at >= ? AND at < ?`
 	args := []any{from, to}
@@ -60,9 +49,9 @@ func (s *Store) AuditPage(ctx context.Context, from, to time.Time, afterID int64
 		return nil, mysqlErr("audit", err)
 	}
 	defer rows.Close()
-	out := []AuditEntry{}
+	out := []taskd.AuditEntry{}
 	for rows.Next() {
-		var e AuditEntry
+		var e taskd.AuditEntry
 		var before, after sql.NullString
 		if err := rows.Scan(&e.ID, &e.At, &e.Actor, &e.Action, &e.Target, &before, &after); err != nil {
 			return nil, mysqlErr("audit", err)

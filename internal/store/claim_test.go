@@ -51,7 +51,7 @@ func TestClaimRespectsQuotaWhateverTheDSN(t *testing.T) {
 			if err != nil {
 				t.Error(err)
 			}
-			if outcome == store.Claimed {
+			if outcome == taskd.Claimed {
 				mu.Lock()
 				claimed++
 				mu.Unlock()

@@ -15,73 +15,6 @@ import (
 	"github.com/taskpull/taskd/schedule"
 )
 
-// DispatchState is where a dispatch record is in its life.
-type DispatchState uint8
-
-const (
-	StateOpen      DispatchState = 1 // dispatched, not yet completed
-	StateRetryWait DispatchState = 2 // failed, another attempt due at RetryAt (slot kept)
-	StateDone      DispatchState = 3 // completed, with a result
-	StateExpired   DispatchState = 4 // lease ran out; slot returned
-	StateRetried   DispatchState = 5 // failed and superseded by the next attempt
-	StateDead      DispatchState = 6 // the last attempt failed (result set) or expired (no result); slot kept
-	StateCancelled DispatchState = 7 // its task was deleted while it was open or waiting
-)
-
-// Result is a completion's outcome.
-type Result uint8
-
-const (
-	ResultSuccess Result = 1
-	ResultFailure Result = 2
-)
-
-func (r Result) String() string {
-	switch r {
-	case ResultSuccess:
-		return "success"
-	case ResultFailure:
-		return "failure"
-	}
-	return ""
-}
-
-// Dispatch is one dispatch record: one attempt of one occurrence by one user.
-//
-// An open dispatch either holds its user's one open slot (open_uid) or, when its task
-// was paused, waits parked beside it (waiting_uid) so the user's other tasks flow; a
-// failed attempt waiting out its backoff also waits beside it. Waiting dispatches are
-// in the user's heap (schedule.Entry.LogID) and come back through Resume when due.
-type Dispatch struct {
-	LogID          string
-	UID            string
-	Occurrence     taskd.Occurrence
-	Mode           taskd.Mode
-	Attempt        int
-	MaxAttempts    int
-	BackoffSeconds int
-	LeaseSeconds   int
-	State          DispatchState
-	Result         Result
-	TemplateID     int64
-	Params         json.RawMessage
-	DispatchedAt   time.Time
-	LeaseExpiresAt *time.Time
-	RetryAt        *time.Time
-	FinishedAt     *time.Time
-	RedoCount      int
-	// Executor is the task's executor, filled in on expiry; Reopened says the expiry
-	// gave a slot back to an occurrence whose quota was used up, which the task's other
-	// targets may have dropped from their heaps.
-	Executor string
-	Reopened bool
-}
-
-// LeaseExpired reports whether the dispatch is open past its lease at now.
-func (d *Dispatch) LeaseExpired(now time.Time) bool {
-	return d.State == StateOpen && d.LeaseExpiresAt != nil && !now.Before(*d.LeaseExpiresAt)
-}
-
 const dispatchColumns = `log_id, uid, task_kind, task_id, due_at, mode, attempt, max_attempts,
 	retry_backoff_seconds, lease_seconds, state, COALESCE(result, 0), template_id, params,
 	dispatched_at, lease_expires_at, retry_at, finished_at, redo_count`
@@ -89,8 +22,8 @@ const dispatchColumns = `log_id, uid, task_kind, task_id, due_at, mode, attempt,
 type scanner interface{ Scan(...any) error }
 
 // scanDispatch scans dispatchColumns, then any extra columns into extra.
-func scanDispatch(row scanner, extra ...any) (*Dispatch, error) {
-	var d Dispatch
+func scanDispatch(row scanner, extra ...any) (*taskd.Dispatch, error) {
+	var d taskd.Dispatch
 	var params string
 	dest := []any{&d.LogID, &d.UID, &d.Occurrence.Task.Kind, &d.Occurrence.Task.ID, &d.Occurrence.DueAt,
 		&d.Mode, &d.Attempt, &d.MaxAttempts, &d.BackoffSeconds, &d.LeaseSeconds, &d.State, &d.Result,
@@ -105,7 +38,7 @@ func scanDispatch(row scanner, extra ...any) (*Dispatch, error) {
 }
 
 // OpenDispatch returns the dispatch holding uid's open slot, or nil.
-func (s *Store) OpenDispatch(ctx context.Context, uid string) (*Dispatch, error) {
+func (s *Store) OpenDispatch(ctx context.Context, uid string) (*taskd.Dispatch, error) {
 	d, err := scanDispatch(s.db.QueryRowContext(ctx,
 		"SELECT "+dispatchColumns+" FROM dispatch WHERE open_uid = ?", uid))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -118,7 +51,7 @@ func (s *Store) OpenDispatch(ctx context.Context, uid string) (*Dispatch, error)
 }
 
 // GetDispatch returns the dispatch with logID or taskd.ErrNotFound.
-func (s *Store) GetDispatch(ctx context.Context, logID string) (*Dispatch, error) {
+func (s *Store) GetDispatch(ctx context.Context, logID string) (*taskd.Dispatch, error) {
 	d, err := scanDispatch(s.db.QueryRowContext(ctx,
 		"SELECT "+dispatchColumns+" FROM dispatch WHERE log_id = ?", logID))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -129,18 +62,6 @@ func (s *Store) GetDispatch(ctx context.Context, logID string) (*Dispatch, error
 	}
 	return d, nil
 }
-
-// ClaimOutcome is what an attempt to dispatch an occurrence to a user came to.
-type ClaimOutcome uint8
-
-const (
-	Claimed    ClaimOutcome = iota + 1 // dispatched: the record is open
-	Exhausted                          // the quota is used up: drop the occurrence
-	AlreadyHad                         // once_per_user and the user had it: drop it
-	Gone                               // the task is no longer active or no longer has this occurrence: drop it
-	UserBusy                           // the user already has an open dispatch: return that one
-	NotDue                             // (Resume) the retry's backoff is not over yet: keep the entry
-)
 
 // dispatchTask is the part of a task row a dispatch needs, read in the claim
 // transaction so that a concurrent edit (pause, lower quota) is respected.
@@ -205,7 +126,7 @@ func priorAttempts(ctx context.Context, tx *sql.Tx, mode taskd.Mode, occ taskd.O
 		var prior int
 		err := tx.QueryRowContext(ctx, `SELECT IF(SUM(state IN (?, ?)) > 0, -1, COALESCE(MAX(IF(state = ?, attempt, 0)), 0))
 			FROM dispatch WHERE task_kind = ? AND task_id = ? AND due_at = ? AND uid = ?`,
-			StateRetryWait, StateDead, StateExpired, o.Kind, o.ID, occ.DueAt, uid).Scan(&prior)
+			taskd.StateRetryWait, taskd.StateDead, taskd.StateExpired, o.Kind, o.ID, occ.DueAt, uid).Scan(&prior)
 		return prior, err
 	}
 	res, err := tx.ExecContext(ctx, `INSERT INTO occurrence_user (task_kind, task_id, due_at, uid) VALUES (?, ?, ?, ?)
@@ -238,9 +159,9 @@ var errAbort = errors.New("abort")
 // earlier attempts at the occurrence that expired. Only a re-take costs a read of
 // those: once_per_user learns it from its claim row, until_exhausted asks the
 // dispatch records.
-func (s *Store) Claim(ctx context.Context, uid string, occ taskd.Occurrence, now time.Time) (ClaimOutcome, *Dispatch, error) {
-	var outcome ClaimOutcome
-	var d *Dispatch
+func (s *Store) Claim(ctx context.Context, uid string, occ taskd.Occurrence, now time.Time) (taskd.ClaimOutcome, *taskd.Dispatch, error) {
+	var outcome taskd.ClaimOutcome
+	var d *taskd.Dispatch
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		outcome, d = 0, nil
 		t, err := loadDispatchTask(ctx, tx, occ.Task)
@@ -248,15 +169,15 @@ func (s *Store) Claim(ctx context.Context, uid string, occ taskd.Occurrence, now
 			return err
 		}
 		if t == nil || t.status != taskd.StatusActive || !t.hasOccurrence(occ.Task.Kind, occ.DueAt) {
-			outcome = Gone
+			outcome = taskd.Gone
 			return errAbort
 		}
 		prior, err := priorAttempts(ctx, tx, t.mode, occ, uid)
 		if err != nil {
 			return err
 		}
-		if prior < 0 || prior >= max(t.maxAttempts, 1) {
-			outcome = AlreadyHad
+		if !taskd.MayClaim(prior, t.maxAttempts) {
+			outcome = taskd.AlreadyHad
 			return errAbort
 		}
 		// One statement: insert the counter at 1, or add one while below the quota.
@@ -271,31 +192,31 @@ func (s *Store) Claim(ctx context.Context, uid string, occ taskd.Occurrence, now
 		if n, err := res.RowsAffected(); err != nil {
 			return err
 		} else if n == 0 || t.quota == 0 {
-			outcome = Exhausted
+			outcome = taskd.Exhausted
 			return errAbort
 		}
-		d = &Dispatch{
+		d = &taskd.Dispatch{
 			LogID:          newID(),
 			UID:            uid,
 			Occurrence:     occ,
 			Mode:           t.mode,
 			Attempt:        prior + 1,
-			MaxAttempts:    max(t.maxAttempts, 1),
+			MaxAttempts:    taskd.MaxAttemptsOf(t.maxAttempts),
 			BackoffSeconds: t.backoffSeconds,
 			LeaseSeconds:   t.leaseSeconds,
-			State:          StateOpen,
+			State:          taskd.StateOpen,
 			TemplateID:     t.templateID,
 			Params:         json.RawMessage(t.params),
 			DispatchedAt:   now,
 		}
 		if err := insertDispatch(ctx, tx, d); err != nil {
 			if isDuplicate(err) {
-				outcome = UserBusy
+				outcome = taskd.UserBusy
 				return errAbort
 			}
 			return err
 		}
-		outcome = Claimed
+		outcome = taskd.Claimed
 		return s.emit(ctx, tx, d, taskd.EventDispatch, now)
 	})
 	if errors.Is(err, errAbort) {
@@ -307,7 +228,7 @@ func (s *Store) Claim(ctx context.Context, uid string, occ taskd.Occurrence, now
 	return outcome, d, nil
 }
 
-func insertDispatch(ctx context.Context, tx *sql.Tx, d *Dispatch) error {
+func insertDispatch(ctx context.Context, tx *sql.Tx, d *taskd.Dispatch) error {
 	if d.LeaseSeconds > 0 {
 		exp := d.DispatchedAt.Add(time.Duration(d.LeaseSeconds) * time.Second)
 		d.LeaseExpiresAt = &exp
@@ -317,18 +238,18 @@ func insertDispatch(ctx context.Context, tx *sql.Tx, d *Dispatch) error {
 		dispatched_at, lease_expires_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		d.LogID, d.UID, d.UID, d.Occurrence.Task.Kind, d.Occurrence.Task.ID, d.Occurrence.DueAt,
-		d.Mode, d.Attempt, d.MaxAttempts, d.BackoffSeconds, d.LeaseSeconds, StateOpen, d.TemplateID,
+		d.Mode, d.Attempt, d.MaxAttempts, d.BackoffSeconds, d.LeaseSeconds, taskd.StateOpen, d.TemplateID,
 		string(d.Params), d.DispatchedAt, d.LeaseExpiresAt)
 	return err
 }
 
 // Redo records that uid's open dispatch was handed out again. It reports false if the
 // dispatch is no longer open (completed or expired meanwhile).
-func (s *Store) Redo(ctx context.Context, d *Dispatch, now time.Time) (bool, error) {
+func (s *Store) Redo(ctx context.Context, d *taskd.Dispatch, now time.Time) (bool, error) {
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx,
 			"UPDATE dispatch SET redo_count = redo_count + 1, last_redo_at = ? WHERE log_id = ? AND state = ? AND open_uid IS NOT NULL",
-			now, d.LogID, StateOpen)
+			now, d.LogID, taskd.StateOpen)
 		if err != nil {
 			return err
 		}
@@ -355,10 +276,10 @@ func (s *Store) Redo(ctx context.Context, d *Dispatch, now time.Time) (bool, err
 // (redo says which kind), UserBusy when the user holds another open dispatch (the
 // entry stays), NotDue when the backoff is not over (the entry stays), and Gone when
 // there is nothing to resume (finished meanwhile, its task paused again or deleted).
-func (s *Store) Resume(ctx context.Context, uid, logID string, now time.Time) (outcome ClaimOutcome, d *Dispatch, redo bool, err error) {
+func (s *Store) Resume(ctx context.Context, uid, logID string, now time.Time) (outcome taskd.ClaimOutcome, d *taskd.Dispatch, redo bool, err error) {
 	var reclaim *taskd.Occurrence
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		outcome, d, redo, reclaim = Gone, nil, false, nil
+		outcome, d, redo, reclaim = taskd.Gone, nil, false, nil
 		var waiting sql.NullString
 		prev, err := scanDispatch(tx.QueryRowContext(ctx,
 			"SELECT "+dispatchColumns+", waiting_uid FROM dispatch WHERE log_id = ? FOR UPDATE", logID), &waiting)
@@ -376,31 +297,31 @@ func (s *Store) Resume(ctx context.Context, uid, logID string, now time.Time) (o
 			return err
 		}
 		switch {
-		case (t == nil || t.status == taskd.StatusDeleted) && prev.State == StateExpired:
+		case (t == nil || t.status == taskd.StatusDeleted) && prev.State == taskd.StateExpired:
 			_, err := tx.ExecContext(ctx, "UPDATE dispatch SET waiting_uid = NULL WHERE log_id = ?", logID)
 			return err
 		case t == nil || t.status == taskd.StatusDeleted:
-			return s.cancel(ctx, tx, []*Dispatch{prev}, now)
+			return s.cancel(ctx, tx, []*taskd.Dispatch{prev}, now)
 		case t.status != taskd.StatusActive:
 			return errAbort // paused: it waits for the task's resume (which rebuilds the heap)
 		}
 		switch prev.State {
-		case StateExpired:
+		case taskd.StateExpired:
 			reclaim = &prev.Occurrence // claimed below, in a transaction of its own
 			return errAbort
-		case StateRetryWait:
+		case taskd.StateRetryWait:
 			if prev.RetryAt != nil && now.Before(*prev.RetryAt) {
-				outcome = NotDue
+				outcome = taskd.NotDue
 				return errAbort
 			}
 			if _, err := tx.ExecContext(ctx,
-				"UPDATE dispatch SET state = ?, waiting_uid = NULL WHERE log_id = ?", StateRetried, logID); err != nil {
+				"UPDATE dispatch SET state = ?, waiting_uid = NULL WHERE log_id = ?", taskd.StateRetried, logID); err != nil {
 				return err
 			}
 			next := *prev
 			next.LogID = newID()
 			next.Attempt = prev.Attempt + 1
-			next.State = StateOpen
+			next.State = taskd.StateOpen
 			next.Result = 0
 			next.Params = json.RawMessage(t.params)
 			next.TemplateID = t.templateID
@@ -410,27 +331,27 @@ func (s *Store) Resume(ctx context.Context, uid, logID string, now time.Time) (o
 			next.RedoCount = 0
 			if err := insertDispatch(ctx, tx, &next); err != nil {
 				if isDuplicate(err) {
-					outcome = UserBusy
+					outcome = taskd.UserBusy
 					return errAbort
 				}
 				return err
 			}
-			outcome, d = Claimed, &next
+			outcome, d = taskd.Claimed, &next
 			return s.emit(ctx, tx, d, taskd.EventDispatch, now)
-		case StateOpen:
+		case taskd.StateOpen:
 			if prev.LeaseExpired(now) {
 				return errAbort // the sweep expires it, and the expiry re-offers it
 			}
 			if _, err := tx.ExecContext(ctx, `UPDATE dispatch SET open_uid = uid, waiting_uid = NULL,
 				redo_count = redo_count + 1, last_redo_at = ? WHERE log_id = ?`, now, logID); err != nil {
 				if isDuplicate(err) {
-					outcome = UserBusy
+					outcome = taskd.UserBusy
 					return errAbort
 				}
 				return err
 			}
 			prev.RedoCount++
-			outcome, d, redo = Claimed, prev, true
+			outcome, d, redo = taskd.Claimed, prev, true
 			return s.emit(ctx, tx, d, taskd.EventRedo, now)
 		}
 		return errAbort
@@ -444,7 +365,7 @@ func (s *Store) Resume(ctx context.Context, uid, logID string, now time.Time) (o
 	if reclaim != nil {
 		return s.reclaim(ctx, uid, logID, *reclaim, now)
 	}
-	if outcome != Claimed {
+	if outcome != taskd.Claimed {
 		d, redo = nil, false
 	}
 	return outcome, d, redo, nil
@@ -454,16 +375,16 @@ func (s *Store) Resume(ctx context.Context, uid, logID string, now time.Time) (o
 // next attempt, by the rules of any claim), then ends the record's wait whatever the
 // claim came to, but for UserBusy (it waits on). A crash between the two leaves the
 // wait, and the next resume finds the claim already made.
-func (s *Store) reclaim(ctx context.Context, uid, logID string, occ taskd.Occurrence, now time.Time) (ClaimOutcome, *Dispatch, bool, error) {
+func (s *Store) reclaim(ctx context.Context, uid, logID string, occ taskd.Occurrence, now time.Time) (taskd.ClaimOutcome, *taskd.Dispatch, bool, error) {
 	outcome, d, err := s.Claim(ctx, uid, occ, now)
-	if err != nil || outcome == UserBusy {
+	if err != nil || outcome == taskd.UserBusy {
 		return outcome, d, false, err
 	}
 	if _, err := s.db.ExecContext(ctx, "UPDATE dispatch SET waiting_uid = NULL WHERE log_id = ? AND waiting_uid = ?",
 		logID, uid); err != nil {
 		return 0, nil, false, mysqlErr("resume "+logID, err)
 	}
-	if outcome != Claimed {
+	if outcome != taskd.Claimed {
 		d = nil
 	}
 	return outcome, d, false, nil
@@ -472,13 +393,13 @@ func (s *Store) reclaim(ctx context.Context, uid, logID string, occ taskd.Occurr
 // cancel ends dispatches of a deleted task: open or waiting, they are closed for good
 // (a late complete gets stale_lease) with a cancel event each. Their slots stay taken:
 // the task is gone.
-func (s *Store) cancel(ctx context.Context, tx *sql.Tx, ds []*Dispatch, now time.Time) error {
+func (s *Store) cancel(ctx context.Context, tx *sql.Tx, ds []*taskd.Dispatch, now time.Time) error {
 	for _, d := range ds {
 		if _, err := tx.ExecContext(ctx, `UPDATE dispatch SET state = ?, finished_at = ?, open_uid = NULL,
-			waiting_uid = NULL WHERE log_id = ?`, StateCancelled, now, d.LogID); err != nil {
+			waiting_uid = NULL WHERE log_id = ?`, taskd.StateCancelled, now, d.LogID); err != nil {
 			return err
 		}
-		d.State, d.FinishedAt = StateCancelled, &now
+		d.State, d.FinishedAt = taskd.StateCancelled, &now
 		if err := s.emit(ctx, tx, d, taskd.EventCancel, now); err != nil {
 			return err
 		}
@@ -489,11 +410,11 @@ func (s *Store) cancel(ctx context.Context, tx *sql.Tx, ds []*Dispatch, now time
 // cancelTask cancels every open or waiting dispatch of a task being deleted.
 func (s *Store) cancelTask(ctx context.Context, tx *sql.Tx, key taskd.TaskKey, now time.Time) error {
 	rows, err := tx.QueryContext(ctx, "SELECT "+dispatchColumns+` FROM dispatch
-		WHERE task_kind = ? AND task_id = ? AND state IN (?, ?) FOR UPDATE`, key.Kind, key.ID, StateOpen, StateRetryWait)
+		WHERE task_kind = ? AND task_id = ? AND state IN (?, ?) FOR UPDATE`, key.Kind, key.ID, taskd.StateOpen, taskd.StateRetryWait)
 	if err != nil {
 		return err
 	}
-	var ds []*Dispatch
+	var ds []*taskd.Dispatch
 	for rows.Next() {
 		d, err := scanDispatch(rows)
 		if err != nil {
@@ -508,7 +429,7 @@ func (s *Store) cancelTask(ctx context.Context, tx *sql.Tx, key taskd.TaskKey, n
 	}
 	// Expired attempts waiting to be taken again just stop waiting.
 	if _, err := tx.ExecContext(ctx, `UPDATE dispatch SET waiting_uid = NULL
-		WHERE task_kind = ? AND task_id = ? AND state = ? AND waiting_uid IS NOT NULL`, key.Kind, key.ID, StateExpired); err != nil {
+		WHERE task_kind = ? AND task_id = ? AND state = ? AND waiting_uid IS NOT NULL`, key.Kind, key.ID, taskd.StateExpired); err != nil {
 		return err
 	}
 	return s.cancel(ctx, tx, ds, now)
@@ -519,81 +440,52 @@ func (s *Store) cancelTask(ctx context.Context, tx *sql.Tx, key taskd.TaskKey, n
 // hands them out again (Resume).
 func parkTask(ctx context.Context, tx *sql.Tx, key taskd.TaskKey) error {
 	_, err := tx.ExecContext(ctx, `UPDATE dispatch SET waiting_uid = open_uid, open_uid = NULL
-		WHERE task_kind = ? AND task_id = ? AND state = ? AND open_uid IS NOT NULL`, key.Kind, key.ID, StateOpen)
+		WHERE task_kind = ? AND task_id = ? AND state = ? AND open_uid IS NOT NULL`, key.Kind, key.ID, taskd.StateOpen)
 	return err
 }
-
-// CompleteOutcome is what a complete came to.
-type CompleteOutcome uint8
-
-const (
-	Completed      CompleteOutcome = iota + 1 // finished; the cursor moved
-	RetryScheduled                            // failed with attempts left; next attempt at RetryAt
-	AlreadyDone                               // a repeated complete: nothing changed
-	Stale                                     // not the caller's open dispatch (expired, unknown, someone else's)
-	ExpiredNow                                // the lease had run out: expired now; the caller gets stale_lease
-)
 
 // Complete finishes uid's dispatch logID with result at now: the record is closed, the
 // user's cursor moves to the occurrence's due time and its exclude set is updated, in
 // one transaction. A failure with attempts left schedules a retry instead.
-func (s *Store) Complete(ctx context.Context, uid, logID string, result Result, detail json.RawMessage, now time.Time) (CompleteOutcome, *Dispatch, error) {
-	var outcome CompleteOutcome
-	var d *Dispatch
+func (s *Store) Complete(ctx context.Context, uid, logID string, result taskd.Result, detail json.RawMessage, now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
+	var outcome taskd.CompleteOutcome
+	var d *taskd.Dispatch
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
 		d, err = scanDispatch(tx.QueryRowContext(ctx,
 			"SELECT "+dispatchColumns+" FROM dispatch WHERE log_id = ? FOR UPDATE", logID))
-		if errors.Is(err, sql.ErrNoRows) || (err == nil && d.UID != uid) {
-			d, outcome = nil, Stale
-			return errAbort
+		if errors.Is(err, sql.ErrNoRows) {
+			d, err = nil, nil
 		}
 		if err != nil {
 			return err
 		}
-		switch d.State {
-		case StateDone, StateRetryWait, StateRetried:
-			outcome = AlreadyDone
-			return errAbort
-		case StateDead:
-			outcome = AlreadyDone // a repeated complete of the last, failed attempt
-			if d.Result == 0 {
-				outcome = Stale // it died by expiring: the complete came too late
+		var ok bool
+		if outcome, ok = taskd.CompleteBlocked(d, uid, now); !ok {
+			if outcome == taskd.ExpiredNow {
+				return s.expire(ctx, tx, d, now)
+			}
+			if d != nil && d.UID != uid {
+				d = nil // someone else's: not the caller's to see
 			}
 			return errAbort
-		case StateExpired, StateCancelled:
-			outcome = Stale
-			return errAbort
-		}
-		if d.LeaseExpired(now) {
-			outcome = ExpiredNow
-			return s.expire(ctx, tx, d, now)
 		}
 		var detailArg any
 		if len(detail) > 0 {
 			detailArg = string(detail)
 		}
-		d.Result = result
-		d.FinishedAt = &now
-		if result == ResultFailure && d.Attempt < d.MaxAttempts {
-			retryAt := now.Add(backoff(d.BackoffSeconds, d.Attempt))
-			d.State, d.RetryAt = StateRetryWait, &retryAt
+		if outcome = d.Finish(result, now); outcome == taskd.RetryScheduled {
 			// The retry waits beside the user's open slot, not in it: the user's other
 			// tasks flow meanwhile, and the retry comes back through the user's heap.
 			_, err := tx.ExecContext(ctx, `UPDATE dispatch SET state = ?, result = ?, detail = ?,
 				finished_at = ?, retry_at = ?, open_uid = NULL, waiting_uid = uid WHERE log_id = ?`,
-				StateRetryWait, result, detailArg, now, retryAt, logID)
+				d.State, result, detailArg, now, *d.RetryAt, logID)
 			if err != nil {
 				return err
 			}
-			outcome = RetryScheduled
 			return s.emit(ctx, tx, d, taskd.EventComplete, now)
 		}
 		// A success is done; a failure with no attempt left is dead.
-		d.State = StateDone
-		if result == ResultFailure {
-			d.State = StateDead
-		}
 		_, err = tx.ExecContext(ctx, `UPDATE dispatch SET state = ?, result = ?, detail = ?,
 			finished_at = ?, open_uid = NULL, waiting_uid = NULL WHERE log_id = ?`, d.State, result, detailArg, now, logID)
 		if err != nil {
@@ -602,11 +494,10 @@ func (s *Store) Complete(ctx context.Context, uid, logID string, result Result, 
 		if err := advanceCursor(ctx, tx, d, now); err != nil {
 			return err
 		}
-		outcome = Completed
 		if err := s.emit(ctx, tx, d, taskd.EventComplete, now); err != nil {
 			return err
 		}
-		if d.State == StateDead {
+		if d.State == taskd.StateDead {
 			return s.emit(ctx, tx, d, taskd.EventDead, now)
 		}
 		return nil
@@ -620,19 +511,10 @@ func (s *Store) Complete(ctx context.Context, uid, logID string, result Result, 
 	return outcome, d, nil
 }
 
-// backoff is the wait before attempt+1: base * 2^(attempt-1), capped at a day.
-func backoff(baseSeconds, attempt int) time.Duration {
-	d := time.Duration(baseSeconds) * time.Second
-	for i := 1; i < attempt && d < 24*time.Hour; i++ {
-		d *= 2
-	}
-	return min(d, 24*time.Hour)
-}
-
 // advanceCursor moves uid's cursor to the completed occurrence's due time. The exclude
 // set holds the keys completed at exactly the cursor, so ties are not dispatched again;
 // an until_exhausted occurrence is not excluded: it stays on offer while quota lasts.
-func advanceCursor(ctx context.Context, tx *sql.Tx, d *Dispatch, now time.Time) error {
+func advanceCursor(ctx context.Context, tx *sql.Tx, d *taskd.Dispatch, now time.Time) error {
 	cursor, exclude, err := userState(ctx, tx, d.UID, " FOR UPDATE")
 	if err != nil {
 		return err
@@ -697,8 +579,8 @@ func contains(list []string, s string) bool {
 // Expire expires dispatch logID if it is still open past its lease at now, returning
 // its quota slot to the pool. It returns the expired record, or nil if there was
 // nothing to expire.
-func (s *Store) Expire(ctx context.Context, logID string, now time.Time) (*Dispatch, error) {
-	var d *Dispatch
+func (s *Store) Expire(ctx context.Context, logID string, now time.Time) (*taskd.Dispatch, error) {
+	var d *taskd.Dispatch
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
 		d, err = scanDispatch(tx.QueryRowContext(ctx,
@@ -731,12 +613,9 @@ func (s *Store) Expire(ctx context.Context, logID string, now time.Time) (*Dispa
 // this user too, as its next attempt). On the last attempt the occurrence is dead for
 // the user: the slot stays taken, the user's cursor moves past it, and a dead event
 // follows the expire event.
-func (s *Store) expire(ctx context.Context, tx *sql.Tx, d *Dispatch, now time.Time) error {
-	dead := d.Attempt >= d.MaxAttempts
-	state := StateExpired
-	if dead {
-		state = StateDead
-	}
+func (s *Store) expire(ctx context.Context, tx *sql.Tx, d *taskd.Dispatch, now time.Time) error {
+	state := d.ExpiryState()
+	dead := state == taskd.StateDead
 	// With attempts left, the expired record waits beside the user's slot (waiting_uid)
 	// until the user takes the occurrence again: its heap may no longer offer it (the
 	// cursor moved past it while a retry waited, or it is older than the catch-up).
@@ -789,7 +668,7 @@ func (s *Store) expire(ctx context.Context, tx *sql.Tx, d *Dispatch, now time.Ti
 func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]string, error) {
 	rows, err := s.db.QueryContext(ctx,
 		"SELECT log_id FROM dispatch WHERE state = ? AND lease_expires_at <= ? ORDER BY lease_expires_at LIMIT ?",
-		StateOpen, now, limit)
+		taskd.StateOpen, now, limit)
 	if err != nil {
 		return nil, mysqlErr("expired leases", err)
 	}
@@ -807,7 +686,7 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]
 
 // emit writes the event for d to the outbox, in the caller's transaction, when a relay
 // is configured; otherwise the dispatch record itself is the event's durable form.
-func (s *Store) emit(ctx context.Context, tx *sql.Tx, d *Dispatch, typ taskd.EventType, now time.Time) error {
+func (s *Store) emit(ctx context.Context, tx *sql.Tx, d *taskd.Dispatch, typ taskd.EventType, now time.Time) error {
 	if !s.events.Outbox {
 		return nil
 	}
@@ -910,7 +789,7 @@ func (s *Store) waiting(ctx context.Context, uid string) ([]schedule.WaitingDisp
 	var out []schedule.WaitingDispatch
 	for rows.Next() {
 		var w schedule.WaitingDispatch
-		var state DispatchState
+		var state taskd.DispatchState
 		var due time.Time
 		var retryAt sql.NullTime
 		var status taskd.Status
@@ -918,9 +797,9 @@ func (s *Store) waiting(ctx context.Context, uid string) ([]schedule.WaitingDisp
 			return nil, mysqlErr("waiting dispatches", err)
 		}
 		switch {
-		case state == StateRetryWait && retryAt.Valid && status != taskd.StatusPaused:
+		case state == taskd.StateRetryWait && retryAt.Valid && status != taskd.StatusPaused:
 			w.At = retryAt.Time.UTC()
-		case (state == StateOpen || state == StateExpired) && status == taskd.StatusActive:
+		case (state == taskd.StateOpen || state == taskd.StateExpired) && status == taskd.StatusActive:
 			w.At = due.UTC()
 		default:
 			continue // its task is paused: the resume rebuilds the heap
@@ -930,19 +809,11 @@ func (s *Store) waiting(ctx context.Context, uid string) ([]schedule.WaitingDisp
 	return out, mysqlErr("waiting dispatches", rows.Err())
 }
 
-// OfferTasks are the active tasks of some executors that can have an occurrence in a
-// time range, with their quotas.
-type OfferTasks struct {
-	Once   []schedule.OnceTask
-	Rotate []schedule.RotateTask
-	Quota  map[taskd.TaskKey]int
-}
-
 // OfferTasks reads the active tasks targeted at executors that can have an occurrence
 // in [from, until): once tasks starting in the range, rotate tasks started before until
 // and not ended before from. Both queries lead with executor, the index's first column.
-func (s *Store) OfferTasks(ctx context.Context, executors []string, from, until time.Time) (OfferTasks, error) {
-	out := OfferTasks{Quota: map[taskd.TaskKey]int{}}
+func (s *Store) OfferTasks(ctx context.Context, executors []string, from, until time.Time) (schedule.TaskSet, error) {
+	out := schedule.TaskSet{Quota: map[taskd.TaskKey]int{}}
 	in := "?" + strings.Repeat(", ?", len(executors)-1)
 	args := make([]any, 0, 2*len(executors)+6)
 	for _, e := range executors {

@@ -10,17 +10,9 @@ import (
 	"github.com/taskpull/taskd"
 )
 
-// TaskFilter narrows a task list. Zero values match everything (but deleted tasks,
-// which match only Status == StatusDeleted).
-type TaskFilter struct {
-	Executor string
-	Kind     taskd.Kind
-	Status   taskd.Status
-}
-
 // ListTasks returns up to limit tasks matching f in (kind, id) order, after the task
 // key after (zero: from the start), and whether more follow.
-func (s *Store) ListTasks(ctx context.Context, f TaskFilter, after taskd.TaskKey, limit int) ([]taskd.Task, bool, error) {
+func (s *Store) ListTasks(ctx context.Context, f taskd.TaskFilter, after taskd.TaskKey, limit int) ([]taskd.Task, bool, error) {
 	out := []taskd.Task{}
 	for _, kind := range []taskd.Kind{taskd.KindOnce, taskd.KindRotate} {
 		if (f.Kind != 0 && f.Kind != kind) || (after.Kind != 0 && kind < after.Kind) {
@@ -102,39 +94,11 @@ func (s *Store) Claims(ctx context.Context, tasks []taskd.TaskKey, from, to time
 	return out, nil
 }
 
-// EventFilter narrows an event list.
-type EventFilter struct {
-	UID      string
-	Task     taskd.TaskKey // zero: any
-	Type     taskd.EventType
-	From, To time.Time
-}
-
-// EventCursor is where a page of events ends: events are ordered by (at, event_id)
-// descending.
-type EventCursor struct {
-	At      time.Time
-	EventID string
-}
-
-// StoredEvent is an event as the dispatch records tell it.
-type StoredEvent struct {
-	EventID string          `json:"event_id"`
-	Type    taskd.EventType `json:"type"`
-	LogID   string          `json:"log_id"`
-	UID     string          `json:"uid"`
-	TaskID  string          `json:"task_id"`
-	DueAt   time.Time       `json:"due_at"`
-	Attempt int             `json:"attempt"`
-	Result  string          `json:"result,omitempty"`
-	At      time.Time       `json:"at"`
-}
-
 // Events derives events from the dispatch records, newest first: each record is a
 // dispatch event, its completion a complete event, its expiry an expire event and its
 // latest redo a redo event; a dead one a dead event, a cancelled one a cancel event.
 // Event ids are taskd.EventID's: the same the outbox gives the event.
-func (s *Store) Events(ctx context.Context, f EventFilter, after *EventCursor, limit int) ([]StoredEvent, error) {
+func (s *Store) Events(ctx context.Context, f taskd.EventFilter, after *taskd.EventCursor, limit int) ([]taskd.StoredEvent, error) {
 	where := ""
 	var common []any
 	if f.UID != "" {
@@ -179,7 +143,7 @@ func (s *Store) Events(ctx context.Context, f EventFilter, after *EventCursor, l
 		args = append(args, common...)
 	}
 	if len(selects) == 0 {
-		return []StoredEvent{}, nil
+		return []taskd.StoredEvent{}, nil
 	}
 	q := "SELECT event_id, type, log_id, uid, task_kind, task_id, due_at, attempt, result, at FROM (" +
 		strings.Join(selects, " UNION ALL ") + ") e"
@@ -194,9 +158,9 @@ func (s *Store) Events(ctx context.Context, f EventFilter, after *EventCursor, l
 		return nil, mysqlErr("events", err)
 	}
 	defer rows.Close()
-	out := []StoredEvent{}
+	out := []taskd.StoredEvent{}
 	for rows.Next() {
-		var e StoredEvent
+		var e taskd.StoredEvent
 		var k taskd.TaskKey
 		var result sql.NullInt64
 		if err := rows.Scan(&e.EventID, &e.Type, &e.LogID, &e.UID, &k.Kind, &k.ID, &e.DueAt, &e.Attempt, &result, &e.At); err != nil {
@@ -204,39 +168,23 @@ func (s *Store) Events(ctx context.Context, f EventFilter, after *EventCursor, l
 		}
 		e.TaskID, e.DueAt, e.At = k.String(), e.DueAt.UTC(), e.At.UTC()
 		if result.Valid {
-			e.Result = Result(result.Int64).String()
+			e.Result = taskd.Result(result.Int64).String()
 		}
 		out = append(out, e)
 	}
 	return out, mysqlErr("events", rows.Err())
 }
 
-// TaskStats is what happened to one task in a time range.
-type TaskStats struct {
-	TaskID       string `json:"task_id"`
-	Dispatched   int    `json:"dispatched"`
-	Completed    int    `json:"completed"`
-	Failed       int    `json:"failed"`
-	Expired      int    `json:"expired"`
-	Dead         int    `json:"dead"`
-	Redo         int    `json:"redo"`
-	LatencyMSP50 *int64 `json:"latency_ms_p50"`
-	LatencyMSP95 *int64 `json:"latency_ms_p95"`
-	Claimed      int    `json:"claimed"`
-	Remaining    *int   `json:"remaining"`
-	key          taskd.TaskKey
-}
-
 // Stats summarises every task with activity in [from, to): dispatches made in the
 // range, open ones included (and their redos), completions (success), failures,
 // expiries and dead occurrences that happened in it, completion latency percentiles, and the quota claimed and remaining over the
 // occurrences due in it (remaining is null for unlimited tasks).
-func (s *Store) Stats(ctx context.Context, from, to time.Time) ([]TaskStats, error) {
-	byKey := map[taskd.TaskKey]*TaskStats{}
-	get := func(k taskd.TaskKey) *TaskStats {
+func (s *Store) Stats(ctx context.Context, from, to time.Time) ([]taskd.TaskStats, error) {
+	byKey := map[taskd.TaskKey]*taskd.TaskStats{}
+	get := func(k taskd.TaskKey) *taskd.TaskStats {
 		st, ok := byKey[k]
 		if !ok {
-			st = &TaskStats{TaskID: k.String(), key: k}
+			st = &taskd.TaskStats{TaskID: k.String()}
 			byKey[k] = st
 		}
 		return st
@@ -324,14 +272,18 @@ func (s *Store) Stats(ctx context.Context, from, to time.Time) ([]TaskStats, err
 		}
 	}
 
-	out := make([]TaskStats, 0, len(byKey))
-	for _, st := range byKey {
-		out = append(out, *st)
+	keys := make([]taskd.TaskKey, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i].key, out[j].key
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := keys[i], keys[j]
 		return a.Kind < b.Kind || (a.Kind == b.Kind && a.ID < b.ID)
 	})
+	out := make([]taskd.TaskStats, len(keys))
+	for i, k := range keys {
+		out[i] = *byKey[k]
+	}
 	return out, nil
 }
 

@@ -1,0 +1,51 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/schedule"
+)
+
+// Store is what the admin service needs from the database of record (MySQL,
+// internal/store). Every change takes the actor, for the audit log written in the
+// same transaction.
+type Store interface {
+	CreateTemplate(ctx context.Context, actor, name string, schema json.RawMessage, now time.Time) (taskd.Template, error)
+	GetTemplate(ctx context.Context, id int64) (taskd.Template, error)
+	ListTemplates(ctx context.Context) ([]taskd.Template, error)
+	DeleteTemplate(ctx context.Context, actor string, id int64, now time.Time) error
+
+	CreateTask(ctx context.Context, actor string, t taskd.Task, now time.Time) (taskd.Task, error)
+	GetTask(ctx context.Context, key taskd.TaskKey) (taskd.Task, error)
+	ReplaceTask(ctx context.Context, actor string, t taskd.Task, now time.Time) (before, after taskd.Task, err error)
+	DeleteTask(ctx context.Context, actor string, key taskd.TaskKey, now time.Time) (taskd.Task, error)
+	ListTasks(ctx context.Context, f taskd.TaskFilter, after taskd.TaskKey, limit int) ([]taskd.Task, bool, error)
+
+	AddMembers(ctx context.Context, actor, gid string, uids []string, now time.Time) ([]string, error)
+	RemoveMember(ctx context.Context, actor, gid, uid string, now time.Time) (bool, error)
+	ReplaceMembers(ctx context.Context, actor, gid string, uids []string, now time.Time) ([]string, error)
+	Members(ctx context.Context, gid string) ([]string, error)
+	UserGroups(ctx context.Context, uid string) ([]string, error)
+
+	OfferTasks(ctx context.Context, executors []string, from, until time.Time) (schedule.TaskSet, error)
+	Claims(ctx context.Context, tasks []taskd.TaskKey, from, to time.Time) (map[string]int, error)
+	Events(ctx context.Context, f taskd.EventFilter, after *taskd.EventCursor, limit int) ([]taskd.StoredEvent, error)
+	Stats(ctx context.Context, from, to time.Time) ([]taskd.TaskStats, error)
+	AuditPage(ctx context.Context, from, to time.Time, afterID int64, limit int) ([]taskd.AuditEntry, error)
+}
+
+// Cache is what the admin service needs from the cache (Redis, package queue): to make
+// heaps stale after a change, so that agents see it on their next fetch.
+type Cache interface {
+	InvalidateUser(ctx context.Context, uid string) error
+	InvalidateGroup(ctx context.Context, gid string) error
+}
+
+// Keys issues and revokes client keys (package clientkey).
+type Keys interface {
+	Issue(ctx context.Context, actor, uid string) (string, error)
+	Revoke(ctx context.Context, actor, uid string) (int, error)
+}

@@ -1,0 +1,185 @@
+// Package clientkey issues, revokes and checks the keys agents authenticate with. Both
+// the dispatch service (fetch, complete) and the admin service (issue, revoke) use it;
+// neither knows the other.
+//
+// A client key is "<uid>.<secret>": the uid says whose key set to check (so the check
+// is one lookup in that user's Redis slot), the 256-bit secret makes it unguessable.
+// Only the SHA-256 of the whole key is stored; a slow hash buys nothing for a random
+// secret of that size.
+package clientkey
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/internal/authguard"
+	"github.com/taskpull/taskd/internal/clock"
+)
+
+// Store keeps the keys' hashes (MySQL).
+type Store interface {
+	// CreateClientKey stores a key's hash for uid, revoking the oldest beyond keep,
+	// and reports how many it revoked.
+	CreateClientKey(ctx context.Context, actor, uid, hash string, keep int, now time.Time) (replaced int, err error)
+	// RevokeClientKeys revokes every key of uid and reports how many.
+	RevokeClientKeys(ctx context.Context, actor, uid string, now time.Time) (int, error)
+}
+
+// Cache holds each uid's valid key set (Redis).
+type Cache interface {
+	// VerifyKey reports whether hash is one of uid's valid keys.
+	VerifyKey(ctx context.Context, uid, hash string) error
+	// KeysChanged drops uid's cached key set after a change in the Store.
+	KeysChanged(ctx context.Context, uid string) error
+}
+
+// Config tunes the service.
+type Config struct {
+	// EnrollSecret lets agents enroll themselves; empty disables enrollment.
+	EnrollSecret string
+	// KeysPerUID caps a uid's live keys: issuing one more revokes the oldest (default 5).
+	KeysPerUID int
+	// KeyRecheck is how long the cache trusts a key set: the longest a revoked key may
+	// keep working when the cache could not be told (default 1m).
+	KeyRecheck time.Duration
+}
+
+// Service issues, revokes and checks client keys.
+type Service struct {
+	store Store
+	cache Cache
+	clock clock.Clock
+	log   *slog.Logger
+	cfg   Config
+}
+
+// New wires the service; settings left zero take their defaults.
+func New(st Store, cache Cache, clk clock.Clock, log *slog.Logger, cfg Config) *Service {
+	if cfg.KeysPerUID <= 0 {
+		cfg.KeysPerUID = 5
+	}
+	if cfg.KeyRecheck <= 0 {
+		cfg.KeyRecheck = time.Minute
+	}
+	return &Service{store: st, cache: cache, clock: clk, log: log.With("component", "clientkey"), cfg: cfg}
+}
+
+// Parse splits a client key into its uid and the hash to look up. ok is false for a
+// string that cannot be a client key.
+func Parse(key string) (uid, hash string, ok bool) {
+	uid, secret, found := strings.Cut(key, ".")
+	if !found || !taskd.ValidID(uid) || len(secret) < 32 {
+		return "", "", false
+	}
+	return uid, Hash(key), true
+}
+
+// Hash is the stored form of a client key.
+func Hash(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+func newKey(uid string) string {
+	b := make([]byte, 32)
+	rand.Read(b)
+	return uid + "." + base64.RawURLEncoding.EncodeToString(b)
+}
+
+func (s *Service) now() time.Time { return s.clock.Now().UTC().Truncate(time.Microsecond) }
+
+// Issue creates a client key for uid and returns it; only its hash is kept. actor is
+// who asked, for the audit log.
+func (s *Service) Issue(ctx context.Context, actor, uid string) (string, error) {
+	if !taskd.ValidID(uid) {
+		return "", taskd.Errorf(taskd.CodeInvalid, "uid: must be 1 to 64 of [A-Za-z0-9_-], not starting with uid_ or gid_, got %q", uid)
+	}
+	key := newKey(uid)
+	replaced, err := s.store.CreateClientKey(ctx, actor, uid, Hash(key), s.cfg.KeysPerUID, s.now())
+	if err != nil {
+		return "", err
+	}
+	if err := s.keysChanged(ctx, uid); err != nil {
+		// The key is committed: hand it out. It works once the cached set expires, as
+		// the keys it replaced stop working then (KeyRecheck), and a retry goes on in
+		// the background.
+		s.log.WarnContext(ctx, "client key change not yet in the cache", "uid", uid, "replaced", replaced, "err", err)
+	}
+	return key, nil
+}
+
+// Revoke revokes every key of uid; they stop working at once. If the cache cannot be
+// told, the revocation (committed in the Store) is reported as a failure: cached copies
+// of the keys keep working until the cached set expires (KeyRecheck at most) or a retry
+// in the background reaches the cache, whichever comes first.
+func (s *Service) Revoke(ctx context.Context, actor, uid string) (int, error) {
+	n, err := s.store.RevokeClientKeys(ctx, actor, uid, s.now())
+	if err != nil {
+		return 0, err
+	}
+	return n, s.keysChanged(ctx, uid)
+}
+
+// keysChanged drops uid's cached key set after a change in the Store. When the cache
+// cannot be told, it keeps trying in the background for as long as the cached set may
+// live, and reports the failure.
+func (s *Service) keysChanged(ctx context.Context, uid string) error {
+	err := s.cache.KeysChanged(ctx, uid)
+	if err == nil {
+		return nil
+	}
+	go s.retryKeysChanged(context.WithoutCancel(ctx), uid)
+	return &taskd.Error{Code: taskd.CodeUnavailable, Err: err, Message: fmt.Sprintf(
+		"the change is saved, but the cache could not be told: cached copies of uid %s's keys work for at most %s more "+
+			"(retrying in the background); repeat the call to make sure", uid, s.cfg.KeyRecheck)}
+}
+
+// retryKeysChanged retries KeysChanged with backoff until it succeeds or the cached set
+// it targets has expired on its own.
+func (s *Service) retryKeysChanged(ctx context.Context, uid string) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.KeyRecheck)
+	defer cancel()
+	wait := 50 * time.Millisecond
+	for {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if err := s.cache.KeysChanged(ctx, uid); err == nil {
+			s.log.InfoContext(ctx, "client key change reached the cache", "uid", uid)
+			return
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// Enroll issues a key to an agent that knows the enrollment secret.
+func (s *Service) Enroll(ctx context.Context, uid, secret string) (string, error) {
+	if s.cfg.EnrollSecret == "" {
+		return "", taskd.Errorf(taskd.CodePermission, "enrollment is disabled on this server")
+	}
+	if !authguard.SameSecret(secret, s.cfg.EnrollSecret) {
+		return "", taskd.Errorf(taskd.CodeUnauthenticated, "enroll_secret: wrong")
+	}
+	return s.Issue(ctx, "enroll", uid)
+}
+
+// Verify checks a client key and returns its uid.
+func (s *Service) Verify(ctx context.Context, key string) (uid string, err error) {
+	uid, hash, ok := Parse(key)
+	if !ok {
+		return "", taskd.Errorf(taskd.CodeUnauthenticated, "not a client key")
+	}
+	return uid, s.cache.VerifyKey(ctx, uid, hash)
+}

@@ -1,0 +1,51 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/schedule"
+)
+
+// Store is what the dispatch service needs from the database of record (MySQL,
+// internal/store): the claim, the dispatch records' life, and lease expiry. Every fact
+// that must not be lost goes through it.
+type Store interface {
+	// Claim dispatches occurrence occ to uid at now if the rules allow (the task is
+	// active and has it, the user has attempts left, the quota a slot).
+	Claim(ctx context.Context, uid string, occ taskd.Occurrence, now time.Time) (taskd.ClaimOutcome, *taskd.Dispatch, error)
+	// Resume takes up a waiting dispatch of uid (a retry, a parked or expired
+	// attempt); redo says it is handed out again rather than claimed anew.
+	Resume(ctx context.Context, uid, logID string, now time.Time) (outcome taskd.ClaimOutcome, d *taskd.Dispatch, redo bool, err error)
+	// OpenDispatch returns the dispatch holding uid's open slot, or nil.
+	OpenDispatch(ctx context.Context, uid string) (*taskd.Dispatch, error)
+	// Redo records that d is handed out again; false when it is no longer open.
+	Redo(ctx context.Context, d *taskd.Dispatch, now time.Time) (bool, error)
+	// Expire expires logID if its lease has run out; nil when there was nothing to do.
+	Expire(ctx context.Context, logID string, now time.Time) (*taskd.Dispatch, error)
+	// ExpiredLeases lists up to limit open dispatches past their lease.
+	ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]string, error)
+	// Complete finishes uid's dispatch logID with result.
+	Complete(ctx context.Context, uid, logID string, result taskd.Result, detail json.RawMessage, now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error)
+}
+
+// Cache is what the dispatch service needs from the cache (Redis, package queue): each
+// user's heap and open-dispatch hint, and the client key check. It is a hint: MySQL
+// corrects it.
+type Cache interface {
+	// Peek checks keyHash (unless empty) and returns uid's heap as due at now.
+	Peek(ctx context.Context, uid, keyHash string, now time.Time) (schedule.View, error)
+	// Pop removes popped entries, leaving the open-dispatch hint.
+	Pop(ctx context.Context, uid string, popped []schedule.Entry) error
+	// SetOpen records logID as uid's open dispatch and removes popped entries.
+	SetOpen(ctx context.Context, uid, logID string, popped []schedule.Entry) error
+	// ClearOpen sets the hint to none if it still says seen.
+	ClearOpen(ctx context.Context, uid string, seen schedule.OpenHint) error
+	// InvalidateUser and InvalidateGroup make heaps stale after a change in MySQL.
+	InvalidateUser(ctx context.Context, uid string) error
+	InvalidateGroup(ctx context.Context, gid string) error
+	// VerifyKey reports whether keyHash is one of uid's valid client keys.
+	VerifyKey(ctx context.Context, uid, keyHash string) error
+}

@@ -1,0 +1,174 @@
+package taskd
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// DispatchState is where a dispatch record is in its life.
+type DispatchState uint8
+
+const (
+	StateOpen      DispatchState = 1 // dispatched, not yet completed
+	StateRetryWait DispatchState = 2 // failed, another attempt due at RetryAt (slot kept)
+	StateDone      DispatchState = 3 // completed, with a result
+	StateExpired   DispatchState = 4 // lease ran out; slot returned
+	StateRetried   DispatchState = 5 // failed and superseded by the next attempt
+	StateDead      DispatchState = 6 // the last attempt failed (result set) or expired (no result); slot kept
+	StateCancelled DispatchState = 7 // its task was deleted while it was open or waiting
+)
+
+// Result is a completion's outcome.
+type Result uint8
+
+const (
+	ResultSuccess Result = 1
+	ResultFailure Result = 2
+)
+
+func (r Result) String() string {
+	switch r {
+	case ResultSuccess:
+		return "success"
+	case ResultFailure:
+		return "failure"
+	}
+	return ""
+}
+
+// Dispatch is one dispatch record: one attempt of one occurrence by one user.
+//
+// An open dispatch either holds its user's one open slot (open_uid) or, when its task
+// was paused, waits parked beside it (waiting_uid) so the user's other tasks flow; a
+// failed attempt waiting out its backoff also waits beside it. Waiting dispatches are
+// in the user's heap (schedule.Entry.LogID) and come back through Resume when due.
+type Dispatch struct {
+	LogID          string
+	UID            string
+	Occurrence     Occurrence
+	Mode           Mode
+	Attempt        int
+	MaxAttempts    int
+	BackoffSeconds int
+	LeaseSeconds   int
+	State          DispatchState
+	Result         Result
+	TemplateID     int64
+	Params         json.RawMessage
+	DispatchedAt   time.Time
+	LeaseExpiresAt *time.Time
+	RetryAt        *time.Time
+	FinishedAt     *time.Time
+	RedoCount      int
+	// Executor is the task's executor, filled in on expiry; Reopened says the expiry
+	// gave a slot back to an occurrence whose quota was used up, which the task's other
+	// targets may have dropped from their heaps.
+	Executor string
+	Reopened bool
+}
+
+// LeaseExpired reports whether the dispatch is open past its lease at now.
+func (d *Dispatch) LeaseExpired(now time.Time) bool {
+	return d.State == StateOpen && d.LeaseExpiresAt != nil && !now.Before(*d.LeaseExpiresAt)
+}
+
+// ClaimOutcome is what an attempt to dispatch an occurrence to a user came to.
+type ClaimOutcome uint8
+
+const (
+	Claimed    ClaimOutcome = iota + 1 // dispatched: the record is open
+	Exhausted                          // the quota is used up: drop the occurrence
+	AlreadyHad                         // once_per_user and the user had it: drop it
+	Gone                               // the task is no longer active or no longer has this occurrence: drop it
+	UserBusy                           // the user already has an open dispatch: return that one
+	NotDue                             // (Resume) the retry's backoff is not over yet: keep the entry
+)
+
+// CompleteOutcome is what a complete came to.
+type CompleteOutcome uint8
+
+const (
+	Completed      CompleteOutcome = iota + 1 // finished; the cursor moved
+	RetryScheduled                            // failed with attempts left; next attempt at RetryAt
+	AlreadyDone                               // a repeated complete: nothing changed
+	Stale                                     // not the caller's open dispatch (expired, unknown, someone else's)
+	ExpiredNow                                // the lease had run out: expired now; the caller gets stale_lease
+)
+
+// RetryBackoff is the wait before attempt+1: base * 2^(attempt-1), capped at a day.
+func RetryBackoff(baseSeconds, attempt int) time.Duration {
+	d := time.Duration(baseSeconds) * time.Second
+	for i := 1; i < attempt && d < 24*time.Hour; i++ {
+		d *= 2
+	}
+	return min(d, 24*time.Hour)
+}
+
+// The rules of attempts. A dispatch is one attempt of one user at one occurrence; an
+// occurrence allows each user MaxAttempts attempts (at least 1). A failed attempt with
+// attempts left is retried after RetryBackoff; an expired one (its lease ran out) is
+// taken again when the user's heap offers it; the last one, failed or expired, is dead:
+// the user's slot stays taken and its cursor moves past the occurrence.
+
+// MaxAttemptsOf is a task's max_attempts as the rules read it: at least 1.
+func MaxAttemptsOf(n int) int { return max(n, 1) }
+
+// MayClaim reports whether a user who has used prior attempts at an occurrence (-1:
+// holds it, finished it for good, or it is dead for the user) may claim it again.
+func MayClaim(prior, maxAttempts int) bool {
+	return prior >= 0 && prior < MaxAttemptsOf(maxAttempts)
+}
+
+// AttemptsLeft reports whether another attempt may follow this one.
+func (d *Dispatch) AttemptsLeft() bool { return d.Attempt < d.MaxAttempts }
+
+// CompleteBlocked says what a complete of this record by uid at now comes to before
+// anything changes: ok is true when the record is uid's open dispatch within its lease
+// and the complete proceeds; otherwise outcome says why not (Stale, AlreadyDone, or
+// ExpiredNow when the lease has run out and the record must expire first). d may be
+// nil (no such record).
+func CompleteBlocked(d *Dispatch, uid string, now time.Time) (outcome CompleteOutcome, ok bool) {
+	switch {
+	case d == nil || d.UID != uid:
+		return Stale, false
+	case d.State == StateDone, d.State == StateRetryWait, d.State == StateRetried:
+		return AlreadyDone, false
+	case d.State == StateDead && d.Result == 0:
+		return Stale, false // it died by expiring: the complete came too late
+	case d.State == StateDead:
+		return AlreadyDone, false // a repeated complete of the last, failed attempt
+	case d.State == StateExpired, d.State == StateCancelled:
+		return Stale, false
+	case d.LeaseExpired(now):
+		return ExpiredNow, false
+	}
+	return 0, true
+}
+
+// Finish applies a complete's result to an open record at now: a failure with
+// attempts left waits for its retry (StateRetryWait, RetryAt set) and the outcome is
+// RetryScheduled; otherwise the record is done (a success) or dead (a failure on the
+// last attempt) and the outcome is Completed.
+func (d *Dispatch) Finish(result Result, now time.Time) CompleteOutcome {
+	d.Result = result
+	d.FinishedAt = &now
+	if result == ResultFailure && d.AttemptsLeft() {
+		retryAt := now.Add(RetryBackoff(d.BackoffSeconds, d.Attempt))
+		d.State, d.RetryAt = StateRetryWait, &retryAt
+		return RetryScheduled
+	}
+	d.State = StateDone
+	if result == ResultFailure {
+		d.State = StateDead
+	}
+	return Completed
+}
+
+// ExpiryState is the state an open record takes when its lease runs out: expired
+// (taken again later) with attempts left, dead on the last attempt.
+func (d *Dispatch) ExpiryState() DispatchState {
+	if d.AttemptsLeft() {
+		return StateExpired
+	}
+	return StateDead
+}

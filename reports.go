@@ -1,0 +1,72 @@
+package taskd
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// What the admin API reads back: filters and pages of tasks and events, per-task
+// statistics and the audit log. The database package answers them; the admin service
+// asks.
+
+// TaskFilter narrows a task list. Zero values match everything (but deleted tasks,
+// which match only Status == StatusDeleted).
+type TaskFilter struct {
+	Executor string
+	Kind     Kind
+	Status   Status
+}
+
+// EventFilter narrows an event list.
+type EventFilter struct {
+	UID      string
+	Task     TaskKey // zero: any
+	Type     EventType
+	From, To time.Time
+}
+
+// EventCursor is where a page of events ends: events are ordered by (at, event_id)
+// descending.
+type EventCursor struct {
+	At      time.Time
+	EventID string
+}
+
+// StoredEvent is an event as the dispatch records tell it.
+type StoredEvent struct {
+	EventID string    `json:"event_id"`
+	Type    EventType `json:"type"`
+	LogID   string    `json:"log_id"`
+	UID     string    `json:"uid"`
+	TaskID  string    `json:"task_id"`
+	DueAt   time.Time `json:"due_at"`
+	Attempt int       `json:"attempt"`
+	Result  string    `json:"result,omitempty"`
+	At      time.Time `json:"at"`
+}
+
+// TaskStats is what happened to one task in a time range.
+type TaskStats struct {
+	TaskID       string `json:"task_id"`
+	Dispatched   int    `json:"dispatched"`
+	Completed    int    `json:"completed"`
+	Failed       int    `json:"failed"`
+	Expired      int    `json:"expired"`
+	Dead         int    `json:"dead"`
+	Redo         int    `json:"redo"`
+	LatencyMSP50 *int64 `json:"latency_ms_p50"`
+	LatencyMSP95 *int64 `json:"latency_ms_p95"`
+	Claimed      int    `json:"claimed"`
+	Remaining    *int   `json:"remaining"`
+}
+
+// AuditEntry is one recorded admin change.
+type AuditEntry struct {
+	ID     int64           `json:"-"`
+	At     time.Time       `json:"at"`
+	Actor  string          `json:"actor"`
+	Action string          `json:"action"`
+	Target string          `json:"target"`
+	Before json.RawMessage `json:"before"`
+	After  json.RawMessage `json:"after"`
+}
