@@ -1,0 +1,89 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/taskpull/taskd"
+)
+
+// VerifyKey reports whether keyHash is one of uid's valid client keys, loading the key
+// set from MySQL when Redis does not have it.
+func (c *Cache) VerifyKey(ctx context.Context, uid, keyHash string) error {
+	for attempt := 0; attempt < 5; attempt++ {
+		member, err := c.rdb.SMIsMember(ctx, c.keys.ClientKeys(uid), keyHash, "-").Result()
+		if err != nil {
+			return unavailable("verify key", err)
+		}
+		if member[0] {
+			return nil
+		}
+		if member[1] {
+			return ErrBadKey
+		}
+		if err := c.loadKeys(ctx, uid); err != nil {
+			return err
+		}
+	}
+	return taskd.Errorf(taskd.CodeUnavailable, "client keys of user %s did not settle", uid)
+}
+
+// loadKeysScript installs the user's client key hashes read from MySQL, unless a key
+// was created or revoked since the read began (kver moved). "-" marks the set as loaded
+// even when the user has no key. The set lives only as long as it may be trusted: a
+// revocation that could not reach Redis is honoured when it expires.
+//
+// KEYS: user hash, key set. ARGV: kver, ttl milliseconds, hashes...
+var loadKeysScript = redis.NewScript(`
+if (redis.call('HGET', KEYS[1], 'kver') or '0') ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[2])
+redis.call('SADD', KEYS[2], '-', unpack(ARGV, 3))
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return 1
+`)
+
+// loadKeys installs uid's key hashes from the Loader in Redis.
+func (c *Cache) loadKeys(ctx context.Context, uid string) error {
+	kver, err := c.rdb.HGet(ctx, c.keys.User(uid), "kver").Result()
+	if errors.Is(err, redis.Nil) {
+		kver = "0"
+	} else if err != nil {
+		return unavailable("load keys", err)
+	}
+	hashes, err := c.loader.ClientKeyHashes(ctx, uid)
+	if err != nil {
+		return fmt.Errorf("load keys of %s: %w", uid, err)
+	}
+	args := make([]any, 0, 2+len(hashes))
+	args = append(args, kver, c.cfg.KeyTTL.Milliseconds())
+	for _, h := range hashes {
+		args = append(args, h)
+	}
+	err = loadKeysScript.Run(ctx, c.rdb, []string{c.keys.User(uid), c.keys.ClientKeys(uid)}, args...).Err()
+	if err != nil {
+		return unavailable("load keys", err)
+	}
+	return nil
+}
+
+// keysChangedScript invalidates the user's cached key set after a key was created or
+// revoked in MySQL. KEYS: user hash, key set. ARGV: ttl seconds.
+var keysChangedScript = redis.NewScript(`
+redis.call('HINCRBY', KEYS[1], 'kver', 1)
+if redis.call('TTL', KEYS[1]) == -1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
+redis.call('DEL', KEYS[2])
+return 1
+`)
+
+// KeysChanged drops uid's cached key set; call it after creating or revoking a key in
+// MySQL, so that a revoked key stops working at once.
+func (c *Cache) KeysChanged(ctx context.Context, uid string) error {
+	err := keysChangedScript.Run(ctx, c.rdb, []string{c.keys.User(uid), c.keys.ClientKeys(uid)}, c.ttl()).Err()
+	if err != nil {
+		return unavailable("keys changed", err)
+	}
+	return nil
+}

@@ -1,0 +1,193 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/schedule"
+)
+
+// peekScript checks the client key, the heap's validity and returns the open dispatch
+// hint and the entries due now plus the next one: a warm fetch in one round trip.
+//
+// KEYS: user hash, heap, client key set, then the generation keys of the groups the
+// caller believes the user is in. ARGV: now, horizon (the heap must cover up to it),
+// max entries, the caller's groups, the key hash ("" to skip the check), the catch-up
+// floor (an entry older than it makes the heap stale: the cursor never lags more).
+// Returns {status, open, groups, ver, due (member, score, ...), next (member, score)}
+// with status one of ok, cold, stale, groups, badkey, nokeys.
+var peekScript = redis.NewScript(`
+-- An occurrence older than the catch-up floor makes the heap stale; a waiting dispatch
+-- of the user (member <p>|d|<log_id>) does not: it stays until taken, however old.
+local function stale_below(heap, floor)
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', heap, '-inf', '(' .. floor, 'LIMIT', 0, 32)) do
+    if string.sub(m, 3, 3) ~= 'd' then return true end
+  end
+  return false
+end
+if ARGV[5] ~= '' and redis.call('SISMEMBER', KEYS[3], ARGV[5]) == 0 then
+  if redis.call('EXISTS', KEYS[3]) == 1 then return {'badkey'} end
+  return {'nokeys'}
+end
+local h = redis.call('HMGET', KEYS[1], 'ver', 'hver', 'groups', 'gens', 'win', 'open')
+local ver = h[1] or '0'
+local open = h[6] or ''
+local status = 'ok'
+if not h[2] then
+  status = 'cold'
+elseif ver ~= h[2] or tonumber(h[5]) < tonumber(ARGV[2]) then
+  status = 'stale'
+elseif stale_below(KEYS[2], ARGV[6]) then
+  status = 'stale'
+elseif h[3] ~= ARGV[4] then
+  status = 'groups'
+else
+  local i = 3
+  for g in string.gmatch(h[4], '[^,]+') do
+    i = i + 1
+    if (redis.call('GET', KEYS[i]) or '0') ~= g then status = 'stale' break end
+  end
+end
+if status ~= 'ok' then return {status, open, h[3] or '', ver} end
+local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[3]))
+local nxt = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. ARGV[1], '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+return {status, open, h[3], ver, due, nxt}
+`)
+
+// peek runs peekScript for uid, believing it in groups (comma-joined), at now.
+func (c *Cache) peek(ctx context.Context, uid, groups, keyHash string, now time.Time, maxDue int) ([]any, error) {
+	gids := splitGroups(groups)
+	keys := make([]string, 0, 3+len(gids))
+	keys = append(keys, c.keys.User(uid), c.keys.Heap(uid), c.keys.ClientKeys(uid))
+	for _, g := range gids {
+		keys = append(keys, c.keys.Generation(g))
+	}
+	res, err := peekScript.Run(ctx, c.rdb, keys,
+		now.Unix(), now.Add(c.cfg.Horizon).Unix(), maxDue, groups, keyHash, c.floor(now)).Slice()
+	if err != nil {
+		return nil, unavailable("peek", err)
+	}
+	return res, nil
+}
+
+// Peek checks keyHash (unless empty) and returns the user's open dispatch hint and the
+// entries due at now, rebuilding the heap from MySQL first if it is cold or stale. A
+// warm peek is one Redis round trip.
+func (c *Cache) Peek(ctx context.Context, uid, keyHash string, now time.Time) (schedule.View, error) {
+	var groups string
+	if g, ok := c.groups.Load(uid); ok {
+		groups = g.(string)
+	}
+	refused := 0
+	for attempt := 0; ; attempt++ {
+		if attempt == 50 {
+			return schedule.View{}, taskd.Errorf(taskd.CodeUnavailable, "heap of user %s did not settle", uid)
+		}
+		res, err := c.peek(ctx, uid, groups, keyHash, now, c.cfg.MaxDue)
+		if err != nil {
+			return schedule.View{}, err
+		}
+		switch status := res[0].(string); status {
+		case "ok":
+			c.cfg.Metrics.HeapLookup(true)
+			return parseView(res)
+		case "badkey":
+			return schedule.View{}, ErrBadKey
+		case "nokeys":
+			if err := c.loadKeys(ctx, uid); err != nil {
+				return schedule.View{}, err
+			}
+		case "groups":
+			groups = res[2].(string)
+			c.groups.Store(uid, groups)
+		case "cold", "stale":
+			c.cfg.Metrics.HeapLookup(false)
+			b, err := c.rebuild(ctx, uid, res[3].(string))
+			if err != nil {
+				return schedule.View{}, err
+			}
+			if b != nil && !b.written {
+				// Invalidations keep landing between this rebuild's reads and its
+				// write. The offer it read from MySQL is no older than this request:
+				// after a few refusals, serve it without caching it.
+				if refused++; refused >= maxRefusals {
+					return b.view(res[1].(string), now, c.cfg.MaxDue), nil
+				}
+			}
+			if g, ok := c.groups.Load(uid); ok {
+				groups = g.(string)
+			}
+		default:
+			return schedule.View{}, fmt.Errorf("peek: unexpected status %q", status)
+		}
+	}
+}
+
+// maxRefusals is how many of its rebuilds' writes a peek lets newer invalidations
+// refuse before it serves the offer it read without caching it.
+const maxRefusals = 3
+
+// built is what a rebuild read, and whether it reached Redis.
+type built struct {
+	entries []schedule.Entry // in heap order
+	written bool
+}
+
+// view is the peek answer a refused rebuild's offer gives at now.
+func (b *built) view(open string, now time.Time, maxDue int) schedule.View {
+	var v schedule.View
+	v.Open = openHint(open)
+	for i, e := range b.entries {
+		if e.DueAt.After(now) {
+			next := b.entries[i]
+			v.Next = &next
+			break
+		}
+		if len(v.Due) < maxDue {
+			v.Due = append(v.Due, e)
+		}
+	}
+	return v
+}
+
+func parseView(res []any) (schedule.View, error) {
+	var v schedule.View
+	v.Open = openHint(res[1].(string))
+	due := res[4].([]any)
+	for i := 0; i+1 < len(due); i += 2 {
+		e, err := parseScored(due[i], due[i+1])
+		if err != nil {
+			return schedule.View{}, err
+		}
+		v.Due = append(v.Due, e)
+	}
+	if next := res[5].([]any); len(next) == 2 {
+		e, err := parseScored(next[0], next[1])
+		if err != nil {
+			return schedule.View{}, err
+		}
+		v.Next = &e
+	}
+	return v, nil
+}
+
+func parseScored(member, score any) (schedule.Entry, error) {
+	s, err := strconv.ParseInt(score.(string), 10, 64)
+	if err != nil {
+		return schedule.Entry{}, fmt.Errorf("heap score %v: %w", score, err)
+	}
+	return ParseMember(member.(string), s)
+}
+
+func splitGroups(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}

@@ -1,0 +1,177 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/taskpull/taskd/schedule"
+)
+
+// Heap metadata lives in the user hash: hver is the user version the heap was built
+// from, groups the comma-joined sorted group ids, gens their generations in the same
+// order, win the Unix time the heap's window ends. open is "-" when the user has no open
+// dispatch, its log id when it has one; absent, it is unknown (ask MySQL).
+
+// rebuildTimeout bounds one shared rebuild. It is longer than the lock's TTL on
+// purpose: under load the MySQL reads may queue for a pool connection, and a rebuild
+// that outlives its lock is only a wasted read (another node may rebuild too; the
+// compare-on-version write keeps the heap right).
+const rebuildTimeout = 30 * time.Second
+
+// rebuild rebuilds uid's heap, coalesced: one rebuild per (user, version) in this
+// process (singleflight), and one across processes (a short Redis lock; a node that
+// finds the lock taken waits briefly and lets its caller peek again).
+//
+// The caller waits for the shared rebuild only as long as its own ctx allows: a request
+// past its bound answers 503 while the rebuild goes on for whoever comes next.
+func (c *Cache) rebuild(ctx context.Context, uid, ver string) (*built, error) {
+	ch := c.flight.DoChan(uid+"@"+ver, func() (any, error) {
+		// The work is shared by every caller waiting here: it must not end with the
+		// first caller's request.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rebuildTimeout)
+		defer cancel()
+		token := randomToken()
+		ok, err := c.rdb.SetNX(ctx, c.keys.Lock(uid), token, c.cfg.LockTTL).Result()
+		if err != nil {
+			return (*built)(nil), unavailable("rebuild lock", err)
+		}
+		if !ok {
+			return (*built)(nil), sleep(ctx, 5*time.Millisecond)
+		}
+		defer c.unlock(context.WithoutCancel(ctx), uid, token)
+		// A caller that saw the heap cold just before another rebuild finished gets
+		// here after that rebuild released the lock: look again before reading MySQL.
+		if fresh, err := c.fresh(ctx, uid); err != nil || fresh {
+			return (*built)(nil), err
+		}
+		return c.build(ctx, uid)
+	})
+	select {
+	case res := <-ch:
+		return res.Val.(*built), res.Err
+	case <-ctx.Done():
+		return nil, unavailable("rebuild", ctx.Err())
+	}
+}
+
+// fresh reports whether uid's heap is valid now (the peek script's verdict).
+func (c *Cache) fresh(ctx context.Context, uid string) (bool, error) {
+	var groups string
+	if g, ok := c.groups.Load(uid); ok {
+		groups = g.(string)
+	}
+	res, err := c.peek(ctx, uid, groups, "", c.clock.Now(), 0)
+	if err != nil {
+		return false, err
+	}
+	return res[0] == "ok", nil
+}
+
+// Rebuild reads uid's offer from MySQL and writes it to Redis, unless an invalidation
+// happened meanwhile (then the write is skipped and the next peek rebuilds again). The
+// versions are read before MySQL, so a write that passes the version check was built
+// from data at least as new as the versions it names.
+func (c *Cache) Rebuild(ctx context.Context, uid string) error {
+	_, err := c.build(ctx, uid)
+	return err
+}
+
+// rebuildScript replaces the heap only if the user version and every group generation
+// are still those the rebuild read before it read MySQL: a slow rebuild never
+// overwrites a newer invalidation.
+//
+// KEYS: user hash, heap, generation keys in group order. ARGV: ver, groups, gens, win,
+// ttl seconds, then score, member pairs.
+var rebuildScript = redis.NewScript(`
+if (redis.call('HGET', KEYS[1], 'ver') or '0') ~= ARGV[1] then return 0 end
+local i = 2
+for g in string.gmatch(ARGV[3], '[^,]+') do
+  i = i + 1
+  if (redis.call('GET', KEYS[i]) or '0') ~= g then return 0 end
+end
+redis.call('DEL', KEYS[2])
+local n = #ARGV
+local j = 6
+while j <= n do
+  local last = math.min(j + 999, n)
+  redis.call('ZADD', KEYS[2], unpack(ARGV, j, last))
+  j = last + 1
+end
+redis.call('HSET', KEYS[1], 'hver', ARGV[1], 'groups', ARGV[2], 'gens', ARGV[3], 'win', ARGV[4])
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+if n >= 6 then redis.call('EXPIRE', KEYS[2], ARGV[5]) end
+return 1
+`)
+
+func (c *Cache) build(ctx context.Context, uid string) (*built, error) {
+	started := time.Now()
+	ver, err := c.rdb.HGet(ctx, c.keys.User(uid), "ver").Result()
+	if errors.Is(err, redis.Nil) {
+		ver = "0"
+	} else if err != nil {
+		return nil, unavailable("rebuild", err)
+	}
+	gids, err := c.loader.UserGroups(ctx, uid)
+	if err != nil {
+		return nil, fmt.Errorf("rebuild %s: %w", uid, err)
+	}
+	sort.Strings(gids)
+	gens := make([]string, len(gids))
+	genKeys := make([]string, len(gids))
+	for i, g := range gids {
+		genKeys[i] = c.keys.Generation(g)
+	}
+	if len(gids) > 0 {
+		vals, err := c.rdb.MGet(ctx, genKeys...).Result()
+		if err != nil {
+			return nil, unavailable("rebuild", err)
+		}
+		for i, v := range vals {
+			gens[i] = "0"
+			if s, ok := v.(string); ok {
+				gens[i] = s
+			}
+		}
+	}
+	now := c.clock.Now()
+	until := now.Add(c.cfg.Horizon + c.cfg.Refresh).Truncate(time.Second)
+	floor := now.Add(-c.cfg.CatchUp).Truncate(time.Second)
+	src, err := c.loader.LoadSource(ctx, uid, gids, floor, until)
+	if err != nil {
+		return nil, fmt.Errorf("rebuild %s: %w", uid, err)
+	}
+	entries := schedule.Offer(src, schedule.EffectiveCursor(src.Cursor, now, c.cfg.CatchUp), until)
+	sort.Slice(entries, func(i, j int) bool { return schedule.Less(entries[i], entries[j]) })
+
+	groups := strings.Join(gids, ",")
+	args := make([]any, 0, 5+2*len(entries))
+	args = append(args, ver, groups, strings.Join(gens, ","), until.Unix(), c.ttl())
+	for _, e := range entries {
+		args = append(args, e.DueAt.Unix(), Member(e))
+	}
+	keys := append([]string{c.keys.User(uid), c.keys.Heap(uid)}, genKeys...)
+	written, err := rebuildScript.Run(ctx, c.rdb, keys, args...).Int()
+	if err != nil {
+		return nil, unavailable("rebuild", err)
+	}
+	c.groups.Store(uid, groups)
+	c.cfg.Metrics.Rebuilt(time.Since(started))
+	return &built{entries: entries, written: written == 1}, nil
+}
+
+// unlockScript releases the rebuild lock only if it is still ours.
+var unlockScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+// unlock releases uid's rebuild lock if token still holds it.
+func (c *Cache) unlock(ctx context.Context, uid, token string) {
+	unlockScript.Run(ctx, c.rdb, []string{c.keys.Lock(uid)}, token)
+}
