@@ -4,6 +4,8 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -121,32 +123,82 @@ func TestParseConfigHelpListsEverySetting(t *testing.T) {
 	if _, err := ParseConfig([]string{"-h"}, getenv, &help); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("-h: %v, want flag.ErrHelp", err)
 	}
-	fs, _ := newFlagSet(DefaultConfig(), &Config{}, new(string))
-	n := 0
-	fs.VisitAll(func(f *flag.Flag) {
-		n++
+	settings := Settings()
+	if len(settings) < 20 {
+		t.Fatalf("only %d settings", len(settings))
+	}
+	for _, st := range settings {
+		head := "-" + st.Flag
+		if st.Flag == "" {
+			head = st.Env
+		} else if st.Env != "" {
+			head = st.Env + ", -" + st.Flag
+		}
 		line := ""
 		for _, l := range strings.Split(help.String(), "\n") {
-			if strings.HasPrefix(strings.TrimSpace(l), "-"+f.Name+" ") || strings.HasPrefix(strings.TrimSpace(l), "-"+f.Name+",") {
+			if strings.HasPrefix(strings.TrimSpace(l), head+" (default") {
 				line = l
 			}
 		}
-		if line == "" || !strings.Contains(line, "default") {
-			t.Errorf("-h lacks -%s with its default: %q", f.Name, line)
+		if line == "" {
+			t.Errorf("-h lacks %s with its default:\n%s", head, help.String())
 		}
-		if f.DefValue != "0" && f.DefValue != "" && !strings.Contains(line, f.DefValue) {
-			t.Errorf("-%s: default %s not shown: %q", f.Name, f.DefValue, line)
+		if st.DefaultNote == "" && !strings.Contains(line, strconv.Quote(st.Default)) {
+			t.Errorf("%s: default %q not shown: %q", head, st.Default, line)
 		}
-	})
-	if n < 20 {
-		t.Fatalf("only %d flags", n)
 	}
 	for _, name := range read {
 		if !strings.Contains(help.String(), name) {
 			t.Errorf("ParseConfig reads %s, which -h does not list", name)
 		}
 	}
-	if !strings.Contains(help.String(), "-users (default: the preset's: small 200,") {
+	if !strings.Contains(help.String(), "-users (default: the preset's: small 200, medium 10000, large 100000)") {
 		t.Errorf("size flags do not show the presets' values:\n%s", help.String())
+	}
+}
+
+// Env over defaults, flags over env and over the preset whatever their order, and
+// DISPATCH_ADMIN_TOKEN only where LOADTEST_ADMIN_TOKEN is unset.
+func TestParseConfigPrecedence(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"LOADTEST_URL": "http://e:1", "LOADTEST_ADMIN_TOKEN": "from-loadtest-env", "DISPATCH_ADMIN_TOKEN": "x=from-dispatch-env"}
+	c, err := ParseConfig([]string{"-agents", "7", "-preset", "medium"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Preset != "medium" || c.Size.Agents != 7 || c.Size.Users != Presets["medium"].Users {
+		t.Errorf("-agents before -preset: %+v", c.Size)
+	}
+	if c.URL != "http://e:1" || c.AdminToken != "from-loadtest-env" {
+		t.Errorf("env: %q %q", c.URL, c.AdminToken)
+	}
+	if got := c.sources.Of("LOADTEST_URL"); got != "LOADTEST_URL" {
+		t.Errorf("source of the URL: %q", got)
+	}
+	delete(env, "LOADTEST_ADMIN_TOKEN")
+	c, err = ParseConfig(nil, func(k string) string { return env[k] }, io.Discard)
+	if err != nil || c.AdminToken != "from-dispatch-env" {
+		t.Errorf("DISPATCH_ADMIN_TOKEN fallback: %q %v", c.AdminToken, err)
+	}
+	// A -check-only run does not check the settings it does not use.
+	if _, err := ParseConfig([]string{"-check-only", "-run-id", "r1", "-agents", "0", "-workload", "busy"},
+		func(string) string { return "" }, io.Discard); err != nil {
+		t.Errorf("-check-only with unused bad settings: %v", err)
+	}
+	// A flag that comes with its environment variable is named with both.
+	_, err = ParseConfig([]string{"-url", "ftp://x"}, func(string) string { return "" }, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `LOADTEST_URL (flag -url): want http://host:port, got "ftp://x"`) {
+		t.Errorf("-url ftp://x: %v", err)
+	}
+}
+
+func TestDefaultConfig(t *testing.T) {
+	t.Parallel()
+	c := DefaultConfig()
+	want := Config{URL: "http://127.0.0.1:8080", AdminToken: "dev-admin-token", Preset: "small", Size: Presets["small"],
+		Workload: WorkloadMixed, Backlog: 50 * time.Minute, Seed: 1, FailRate: 0.05, Warmup: true, Timeout: 10 * time.Second,
+		SetupConcurrency: 32, Progress: time.Second, Check: true, MaxEvents: 20_000_000}
+	if !reflect.DeepEqual(c, want) {
+		t.Errorf("DefaultConfig %+v\nwant          %+v", c, want)
 	}
 }

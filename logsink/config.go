@@ -5,13 +5,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/taskpull/taskd/internal/config"
 )
 
-// Config configures the log sink (cmd/logsink). Start from DefaultConfig, then Load
-// environment and flags; flags win over the environment.
+// Config configures the log sink (cmd/logsink): DefaultConfig, or Load for the
+// defaults, then the environment, then flags (flags win). Its table (see Settings) is
+// the single source of every setting's names, default and checks.
 type Config struct {
 	// KafkaBrokers are the bootstrap addresses (DISPATCH_KAFKA_BROKERS, comma list).
 	KafkaBrokers []string
@@ -89,260 +91,147 @@ type Config struct {
 	// MetricsAddr serves /metrics, /healthz, /readyz and /livez
 	// (DISPATCH_LOGSINK_METRICS_ADDR, default :9101); empty turns it off.
 	MetricsAddr string
+	// sources says where Load took each setting that is not its default; see Source.
+	sources config.Sources
+}
+
+// table binds the log sink's configuration table to c: env name, flag, default,
+// meaning and checks of every setting. It is the single source of loading, validation,
+// -h and the reference (docs/CONFIG.md).
+func (c *Config) table() config.Table {
+	return config.Table{
+		{Env: "DISPATCH_KAFKA_BROKERS", Flag: "kafka-brokers", Usage: "Kafka bootstrap brokers, comma-separated",
+			Value: config.List(&c.KafkaBrokers, config.Required)},
+		{Env: "DISPATCH_KAFKA_TOPIC", Flag: "kafka-topic", Default: "taskd.events", Usage: "events topic",
+			Value: config.String(&c.Topic, config.Required)},
+		{Env: "DISPATCH_KAFKA_DLQ_TOPIC", Flag: "kafka-dlq-topic", Default: "taskd.events.dlq", Usage: "dead-letter topic",
+			Value: config.String(&c.DLQTopic, config.Required)},
+		{Env: "DISPATCH_KAFKA_GROUP", Flag: "kafka-group", Default: "taskd-logsink", Usage: "consumer group",
+			Value: config.String(&c.Group, config.Required)},
+		{Env: "DISPATCH_KAFKA_CREATE_TOPICS", Flag: "kafka-create-topics", Default: "true", Usage: "create missing topics at start",
+			Value: config.Bool(&c.CreateTopics)},
+		// Checked even with topic creation off: no topic has zero partitions or replicas.
+		{Env: "DISPATCH_KAFKA_PARTITIONS", Flag: "kafka-partitions", Default: "6", Usage: "partitions of created topics",
+			Value: config.Int(&c.TopicPartitions, config.Positive)},
+		{Env: "DISPATCH_KAFKA_REPLICATION", Flag: "kafka-replication", Default: "1", Usage: "replication factor of created topics",
+			Value: config.Int(&c.TopicReplication, config.Positive)},
+		{Env: "DISPATCH_KAFKA_SESSION_TIMEOUT", Flag: "kafka-session-timeout", Default: "30s", Usage: "consumer group session timeout",
+			Value: config.Duration(&c.SessionTimeout, config.AtLeast(time.Second))},
+		{Env: "DISPATCH_KAFKA_COMMIT_INTERVAL", Flag: "kafka-commit-interval", Default: "1s", Usage: "offset commit interval",
+			Value: config.Duration(&c.CommitInterval, config.Positive)},
+		{Env: "DISPATCH_ES_URLS", Flag: "es-urls", Usage: "Elasticsearch URLs, comma-separated",
+			Value: config.List(&c.ESURLs, config.Required)},
+		{Env: "DISPATCH_ES_USERNAME", Flag: "es-username", Usage: "Elasticsearch user",
+			Value: config.String(&c.ESUsername)},
+		{Env: "DISPATCH_ES_PASSWORD", Flag: "es-password", Usage: "Elasticsearch password",
+			Value: config.String(&c.ESPassword)},
+		{Env: "DISPATCH_ES_INDEX_PREFIX", Flag: "es-index-prefix", Default: "taskd-events", Usage: "daily index name prefix",
+			Value: config.String(&c.IndexPrefix, validIndexPrefix)},
+		{Env: "DISPATCH_ES_RETENTION_DAYS", Flag: "es-retention-days", Default: "30", Usage: "days before ILM deletes an index",
+			Value: config.Int(&c.RetentionDays, config.Positive)},
+		{Env: "DISPATCH_ES_SETUP", Flag: "es-setup", Default: "true", Usage: "install the ILM policy and index template at start, skipping what the server does not support",
+			Value: config.Bool(&c.SetupES)},
+		{Env: "DISPATCH_ES_SETUP_WAIT", Flag: "es-setup-wait", Default: "30s", Usage: "how long indexing waits for the setup at start; 0: not at all",
+			Value: config.Duration(&c.SetupWait, config.NotNegative)},
+		{Env: "DISPATCH_ES_WORKERS", Flag: "es-workers", Default: "4", Usage: "concurrent bulk requests",
+			Value: config.Int(&c.Workers, config.Positive)},
+		{Env: "DISPATCH_ES_FLUSH_BYTES", Flag: "es-flush-bytes", Default: "2097152", Usage: "bulk request size",
+			Value: config.Int(&c.FlushBytes, config.AtLeast(1024))},
+		{Env: "DISPATCH_ES_FLUSH_INTERVAL", Flag: "es-flush-interval", Default: "500ms", Usage: "bulk flush interval",
+			Value: config.Duration(&c.FlushInterval, config.Positive)},
+		{Env: "DISPATCH_ES_RETRY_MIN", Flag: "es-retry-min", Default: "100ms", Usage: "first retry backoff",
+			Value: config.Duration(&c.RetryMin, config.Positive)},
+		{Env: "DISPATCH_ES_RETRY_MAX", Flag: "es-retry-max", Default: "30s", Usage: "longest retry backoff",
+			Value: config.Duration(&c.RetryMax, config.Positive)},
+		{Env: "DISPATCH_LOGSINK_MAX_IN_FLIGHT", Flag: "max-in-flight", Default: "20000", Usage: "messages fetched but not yet indexed",
+			Value: config.Int(&c.MaxInFlight, config.Positive)},
+		{Env: "DISPATCH_LOGSINK_SHUTDOWN_TIMEOUT", Flag: "shutdown-timeout", Default: "20s", Usage: "graceful shutdown bound; 0: stop at once, what is in flight is consumed again at the next start",
+			Value: config.Duration(&c.ShutdownTimeout, config.NotNegative)},
+		{Env: "DISPATCH_LOGSINK_LAG_INTERVAL", Flag: "lag-interval", Default: "5s", Usage: "how often the lag and the oldest unindexed event's age are measured",
+			Value: config.Duration(&c.LagInterval, config.Positive)},
+		{Env: "DISPATCH_LOGSINK_MAX_EVENT_AGE", Flag: "max-event-age", Default: "5m", Usage: "not ready while the oldest unindexed event is older than this",
+			Value: config.Duration(&c.MaxEventAge, config.Positive)},
+		{Env: "DISPATCH_LOG_LEVEL", Flag: "log-level", Default: "info", Usage: "debug, info, warn or error",
+			Value: config.String(&c.LogLevel, logLevel)},
+		{Env: "DISPATCH_LOGSINK_METRICS_ADDR", Flag: "metrics-addr", Default: ":9101", Usage: "listen address of /metrics, /healthz, /readyz and /livez; empty: off",
+			Value: config.String(&c.MetricsAddr)},
+	}
 }
 
 // DefaultConfig returns the defaults; KafkaBrokers and ESURLs have none.
 func DefaultConfig() Config {
-	return Config{
-		Topic:            "taskd.events",
-		DLQTopic:         "taskd.events.dlq",
-		Group:            "taskd-logsink",
-		CreateTopics:     true,
-		TopicPartitions:  6,
-		TopicReplication: 1,
-		SessionTimeout:   30 * time.Second,
-		CommitInterval:   time.Second,
-		IndexPrefix:      "taskd-events",
-		RetentionDays:    30,
-		SetupES:          true,
-		SetupWait:        30 * time.Second,
-		Workers:          4,
-		FlushBytes:       2 << 20,
-		FlushInterval:    500 * time.Millisecond,
-		RetryMin:         100 * time.Millisecond,
-		RetryMax:         30 * time.Second,
-		MaxInFlight:      20000,
-		ShutdownTimeout:  20 * time.Second,
-		LagInterval:      5 * time.Second,
-		MaxEventAge:      5 * time.Minute,
-		LogLevel:         "info",
-		MetricsAddr:      ":9101",
+	var c Config
+	if err := c.table().SetDefaults(); err != nil {
+		panic("logsink: " + err.Error())
 	}
+	return c
 }
 
-// listValue is a comma-separated flag.
-type listValue struct{ dst *[]string }
+// usageIntro heads logsink -h.
+const usageIntro = `Usage: logsink [flags]
 
-func (v listValue) String() string {
-	if v.dst == nil {
-		return ""
+Every setting is an environment variable and a flag; flags win over the environment.
+Durations are Go durations (500ms, 30s, 1h); lists are comma-separated.
+docs/CONFIG.md is the full reference.
+
+`
+
+// Load sets c from the defaults, then the environment (read with getenv), then the
+// command-line args: flags win. A value that does not parse is an error naming its
+// setting and where the value came from. With -h or --help it writes every setting to
+// help and returns flag.ErrHelp. Load does not validate: see Validate.
+func (c *Config) Load(args []string, getenv func(string) string, help io.Writer) error {
+	t := c.table()
+	src, err := t.Load(args, getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		t.WriteUsage(help, usageIntro)
 	}
-	return strings.Join(*v.dst, ",")
+	c.sources = src
+	return err
 }
 
-func (v listValue) Set(s string) error { *v.dst = splitList(s); return nil }
+// Source says where the setting named env got its value when Load set c: "flag
+// -<name>", the environment variable's name, or "default". Error messages use it, e.g.
+// a bind error's.
+func (c Config) Source(env string) string { return c.sources.Of(env) }
 
-// Load applies the environment (read with getenv) and then the command-line args to c.
-// A value that does not parse is an error naming its variable or flag. With -h it
-// writes the flags to output (flag.PrintDefaults) and returns flag.ErrHelp.
-func (c *Config) Load(args []string, getenv func(string) string, output io.Writer) error {
-	fs, _, errs := c.flagSet(getenv, output)
-	if errs != nil {
-		return errs
-	}
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %v", fs.Args())
-	}
-	return nil
-}
-
-// Source says where the setting named env gets its value when Load reads args and
-// getenv: "flag -<name>", the environment variable's name, or "default". Error
-// messages use it, e.g. a bind error's.
-func Source(args []string, getenv func(string) string, env string) string {
-	c := DefaultConfig()
-	fs, envOf, _ := c.flagSet(getenv, io.Discard)
-	fs.Usage = func() {}
-	_ = fs.Parse(args) // Load reports the errors
-	src := "default"
-	if getenv(env) != "" {
-		src = env
-	}
-	fs.Visit(func(f *flag.Flag) {
-		if envOf[f.Name] == env {
-			src = "flag -" + f.Name
-		}
-	})
-	return src
-}
-
-// flagSet applies the environment to c and returns the flag set that applies args,
-// the environment variable of each flag, and the environment values that did not parse.
-func (c *Config) flagSet(getenv func(string) string, output io.Writer) (*flag.FlagSet, map[string]string, error) {
-	fs := flag.NewFlagSet("logsink", flag.ContinueOnError)
-	fs.SetOutput(output)
-	envOf := map[string]string{}
-	var errs []error
-	env := func(name string) (string, bool) {
-		v := getenv(name)
-		return v, v != ""
-	}
-	str := func(dst *string, flagName, envName, usage string) {
-		envOf[flagName] = envName
-		if v, ok := env(envName); ok {
-			*dst = v
-		}
-		fs.StringVar(dst, flagName, *dst, usage+" ("+envName+")")
-	}
-	list := func(dst *[]string, flagName, envName, usage string) {
-		envOf[flagName] = envName
-		if v, ok := env(envName); ok {
-			*dst = splitList(v)
-		}
-		fs.Var(listValue{dst}, flagName, usage+", comma-separated ("+envName+")")
-	}
-	integer := func(dst *int, flagName, envName, usage string) {
-		envOf[flagName] = envName
-		if v, ok := env(envName); ok {
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: not an integer: %q", envName, v))
-			}
-			*dst = n
-		}
-		fs.IntVar(dst, flagName, *dst, usage+" ("+envName+")")
-	}
-	boolean := func(dst *bool, flagName, envName, usage string) {
-		envOf[flagName] = envName
-		if v, ok := env(envName); ok {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: not a boolean: %q", envName, v))
-			}
-			*dst = b
-		}
-		fs.BoolVar(dst, flagName, *dst, usage+" ("+envName+")")
-	}
-	duration := func(dst *time.Duration, flagName, envName, usage string) {
-		envOf[flagName] = envName
-		if v, ok := env(envName); ok {
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: not a duration (like 500ms or 2s): %q", envName, v))
-			}
-			*dst = d
-		}
-		fs.DurationVar(dst, flagName, *dst, usage+" ("+envName+")")
-	}
-
-	list(&c.KafkaBrokers, "kafka-brokers", "DISPATCH_KAFKA_BROKERS", "Kafka bootstrap brokers")
-	str(&c.Topic, "kafka-topic", "DISPATCH_KAFKA_TOPIC", "events topic")
-	str(&c.DLQTopic, "kafka-dlq-topic", "DISPATCH_KAFKA_DLQ_TOPIC", "dead-letter topic")
-	str(&c.Group, "kafka-group", "DISPATCH_KAFKA_GROUP", "consumer group")
-	boolean(&c.CreateTopics, "kafka-create-topics", "DISPATCH_KAFKA_CREATE_TOPICS", "create missing topics at start")
-	integer(&c.TopicPartitions, "kafka-partitions", "DISPATCH_KAFKA_PARTITIONS", "partitions of created topics")
-	integer(&c.TopicReplication, "kafka-replication", "DISPATCH_KAFKA_REPLICATION", "replication factor of created topics")
-	duration(&c.SessionTimeout, "kafka-session-timeout", "DISPATCH_KAFKA_SESSION_TIMEOUT", "consumer group session timeout")
-	duration(&c.CommitInterval, "kafka-commit-interval", "DISPATCH_KAFKA_COMMIT_INTERVAL", "offset commit interval")
-	list(&c.ESURLs, "es-urls", "DISPATCH_ES_URLS", "Elasticsearch URLs")
-	str(&c.ESUsername, "es-username", "DISPATCH_ES_USERNAME", "Elasticsearch user")
-	str(&c.ESPassword, "es-password", "DISPATCH_ES_PASSWORD", "Elasticsearch password")
-	str(&c.IndexPrefix, "es-index-prefix", "DISPATCH_ES_INDEX_PREFIX", "daily index name prefix")
-	integer(&c.RetentionDays, "es-retention-days", "DISPATCH_ES_RETENTION_DAYS", "days before ILM deletes an index")
-	boolean(&c.SetupES, "es-setup", "DISPATCH_ES_SETUP", "install the ILM policy and index template at start, skipping what the server does not support")
-	duration(&c.SetupWait, "es-setup-wait", "DISPATCH_ES_SETUP_WAIT", "how long indexing waits for the setup at start; 0: not at all")
-	integer(&c.Workers, "es-workers", "DISPATCH_ES_WORKERS", "concurrent bulk requests")
-	integer(&c.FlushBytes, "es-flush-bytes", "DISPATCH_ES_FLUSH_BYTES", "bulk request size")
-	duration(&c.FlushInterval, "es-flush-interval", "DISPATCH_ES_FLUSH_INTERVAL", "bulk flush interval")
-	duration(&c.RetryMin, "es-retry-min", "DISPATCH_ES_RETRY_MIN", "first retry backoff")
-	duration(&c.RetryMax, "es-retry-max", "DISPATCH_ES_RETRY_MAX", "longest retry backoff")
-	integer(&c.MaxInFlight, "max-in-flight", "DISPATCH_LOGSINK_MAX_IN_FLIGHT", "messages fetched but not yet indexed")
-	duration(&c.ShutdownTimeout, "shutdown-timeout", "DISPATCH_LOGSINK_SHUTDOWN_TIMEOUT", "graceful shutdown bound; 0: stop at once, what is in flight is consumed again at the next start")
-	duration(&c.LagInterval, "lag-interval", "DISPATCH_LOGSINK_LAG_INTERVAL", "how often the lag and the oldest unindexed event's age are measured")
-	duration(&c.MaxEventAge, "max-event-age", "DISPATCH_LOGSINK_MAX_EVENT_AGE", "not ready while the oldest unindexed event is older than this")
-	str(&c.LogLevel, "log-level", "DISPATCH_LOG_LEVEL", "debug, info, warn or error")
-	str(&c.MetricsAddr, "metrics-addr", "DISPATCH_LOGSINK_METRICS_ADDR", "listen address of /metrics, /healthz, /readyz and /livez; empty: off")
-
-	return fs, envOf, errors.Join(errs...)
-}
-
-// Validate reports the first invalid setting, by its environment name, with its
-// value. Durations, sizes and counts must be positive wherever zero means nothing.
+// Validate reports every invalid setting by its environment name (and its flag when
+// the value came from it), with its value. Durations, sizes and counts must be
+// positive wherever zero means nothing.
 func (c Config) Validate() error {
-	switch {
-	case len(c.KafkaBrokers) == 0:
-		return errors.New("DISPATCH_KAFKA_BROKERS: required (comma-separated host:port list)")
-	case len(c.ESURLs) == 0:
-		return errors.New("DISPATCH_ES_URLS: required (comma-separated list, e.g. http://localhost:9200)")
-	case c.Topic == "":
-		return errors.New("DISPATCH_KAFKA_TOPIC: must not be empty")
-	case c.DLQTopic == "":
-		return errors.New("DISPATCH_KAFKA_DLQ_TOPIC: must not be empty")
-	case c.DLQTopic == c.Topic:
-		return errors.New("DISPATCH_KAFKA_DLQ_TOPIC: must differ from DISPATCH_KAFKA_TOPIC")
-	case c.Group == "":
-		return errors.New("DISPATCH_KAFKA_GROUP: must not be empty")
-	// Checked even with topic creation off: no topic has zero partitions or replicas.
-	case c.TopicPartitions < 1:
-		return fmt.Errorf("DISPATCH_KAFKA_PARTITIONS: must be at least 1, got %d", c.TopicPartitions)
-	case c.TopicReplication < 1:
-		return fmt.Errorf("DISPATCH_KAFKA_REPLICATION: must be at least 1, got %d", c.TopicReplication)
-	case c.SessionTimeout < time.Second:
-		return fmt.Errorf("DISPATCH_KAFKA_SESSION_TIMEOUT: must be at least 1s, got %s", c.SessionTimeout)
-	case c.CommitInterval <= 0:
-		return fmt.Errorf("DISPATCH_KAFKA_COMMIT_INTERVAL: must be positive, got %s", c.CommitInterval)
-	case !validIndexPrefix(c.IndexPrefix):
-		return fmt.Errorf("DISPATCH_ES_INDEX_PREFIX: %q is not a valid index name prefix (lowercase, no spaces or \\/*?\"<>|,#:, not starting with -, _ or +)", c.IndexPrefix)
-	case c.RetentionDays < 1:
-		return fmt.Errorf("DISPATCH_ES_RETENTION_DAYS: must be at least 1, got %d", c.RetentionDays)
-	case c.Workers < 1:
-		return fmt.Errorf("DISPATCH_ES_WORKERS: must be at least 1, got %d", c.Workers)
-	case c.FlushBytes < 1024:
-		return fmt.Errorf("DISPATCH_ES_FLUSH_BYTES: must be at least 1024, got %d", c.FlushBytes)
-	case c.FlushInterval <= 0:
-		return fmt.Errorf("DISPATCH_ES_FLUSH_INTERVAL: must be positive, got %s", c.FlushInterval)
-	case c.RetryMin <= 0:
-		return fmt.Errorf("DISPATCH_ES_RETRY_MIN: must be positive, got %s", c.RetryMin)
-	case c.RetryMax <= 0:
-		return fmt.Errorf("DISPATCH_ES_RETRY_MAX: must be positive, got %s", c.RetryMax)
-	case c.RetryMax < c.RetryMin:
-		return fmt.Errorf("DISPATCH_ES_RETRY_MIN, DISPATCH_ES_RETRY_MAX: need min <= max, got %s and %s", c.RetryMin, c.RetryMax)
-	case c.MaxInFlight < 1:
-		return fmt.Errorf("DISPATCH_LOGSINK_MAX_IN_FLIGHT: must be at least 1, got %d", c.MaxInFlight)
-	case c.SetupWait < 0: // 0 is meaningful: index at once
-		return fmt.Errorf("DISPATCH_ES_SETUP_WAIT: must not be negative, got %s", c.SetupWait)
-	case c.LagInterval <= 0:
-		return fmt.Errorf("DISPATCH_LOGSINK_LAG_INTERVAL: must be positive, got %s", c.LagInterval)
-	case c.MaxEventAge <= 0:
-		return fmt.Errorf("DISPATCH_LOGSINK_MAX_EVENT_AGE: must be positive, got %s", c.MaxEventAge)
-	case c.ShutdownTimeout < 0: // 0 is meaningful: stop at once, replay what was in flight
-		return fmt.Errorf("DISPATCH_LOGSINK_SHUTDOWN_TIMEOUT: must not be negative, got %s", c.ShutdownTimeout)
+	errs := []error{c.table().Validate(c.sources)}
+	if c.DLQTopic != "" && c.DLQTopic == c.Topic {
+		errs = append(errs, c.sources.Errorf("DISPATCH_KAFKA_DLQ_TOPIC", "must differ from DISPATCH_KAFKA_TOPIC, both are %q", c.Topic))
 	}
-	switch strings.ToLower(c.LogLevel) {
-	case "debug", "info", "warn", "error":
-	default:
-		return fmt.Errorf("DISPATCH_LOG_LEVEL: %q is not one of debug, info, warn, error", c.LogLevel)
-	}
-	return nil
-}
-
-func validIndexPrefix(p string) bool {
-	if p == "" || len(p) > 200 || p != strings.ToLower(p) || strings.ContainsAny(p, " \\/*?\"<>|,#:") {
-		return false
-	}
-	return !strings.HasPrefix(p, "-") && !strings.HasPrefix(p, "_") && !strings.HasPrefix(p, "+")
-}
-
-// CheckRelayEnv refuses an outbox relay setting given as zero or a negative value.
-// LoadRelayConfig takes zero for "not set" and puts the default in its place, so
-// without this DISPATCH_RELAY_BATCH_SIZE=0 would start with 1000 and say nothing. Values
-// that do not parse are LoadRelayConfig's to report.
-func CheckRelayEnv(getenv func(string) string) error {
-	var errs []error
-	if v := getenv("DISPATCH_RELAY_BATCH_SIZE"); v != "" {
-		if n, err := strconv.Atoi(v); err == nil && n < 1 {
-			errs = append(errs, fmt.Errorf("DISPATCH_RELAY_BATCH_SIZE: must be at least 1, got %s", v))
-		}
-	}
-	for _, name := range []string{"DISPATCH_RELAY_BATCH_TIMEOUT", "DISPATCH_RELAY_POLL_INTERVAL"} {
-		if v := getenv(name); v != "" {
-			if d, err := time.ParseDuration(v); err == nil && d <= 0 {
-				errs = append(errs, fmt.Errorf("%s: must be positive, got %s", name, v))
-			}
-		}
+	if c.RetryMin > 0 && c.RetryMax > 0 && c.RetryMax < c.RetryMin {
+		errs = append(errs, fmt.Errorf("%s, %s: need min <= max, got %s and %s", c.sources.Label("DISPATCH_ES_RETRY_MIN"),
+			c.sources.Label("DISPATCH_ES_RETRY_MAX"), config.FormatDuration(c.RetryMin), config.FormatDuration(c.RetryMax)))
 	}
 	return errors.Join(errs...)
+}
+
+// Settings is the log sink's configuration table (bound to a Config of its own).
+func Settings() config.Table { return new(Config).table() }
+
+// EnvNames lists the environment variables Config.Load reads.
+func EnvNames() []string { return Settings().EnvNames() }
+
+// ConfigReference renders the log sink's settings as a Markdown table.
+func ConfigReference() string { return Settings().Reference() }
+
+func validIndexPrefix(p string) error {
+	if p == "" || len(p) > 200 || p != strings.ToLower(p) || strings.ContainsAny(p, " \\/*?\"<>|,#:") ||
+		strings.HasPrefix(p, "-") || strings.HasPrefix(p, "_") || strings.HasPrefix(p, "+") {
+		return fmt.Errorf("%q is not a valid index name prefix (lowercase, no spaces or \\/*?\"<>|,#:, not starting with -, _ or +)", p)
+	}
+	return nil
+}
+
+// logLevel refuses a level slog does not know (in any case).
+func logLevel(v string) error {
+	switch strings.ToLower(v) {
+	case "debug", "info", "warn", "error":
+		return nil
+	}
+	return fmt.Errorf("%q is not one of debug, info, warn, error", v)
 }

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +12,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/taskpull/taskd/internal/clock"
+	"github.com/taskpull/taskd/internal/config"
 	"github.com/taskpull/taskd/internal/store"
 )
 
@@ -128,46 +127,45 @@ func (c RelayConfig) Validate() error {
 	return nil
 }
 
-// LoadRelayConfig reads the relay's settings from the environment: DISPATCH_KAFKA_BROKERS
-// (comma list), DISPATCH_KAFKA_TOPIC, DISPATCH_KAFKA_COMPRESSION,
-// DISPATCH_RELAY_BATCH_SIZE, DISPATCH_RELAY_BATCH_TIMEOUT, DISPATCH_RELAY_POLL_INTERVAL.
-// It does not validate: an empty broker list means no relay.
-func LoadRelayConfig(getenv func(string) string) (RelayConfig, error) {
-	var c RelayConfig
-	c.Brokers = splitList(getenv("DISPATCH_KAFKA_BROKERS"))
-	c.Topic = getenv("DISPATCH_KAFKA_TOPIC")
-	c.Compression = getenv("DISPATCH_KAFKA_COMPRESSION")
-	if v := getenv("DISPATCH_RELAY_BATCH_SIZE"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return c, fmt.Errorf("DISPATCH_RELAY_BATCH_SIZE: %w", err)
-		}
-		c.BatchSize = n
+// relayTable binds the settings LoadRelayConfig reads to c: the relay runs inside
+// dispatchd and reads the environment only.
+func (c *RelayConfig) relayTable() config.Table {
+	return config.Table{
+		{Env: "DISPATCH_KAFKA_BROKERS", Usage: "Kafka bootstrap brokers, comma-separated; empty: no relay",
+			Value: config.List(&c.Brokers)},
+		{Env: "DISPATCH_KAFKA_TOPIC", Default: "taskd.events", Usage: "events topic the outbox is relayed to",
+			Value: config.String(&c.Topic)},
+		{Env: "DISPATCH_KAFKA_COMPRESSION", Default: "snappy", Usage: "compression of produced batches: none, gzip, snappy, lz4 or zstd",
+			Value: config.String(&c.Compression, func(v string) error { _, err := parseCompression(v); return err })},
+		{Env: "DISPATCH_RELAY_BATCH_SIZE", Default: "1000", Usage: "outbox rows read and sent per round",
+			Value: config.Int(&c.BatchSize, config.Positive)},
+		{Env: "DISPATCH_RELAY_BATCH_TIMEOUT", Default: "10ms", Usage: "how long the Kafka writer waits to fill a partition's batch: the relay's added latency, not a throughput knob",
+			Value: config.Duration(&c.BatchTimeout, config.Positive)},
+		{Env: "DISPATCH_RELAY_POLL_INTERVAL", Default: "200ms", Usage: "wait after finding the outbox empty; a new event cuts it short",
+			Value: config.Duration(&c.PollInterval, config.Positive)},
 	}
-	for name, dst := range map[string]*time.Duration{
-		"DISPATCH_RELAY_BATCH_TIMEOUT": &c.BatchTimeout,
-		"DISPATCH_RELAY_POLL_INTERVAL": &c.PollInterval,
-	} {
-		if v := getenv(name); v != "" {
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				return c, fmt.Errorf("%s: %w", name, err)
-			}
-			*dst = d
-		}
-	}
-	return c.withDefaults(), nil
 }
 
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
+// LoadRelayConfig reads the relay's settings from the environment (RelaySettings lists
+// them) over their defaults. A value that does not parse, or is zero or negative where
+// that means nothing, is an error naming the variable and the value. The broker list
+// is not required: empty means no relay (Validate requires it).
+func LoadRelayConfig(getenv func(string) string) (RelayConfig, error) {
+	var c RelayConfig
+	t := c.relayTable()
+	src, err := t.Load(nil, getenv)
+	if err == nil {
+		err = t.Validate(src)
 	}
-	return out
+	return c.withDefaults(), err
 }
+
+// RelaySettings lists the environment variables LoadRelayConfig reads (the relay runs
+// inside dispatchd and has no flags), with their defaults.
+func RelaySettings() config.Table { return new(RelayConfig).relayTable() }
+
+// RelayEnvNames lists the environment variables LoadRelayConfig reads.
+func RelayEnvNames() []string { return RelaySettings().EnvNames() }
 
 // RelayStats is a snapshot of the relay's progress, for metrics and logs.
 type RelayStats struct {

@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"slices"
 	"syscall"
 	"time"
 
@@ -37,7 +36,7 @@ func main() {
 // in-flight requests finish (up to the shutdown timeout). With -h or --help it lists
 // the settings on stdout and returns nil.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cfg, err := app.LoadConfig(args, getenv, stdout, relayEnvOnly()...)
+	cfg, err := app.LoadConfig(args, getenv, stdout, logsink.RelaySettings()...)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}
@@ -114,28 +113,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return nil
 }
 
-// relayEnvOnly lists the outbox relay's settings that dispatchd's own table lacks: the
-// relay reads them from the environment only, and -h lists them too.
-func relayEnvOnly() []app.EnvSetting {
-	own := app.EnvNames()
-	var out []app.EnvSetting
-	for _, s := range logsink.RelaySettings() {
-		if !slices.Contains(own, s.Env) {
-			out = append(out, app.EnvSetting{Env: s.Env, Default: s.Default, Usage: s.Usage})
-		}
-	}
-	return out
-}
-
 // loadRelayConfig reads the relay's settings at start, whether or not Kafka is
 // configured, so a bad one stops dispatchd before it serves. The brokers come from the
 // merged config (flags win); the relay's tuning from env.
 func loadRelayConfig(cfg app.Config, getenv func(string) string) (logsink.RelayConfig, error) {
 	rc, err := logsink.LoadRelayConfig(getenv)
 	if err != nil {
-		return rc, err
-	}
-	if err := logsink.CheckRelayEnv(getenv); err != nil {
 		return rc, err
 	}
 	rc.Brokers = cfg.KafkaBrokers

@@ -4,7 +4,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -45,10 +44,8 @@ func main() {
 // With -h or --help it lists the settings on stdout and returns nil.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cfg := logsink.DefaultConfig()
-	var flagOutput bytes.Buffer // what the flag package prints itself; the error and writeUsage say it better
-	if err := cfg.Load(args, getenv, &flagOutput); err != nil {
+	if err := cfg.Load(args, getenv, stdout); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			writeUsage(stdout)
 			return nil
 		}
 		return fmt.Errorf("config: %w (logsink -h lists the settings)", err)
@@ -70,7 +67,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var ln net.Listener
 	if cfg.MetricsAddr != "" {
 		var err error
-		if ln, err = bind.Listen(cfg.MetricsAddr, logsink.Source(args, getenv, "DISPATCH_LOGSINK_METRICS_ADDR")); err != nil {
+		if ln, err = bind.Listen(cfg.MetricsAddr, cfg.Source("DISPATCH_LOGSINK_METRICS_ADDR")); err != nil {
 			return err
 		}
 		defer ln.Close()
@@ -88,20 +85,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stdout, "logsink metrics on %s\n", ln.Addr())
 	}
 	return sink.Run(ctx)
-}
-
-// writeUsage lists every setting: env name, flag, default and meaning.
-func writeUsage(w io.Writer) {
-	fmt.Fprint(w, `Usage: logsink [flags]
-
-Every setting is an environment variable and a flag; flags win over the environment.
-Durations are Go durations (500ms, 30s, 1h); lists are comma-separated.
-docs/CONFIG.md is the full reference.
-
-`)
-	for _, s := range logsink.Settings() {
-		fmt.Fprintf(w, "  %s, -%s (default %q)\n      %s\n", s.Env, s.Flag, s.Default, s.Usage)
-	}
 }
 
 // metricsHandler serves /metrics (the sink's throughput, dead letters, retries,

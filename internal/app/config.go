@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/taskpull/taskd/internal/config"
 )
 
 // Config is every setting of dispatchd: defaults, then environment, then flags (flags
@@ -43,134 +43,92 @@ type Config struct {
 
 	// sources says where LoadConfig took each setting that is not its default: the env
 	// name, or "flag -<name>"; see Source.
-	sources map[string]string
+	sources config.Sources
 }
 
-// setting is one row of the configuration table: its env name, flag, default and
-// meaning, and where it lands in Config.
-type setting struct {
-	env, flag, def, usage string
-	set                   func(c *Config, v string) error
-}
-
-func str(p func(*Config) *string) func(*Config, string) error {
-	return func(c *Config, v string) error { *p(c) = v; return nil }
-}
-
-func list(p func(*Config) *[]string) func(*Config, string) error {
-	return func(c *Config, v string) error {
-		*p(c) = nil
-		for _, s := range strings.Split(v, ",") {
-			if s = strings.TrimSpace(s); s != "" {
-				*p(c) = append(*p(c), s)
-			}
-		}
-		return nil
+// table binds the configuration table to c: env name, flag, default, meaning and checks
+// of every setting. It is the single source of loading, validation, -h and the
+// reference (docs/CONFIG.md).
+func (c *Config) table() config.Table {
+	return config.Table{
+		{Env: "DISPATCH_ADDR", Flag: "addr", Default: ":8080", Usage: "HTTP listen address",
+			Value: config.String(&c.Addr, config.Required)},
+		{Env: "DISPATCH_MYSQL_DSN", Flag: "mysql-dsn", Default: "root@tcp(127.0.0.1:3306)/taskd", Usage: "MySQL/MariaDB DSN (go-sql-driver form); the database is created and migrated at start",
+			Value: config.String(&c.MySQLDSN, config.Required)},
+		{Env: "DISPATCH_REDIS_ADDR", Flag: "redis-addr", Default: "127.0.0.1:6379", Usage: "Redis address",
+			Value: config.String(&c.RedisAddr, config.Required)},
+		{Env: "DISPATCH_REDIS_DB", Flag: "redis-db", Default: "0", Usage: "Redis database index",
+			Value: config.Int(&c.RedisDB, config.Between(0, 15))},
+		{Env: "DISPATCH_REDIS_PREFIX", Flag: "redis-prefix", Default: "taskd:", Usage: "prefix of every Redis key",
+			Value: config.String(&c.RedisPrefix)},
+		{Env: "DISPATCH_KAFKA_BROKERS", Flag: "kafka-brokers", Usage: "comma-separated Kafka brokers; empty: no Kafka, events stay in MySQL",
+			Value: config.List(&c.KafkaBrokers)},
+		{Env: "DISPATCH_ES_URLS", Flag: "es-urls", Usage: "comma-separated Elasticsearch URLs; reserved for reading admin events from Elasticsearch, not used by dispatchd yet (logsink reads it)",
+			Value: config.List(&c.ESURLs)},
+		{Env: "DISPATCH_CATCH_UP", Flag: "catch-up", Default: "1h", Usage: "how far behind now a user's cursor may lag; a new user starts there",
+			Value: config.Duration(&c.CatchUp, config.Positive)},
+		{Env: "DISPATCH_ADMIN_TOKEN", Flag: "admin-token", Usage: "admin bearer token(s), comma-separated, each name=secret or a bare secret (the name is the audit actor); empty: admin API refuses everyone",
+			Value: config.List(&c.AdminTokens, tokensLongEnough)},
+		{Env: "DISPATCH_ENROLL_SECRET", Flag: "enroll-secret", Usage: "shared secret for POST /v1/enroll; empty: enrollment disabled",
+			Value: config.String(&c.EnrollSecret)},
+		{Env: "DISPATCH_MAX_WAIT", Flag: "max-wait", Default: "30s", Usage: "cap on a fetch's long poll (wait_ms)",
+			Value: config.Duration(&c.MaxWait, config.Positive, config.AtMost(5*time.Minute))},
+		{Env: "DISPATCH_SWEEP_INTERVAL", Flag: "sweep-interval", Default: "5s", Usage: "how often expired leases are swept",
+			Value: config.Duration(&c.SweepInterval, config.Positive)},
+		{Env: "DISPATCH_SHUTDOWN_TIMEOUT", Flag: "shutdown-timeout", Default: "20s", Usage: "how long in-flight requests may take to finish on SIGTERM",
+			Value: config.Duration(&c.Shutdown, config.Positive)},
+		{Env: "DISPATCH_MYSQL_CONNS", Flag: "mysql-conns", Default: "32", Usage: "MySQL connection pool size",
+			Value: config.Int(&c.MySQLConns, config.Positive)},
+		{Env: "DISPATCH_NODE", Flag: "node", Usage: "node name carried by events; empty: the host name",
+			Value: config.String(&c.Node)},
+		{Env: "DISPATCH_REQUEST_TIMEOUT", Flag: "request-timeout", Default: "5s", Usage: "bound on one request's MySQL and Redis work (a long poll's wait is apart from it); past it the request answers 503 with Retry-After",
+			Value: config.Duration(&c.RequestTimeout, config.Positive)},
+		{Env: "DISPATCH_AUTH_FAILURE_BURST", Flag: "auth-failure-burst", Default: "100", Usage: "failed authentications (client key, enroll secret, admin token) one source address may make at once before it gets 429",
+			Value: config.Int(&c.AuthFailureBurst, config.Positive)},
+		{Env: "DISPATCH_AUTH_FAILURE_RATE", Flag: "auth-failure-rate", Default: "10", Usage: "failed authentications per second one source address may make after its burst",
+			Value: config.Float(&c.AuthFailureRate, config.Positive)},
+		{Env: "DISPATCH_KEYS_PER_UID", Flag: "keys-per-uid", Default: "5", Usage: "live client keys one uid may hold; issuing or enrolling one more revokes the oldest",
+			Value: config.Int(&c.KeysPerUID, config.Between(1, 1000))},
+		{Env: "DISPATCH_KEY_RECHECK", Flag: "key-recheck", Default: "1m", Usage: "how long a cached client key set (or a uid's having none) is trusted before MySQL is asked again: the bound on a revoked key working when Redis could not be told",
+			Value: config.Duration(&c.KeyRecheck, config.Positive)},
 	}
 }
 
-func integer(p func(*Config) *int) func(*Config, string) error {
-	return func(c *Config, v string) error {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return fmt.Errorf("not a whole number: %q", v)
+// tokensLongEnough refuses an admin token shorter than 8 characters, without showing it.
+func tokensLongEnough(tokens []string) error {
+	for _, t := range tokens {
+		if len(t) < 8 {
+			return errors.New("each token must be at least 8 characters")
 		}
-		*p(c) = n
-		return nil
 	}
+	return nil
 }
 
-func number(p func(*Config) *float64) func(*Config, string) error {
-	return func(c *Config, v string) error {
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			return fmt.Errorf("not a number: %q", v)
-		}
-		*p(c) = f
-		return nil
-	}
-}
+// usageIntro heads dispatchd -h.
+const usageIntro = `Usage: dispatchd [flags]
 
-func duration(p func(*Config) *time.Duration) func(*Config, string) error {
-	return func(c *Config, v string) error {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			return fmt.Errorf("not a duration like 90s or 1h: %q", v)
-		}
-		*p(c) = d
-		return nil
-	}
-}
+Every setting is an environment variable; most also have a flag, and flags win over
+the environment. Durations are Go durations (500ms, 30s, 1h); lists are comma-separated.
+docs/CONFIG.md is the full reference.
 
-// Settings is the configuration table, the single source for env names, flags,
-// defaults and the config reference.
-var settings = []setting{
-	{"DISPATCH_ADDR", "addr", ":8080", "HTTP listen address", str(func(c *Config) *string { return &c.Addr })},
-	{"DISPATCH_MYSQL_DSN", "mysql-dsn", "root@tcp(127.0.0.1:3306)/taskd", "MySQL/MariaDB DSN (go-sql-driver form); the database is created and migrated at start", str(func(c *Config) *string { return &c.MySQLDSN })},
-	{"DISPATCH_REDIS_ADDR", "redis-addr", "127.0.0.1:6379", "Redis address", str(func(c *Config) *string { return &c.RedisAddr })},
-	{"DISPATCH_REDIS_DB", "redis-db", "0", "Redis database index", integer(func(c *Config) *int { return &c.RedisDB })},
-	{"DISPATCH_REDIS_PREFIX", "redis-prefix", "taskd:", "prefix of every Redis key", str(func(c *Config) *string { return &c.RedisPrefix })},
-	{"DISPATCH_KAFKA_BROKERS", "kafka-brokers", "", "comma-separated Kafka brokers; empty: no Kafka, events stay in MySQL", list(func(c *Config) *[]string { return &c.KafkaBrokers })},
-	{"DISPATCH_ES_URLS", "es-urls", "", "comma-separated Elasticsearch URLs; reserved for reading admin events from Elasticsearch, not used by dispatchd yet (logsink reads it)", list(func(c *Config) *[]string { return &c.ESURLs })},
-	{"DISPATCH_CATCH_UP", "catch-up", "1h", "how far behind now a user's cursor may lag; a new user starts there", duration(func(c *Config) *time.Duration { return &c.CatchUp })},
-	{"DISPATCH_ADMIN_TOKEN", "admin-token", "", "admin bearer token(s), comma-separated, each name=secret or a bare secret (the name is the audit actor); empty: admin API refuses everyone", list(func(c *Config) *[]string { return &c.AdminTokens })},
-	{"DISPATCH_ENROLL_SECRET", "enroll-secret", "", "shared secret for POST /v1/enroll; empty: enrollment disabled", str(func(c *Config) *string { return &c.EnrollSecret })},
-	{"DISPATCH_MAX_WAIT", "max-wait", "30s", "cap on a fetch's long poll (wait_ms)", duration(func(c *Config) *time.Duration { return &c.MaxWait })},
-	{"DISPATCH_SWEEP_INTERVAL", "sweep-interval", "5s", "how often expired leases are swept", duration(func(c *Config) *time.Duration { return &c.SweepInterval })},
-	{"DISPATCH_SHUTDOWN_TIMEOUT", "shutdown-timeout", "20s", "how long in-flight requests may take to finish on SIGTERM", duration(func(c *Config) *time.Duration { return &c.Shutdown })},
-	{"DISPATCH_MYSQL_CONNS", "mysql-conns", "32", "MySQL connection pool size", integer(func(c *Config) *int { return &c.MySQLConns })},
-	{"DISPATCH_NODE", "node", "", "node name carried by events; empty: the host name", str(func(c *Config) *string { return &c.Node })},
-	{"DISPATCH_REQUEST_TIMEOUT", "request-timeout", "5s", "bound on one request's MySQL and Redis work (a long poll's wait is apart from it); past it the request answers 503 with Retry-After", duration(func(c *Config) *time.Duration { return &c.RequestTimeout })},
-	{"DISPATCH_AUTH_FAILURE_BURST", "auth-failure-burst", "100", "failed authentications (client key, enroll secret, admin token) one source address may make at once before it gets 429", integer(func(c *Config) *int { return &c.AuthFailureBurst })},
-	{"DISPATCH_AUTH_FAILURE_RATE", "auth-failure-rate", "10", "failed authentications per second one source address may make after its burst", number(func(c *Config) *float64 { return &c.AuthFailureRate })},
-	{"DISPATCH_KEYS_PER_UID", "keys-per-uid", "5", "live client keys one uid may hold; issuing or enrolling one more revokes the oldest", integer(func(c *Config) *int { return &c.KeysPerUID })},
-	{"DISPATCH_KEY_RECHECK", "key-recheck", "1m", "how long a cached client key set (or a uid's having none) is trusted before MySQL is asked again: the bound on a revoked key working when Redis could not be told", duration(func(c *Config) *time.Duration { return &c.KeyRecheck })},
-}
-
-// EnvSetting is a setting dispatchd reads from the environment outside this table (the
-// outbox relay's, read by logsink.LoadRelayConfig); -h lists it with the others.
-type EnvSetting struct {
-	Env, Default, Usage string
-}
+`
 
 // LoadConfig builds the config from defaults, getenv and args (flags win over env).
-// With -h or --help it writes every setting to help (this table's, then envOnly) and
-// returns flag.ErrHelp. A flag that does not parse is an error naming it; nothing else
-// is written.
-func LoadConfig(args []string, getenv func(string) string, help io.Writer, envOnly ...EnvSetting) (Config, error) {
-	c := Config{sources: map[string]string{}}
-	for _, s := range settings {
-		if err := s.set(&c, s.def); err != nil {
-			return c, fmt.Errorf("default of %s: %w", s.env, err)
-		}
-		if v := getenv(s.env); v != "" {
-			if err := s.set(&c, v); err != nil {
-				return c, fmt.Errorf("%s: %w", s.env, err)
-			}
-			c.sources[s.env] = s.env
-		}
+// With -h or --help it writes every setting to help (this table's, then more: settings
+// read elsewhere, such as the outbox relay's) and returns flag.ErrHelp. A value that
+// does not parse or validate is an error naming the setting and where the value came
+// from; nothing else is written.
+func LoadConfig(args []string, getenv func(string) string, help io.Writer, more ...config.Setting) (Config, error) {
+	var c Config
+	t := c.table()
+	src, err := t.Load(args, getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		append(t, config.Table(more).Without(t.EnvNames())...).WriteUsage(help, usageIntro)
+		return c, err
 	}
-	fs := flag.NewFlagSet("dispatchd", flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // the error comes back from Parse; -h is written below
-	fs.Usage = func() {}
-	for _, s := range settings {
-		fs.Func(s.flag, s.usage, func(v string) error {
-			if err := s.set(&c, v); err != nil {
-				return err
-			}
-			c.sources[s.env] = "flag -" + s.flag
-			return nil
-		})
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			writeUsage(help, envOnly)
-			return c, err
-		}
+	c.sources = src
+	if err != nil {
 		return c, fmt.Errorf("%w (dispatchd -h lists the settings)", err)
-	}
-	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	if c.Node == "" {
 		c.Node, _ = os.Hostname()
@@ -178,93 +136,23 @@ func LoadConfig(args []string, getenv func(string) string, help io.Writer, envOn
 	return c, c.Validate()
 }
 
-// writeUsage lists every setting: env name, flag, default and meaning.
-func writeUsage(w io.Writer, envOnly []EnvSetting) {
-	fmt.Fprint(w, `Usage: dispatchd [flags]
-
-Every setting is an environment variable; most also have a flag, and flags win over
-the environment. Durations are Go durations (500ms, 30s, 1h); lists are comma-separated.
-docs/CONFIG.md is the full reference.
-
-`)
-	for _, s := range settings {
-		fmt.Fprintf(w, "  %s, -%s (default %q)\n      %s\n", s.env, s.flag, s.def, s.usage)
-	}
-	if len(envOnly) > 0 {
-		fmt.Fprint(w, "\nEnvironment only (no flag):\n\n")
-		for _, s := range envOnly {
-			fmt.Fprintf(w, "  %s (default %q)\n      %s\n", s.Env, s.Default, s.Usage)
-		}
-	}
-}
-
 // Source says where the setting named env got its value: "flag -<name>", the
 // environment variable's name, or "default".
-func (c Config) Source(env string) string {
-	if s, ok := c.sources[env]; ok {
-		return s
-	}
-	return "default"
-}
+func (c Config) Source(env string) string { return c.sources.Of(env) }
 
-// name is how an error names the setting env: by its environment name, and by its
-// flag when the value came from it.
-func (c Config) name(env string) string {
-	if s := c.Source(env); strings.HasPrefix(s, "flag ") {
-		return env + " (" + s + ")"
-	}
-	return env
-}
+// Validate checks the settings and names the wrong one (and its flag when the value
+// came from it), with its value. Durations, sizes and counts must be positive wherever
+// zero means nothing.
+func (c Config) Validate() error { return c.table().Validate(c.sources) }
 
-// Validate checks the settings and names the wrong one, with its value. Durations,
-// sizes and counts must be positive wherever zero means nothing.
-func (c Config) Validate() error {
-	var errs []error
-	bad := func(env, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{c.name(env)}, args...)...))
-	}
-	positive := func(env string, d time.Duration) {
-		if d <= 0 {
-			bad(env, "must be positive, got %s", d)
-		}
-	}
-	if c.Addr == "" {
-		bad("DISPATCH_ADDR", "required")
-	}
-	if c.MySQLDSN == "" {
-		bad("DISPATCH_MYSQL_DSN", "required")
-	}
-	if c.RedisAddr == "" {
-		bad("DISPATCH_REDIS_ADDR", "required")
-	}
-	if c.RedisDB < 0 || c.RedisDB > 15 {
-		bad("DISPATCH_REDIS_DB", "must be 0..15, got %d", c.RedisDB)
-	}
-	positive("DISPATCH_CATCH_UP", c.CatchUp)
-	if c.MaxWait <= 0 || c.MaxWait > 5*time.Minute {
-		bad("DISPATCH_MAX_WAIT", "must be in (0, 5m], got %s", c.MaxWait)
-	}
-	positive("DISPATCH_SWEEP_INTERVAL", c.SweepInterval)
-	positive("DISPATCH_SHUTDOWN_TIMEOUT", c.Shutdown)
-	if c.MySQLConns < 1 {
-		bad("DISPATCH_MYSQL_CONNS", "must be >= 1, got %d", c.MySQLConns)
-	}
-	positive("DISPATCH_REQUEST_TIMEOUT", c.RequestTimeout)
-	if c.AuthFailureBurst < 1 {
-		bad("DISPATCH_AUTH_FAILURE_BURST", "must be >= 1, got %d", c.AuthFailureBurst)
-	}
-	if !(c.AuthFailureRate > 0) {
-		bad("DISPATCH_AUTH_FAILURE_RATE", "must be positive, got %g", c.AuthFailureRate)
-	}
-	if c.KeysPerUID < 1 || c.KeysPerUID > 1000 {
-		bad("DISPATCH_KEYS_PER_UID", "must be 1..1000, got %d", c.KeysPerUID)
-	}
-	positive("DISPATCH_KEY_RECHECK", c.KeyRecheck)
-	for _, t := range c.AdminTokens {
-		if len(t) < 8 {
-			bad("DISPATCH_ADMIN_TOKEN", "each token must be at least 8 characters") // never the token itself
-			break
-		}
-	}
-	return errors.Join(errs...)
-}
+// ConfigReference renders the settings table as a Markdown table (env, flag, default,
+// meaning), the text docs/CONFIG.md carries for dispatchd. It is built from the same
+// table LoadConfig reads, so the reference cannot drift from the binary.
+func ConfigReference() string { return Settings().Reference() }
+
+// EnvNames lists the environment variables LoadConfig reads, in table order. The outbox
+// relay inside dispatchd reads a few more (logsink.RelayEnvNames).
+func EnvNames() []string { return Settings().EnvNames() }
+
+// Settings is dispatchd's configuration table (bound to a Config of its own).
+func Settings() config.Table { return new(Config).table() }

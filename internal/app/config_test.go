@@ -2,6 +2,8 @@ package app
 
 import (
 	"io"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -24,5 +26,78 @@ func TestConfigSource(t *testing.T) {
 	}
 	if got := (Config{}).Source("DISPATCH_ADDR"); got != "default" {
 		t.Errorf("a Config not loaded: Source = %q, want default", got)
+	}
+}
+
+// A value that does not parse or validate is refused naming the setting, its flag when
+// it came from one, and the value; 0 is refused wherever it means nothing.
+func TestLoadConfigRefuses(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{map[string]string{"DISPATCH_MAX_WAIT": "0"}, nil, "DISPATCH_MAX_WAIT: must be positive, got 0s"},
+		{nil, []string{"-max-wait", "0s"}, "DISPATCH_MAX_WAIT (flag -max-wait): must be positive, got 0s"},
+		{map[string]string{"DISPATCH_MAX_WAIT": "6m"}, nil, "DISPATCH_MAX_WAIT: must be at most 5m, got 6m"},
+		{map[string]string{"DISPATCH_CATCH_UP": "soon"}, nil, `DISPATCH_CATCH_UP: not a duration like 500ms, 30s or 1h: "soon"`},
+		{nil, []string{"-redis-db", "16"}, "DISPATCH_REDIS_DB (flag -redis-db): must be 0..15, got 16"},
+		{map[string]string{"DISPATCH_AUTH_FAILURE_RATE": "0"}, nil, "DISPATCH_AUTH_FAILURE_RATE: must be positive, got 0"},
+		{map[string]string{"DISPATCH_ADMIN_TOKEN": "ops=long-enough,short"}, nil, "DISPATCH_ADMIN_TOKEN: each token must be at least 8 characters"},
+		{map[string]string{"DISPATCH_ADDR": " "}, []string{"-addr="}, "DISPATCH_ADDR (flag -addr): required"},
+		{nil, []string{"-no-such-flag"}, "flag provided but not defined: -no-such-flag (dispatchd -h lists the settings)"},
+	} {
+		_, err := LoadConfig(c.args, func(k string) string { return c.env[k] }, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("env %v args %v: %v, want %q", c.env, c.args, err, c.want)
+		}
+	}
+	if _, err := LoadConfig(nil, func(k string) string { return "" }, io.Discard); err != nil {
+		t.Errorf("defaults: %v", err)
+	}
+}
+
+// TestEnvNamesAreWhatLoadConfigReads: EnvNames (and so docs/CONFIG.md) lists exactly the
+// variables LoadConfig asks the environment for.
+func TestEnvNamesAreWhatLoadConfigReads(t *testing.T) {
+	t.Parallel()
+	var read []string
+	getenv := func(k string) string {
+		if !slices.Contains(read, k) {
+			read = append(read, k)
+		}
+		return ""
+	}
+	if _, err := LoadConfig(nil, getenv, io.Discard); err != nil {
+		t.Fatalf("LoadConfig with defaults: %v", err)
+	}
+	if !slices.Equal(read, EnvNames()) {
+		t.Errorf("LoadConfig reads %v\nEnvNames says %v", read, EnvNames())
+	}
+}
+
+func TestConfigReferenceHasEverySetting(t *testing.T) {
+	t.Parallel()
+	ref := ConfigReference()
+	rows := strings.Split(strings.TrimSuffix(ref, "\n"), "\n")
+	settings := Settings()
+	if got, want := len(rows), len(settings)+2; got != want {
+		t.Fatalf("reference has %d lines, want %d (header, rule, one per setting):\n%s", got, want, ref)
+	}
+	for i, s := range settings {
+		row := rows[i+2]
+		def := "(empty)"
+		if s.Default != "" {
+			def = "`" + s.Default + "`"
+		}
+		for _, want := range []string{"`" + s.Env + "`", "`-" + s.Flag + "`", def} {
+			if !strings.Contains(row, want) {
+				t.Errorf("row %q lacks %s", row, want)
+			}
+		}
+		if strings.Count(row, "|") != 5 {
+			t.Errorf("row %q does not have four cells", row)
+		}
 	}
 }
