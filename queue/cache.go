@@ -99,7 +99,7 @@ func NewCache(rdb redis.UniversalClient, loader Loader, clk clock.Clock, cfg Con
 	return &Cache{rdb: rdb, keys: Keys{Prefix: cfg.Prefix}, loader: loader, clock: clk, cfg: cfg}
 }
 
-// Keys returns the key builder (tests and admin invalidation use it).
+// Keys returns the key builder (tests read the keys it names).
 func (c *Cache) Keys() Keys { return c.keys }
 
 // ErrBadKey means the client key is not one of the user's valid keys.

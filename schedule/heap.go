@@ -85,17 +85,6 @@ func NewHeap(es []Entry) *Heap {
 // Len is the number of entries.
 func (h *Heap) Len() int { return len(h.items) }
 
-// Peek returns the first entry without removing it.
-func (h *Heap) Peek() (Entry, bool) {
-	if len(h.items) == 0 {
-		return Entry{}, false
-	}
-	return h.items[0], true
-}
-
-// Push adds an entry.
-func (h *Heap) Push(e Entry) { heap.Push(&h.items, e) }
-
 // Pop removes and returns the first entry. A rotate entry's next occurrence, if any
 // and before until, takes its place.
 func (h *Heap) Pop(until time.Time) (Entry, bool) {

@@ -65,8 +65,6 @@ type Server struct {
 	failRequests int
 	requestFault RequestFault
 	down         bool
-	bulkRequests int
-	bulkItems    int
 
 	noProduct   bool
 	missing     map[string]int // first path segment (_ilm) -> status of every call
@@ -295,13 +293,6 @@ func (s *Server) Policy(name string) (json.RawMessage, bool) {
 	return b, ok
 }
 
-// BulkStats returns how many bulk requests and items were received.
-func (s *Server) BulkStats() (requests, items int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.bulkRequests, s.bulkItems
-}
-
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	down := s.down
@@ -476,7 +467,6 @@ func (s *Server) serveBulk(w http.ResponseWriter, r *http.Request, defaultIndex 
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.bulkRequests++
 	if s.failRequests > 0 {
 		s.failRequests--
 		f := s.requestFault
@@ -530,7 +520,6 @@ func (s *Server) serveBulk(w http.ResponseWriter, r *http.Request, defaultIndex 
 		if meta.Index == "" {
 			meta.Index = defaultIndex
 		}
-		s.bulkItems++
 		if s.replyFault != nil {
 			fault := s.replyFault(Item{Action: op, Index: meta.Index, ID: meta.ID, Source: source, Attempt: s.attempts[meta.ID] + 1})
 			switch fault {

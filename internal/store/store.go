@@ -25,9 +25,6 @@ type Store struct {
 	events EventsConfig
 }
 
-// New wraps an open database. Use Open to connect, create and migrate.
-func New(db *sql.DB) *Store { return &Store{db: db} }
-
 // DB returns the underlying pool (for health checks and tests).
 func (s *Store) DB() *sql.DB { return s.db }
 
