@@ -1,0 +1,113 @@
+package dispatch_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/taskpull/taskd/dispatch"
+)
+
+// post sends body to h as the holder of bearer (none when empty) and decodes the
+// JSON reply.
+func post(t *testing.T, h http.Handler, bearer, body string) (int, map[string]any) {
+	t.Helper()
+	req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/", strings.NewReader(body))
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	var out map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
+		t.Fatalf("reply is not JSON: %q", rec.Body.String())
+	}
+	return rec.Code, out
+}
+
+// errorCode is the code of an error reply, or "".
+func errorCode(out map[string]any) string {
+	e, _ := out["error"].(map[string]any)
+	c, _ := e["code"].(string)
+	return c
+}
+
+func TestHTTPFetchAndCompleteMapping(t *testing.T) {
+	t.Parallel()
+	svc, b := setup(t)
+	h := dispatch.NewHandlers(svc, b.log)
+	key := b.task("uid_1", t0.Add(-time.Minute), params(`{"n":7}`))
+	b.task("uid_1", t0.Add(time.Hour))
+	a := b.agent("1")
+
+	code, out := post(t, h.Fetch(), a.key, "")
+	task, _ := out["task"].(map[string]any)
+	if code != http.StatusOK || task["task_id"] != key.String() || task["redo"] != false || task["attempt"] != 1.0 ||
+		task["params"].(map[string]any)["n"] != 7.0 || out["next_due_at"] != t0.Add(time.Hour).Format(time.RFC3339) {
+		t.Fatalf("fetch: %d %v", code, out)
+	}
+	logID := task["log_id"].(string)
+
+	for _, c := range []struct {
+		name     string
+		h        http.Handler
+		bearer   string
+		body     string
+		wantCode int
+		wantErr  string
+	}{
+		{"fetch without a key", h.Fetch(), "", "", 401, "unauthenticated"},
+		{"fetch with a malformed key", h.Fetch(), "not-a-key", "", 401, "unauthenticated"},
+		{"negative wait_ms", h.Fetch(), a.key, `{"wait_ms":-1}`, 400, "invalid_argument"},
+		{"complete without log_id", h.Complete(), a.key, `{"result":"success"}`, 400, "invalid_argument"},
+		{"complete with an unknown result", h.Complete(), a.key, `{"log_id":"` + logID + `","result":"maybe"}`, 400, "invalid_argument"},
+		{"complete with a detail that is no object", h.Complete(), a.key, `{"log_id":"` + logID + `","result":"success","detail":[1]}`, 400, "invalid_argument"},
+		{"complete of an unknown log id", h.Complete(), a.key, `{"log_id":"no-such-log","result":"success"}`, 409, "stale_lease"},
+		{"malformed body, valid key", h.Complete(), a.key, `{`, 400, "malformed_json"},
+	} {
+		if code, out := post(t, c.h, c.bearer, c.body); code != c.wantCode || errorCode(out) != c.wantErr {
+			t.Errorf("%s: %d %v, want %d %s", c.name, code, out, c.wantCode, c.wantErr)
+		}
+	}
+
+	// None of the refusals touched the dispatch: it is still open, and completes.
+	if rec := b.record(logID); rec.RedoCount != 0 || rec.FinishedAt != nil {
+		t.Fatalf("record after refused requests: %+v", rec)
+	}
+	if code, out := post(t, h.Complete(), a.key, `{"log_id":"`+logID+`","result":"success","detail":{"ms":12}}`); code != 200 || out["ok"] != true {
+		t.Fatalf("complete: %d %v", code, out)
+	}
+	code, out = post(t, h.Fetch(), a.key, `{"wait_ms":0}`)
+	if code != 200 || out["task"] != nil {
+		t.Fatalf("fetch after complete: %d %v", code, out)
+	}
+}
+
+// A revoked key is refused before anything else is looked at: a body that does not
+// decode is a 401, not a 400 that would tell a stranger the key's uid exists.
+func TestHTTPRevokedKey(t *testing.T) {
+	t.Parallel()
+	svc, b := setup(t)
+	h := dispatch.NewHandlers(svc, b.log)
+	a := b.agent("1")
+	if n, err := b.keys.Revoke(b.ctx, "test", "1"); err != nil || n != 1 {
+		t.Fatalf("revoke: %d, %v", n, err)
+	}
+	for _, c := range []struct {
+		name string
+		h    http.Handler
+		body string
+	}{
+		{"fetch", h.Fetch(), ""},
+		{"fetch, malformed body", h.Fetch(), "{"},
+		{"complete", h.Complete(), `{"log_id":"x","result":"success"}`},
+		{"complete, malformed body", h.Complete(), "{"},
+	} {
+		if code, out := post(t, c.h, a.key, c.body); code != 401 || errorCode(out) != "unauthenticated" {
+			t.Errorf("%s with a revoked key: %d %v, want 401 unauthenticated", c.name, code, out)
+		}
+	}
+}
