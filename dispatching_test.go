@@ -1,6 +1,7 @@
 package taskd_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -146,5 +147,50 @@ func TestLeaseExpired(t *testing.T) {
 	done.State = taskd.StateDone
 	if done.LeaseExpired(now) {
 		t.Error("a finished record's lease expired")
+	}
+}
+
+func TestTaskValidate(t *testing.T) {
+	start := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	good := func(kind taskd.Kind) taskd.Task {
+		t := taskd.Task{Key: taskd.TaskKey{Kind: kind}, Executor: "gid_ops", StartTime: start, TemplateID: 1,
+			DispatchTimes: taskd.Unlimited, Mode: taskd.ModeOncePerUser, Priority: 5, Status: taskd.StatusActive,
+			MaxAttempts: 1}
+		if kind == taskd.KindRotate {
+			t.SpaceMinutes = 5
+		}
+		return t
+	}
+	for _, kind := range []taskd.Kind{taskd.KindOnce, taskd.KindRotate} {
+		if err := good(kind).Validate(); err != nil {
+			t.Fatalf("a good %s task: %v", kind, err)
+		}
+	}
+	end := start
+	for field, edit := range map[string]func(*taskd.Task){
+		"executor":              func(t *taskd.Task) { t.Executor = "ops" },
+		"start_time":            func(t *taskd.Task) { t.StartTime = time.Unix(-1, 0) },
+		"template_id":           func(t *taskd.Task) { t.TemplateID = 0 },
+		"dispatch_times":        func(t *taskd.Task) { t.DispatchTimes = 0 },
+		"mode":                  func(t *taskd.Task) { t.Mode = 7 },
+		"priority":              func(t *taskd.Task) { t.Priority = 10 },
+		"status":                func(t *taskd.Task) { t.Status = taskd.StatusDeleted },
+		"lease_seconds":         func(t *taskd.Task) { t.LeaseSeconds = taskd.MaxLeaseSeconds + 1 },
+		"max_attempts":          func(t *taskd.Task) { t.MaxAttempts = taskd.MaxAttemptsLimit + 1 },
+		"retry_backoff_seconds": func(t *taskd.Task) { t.RetryBackoffSeconds = -1 },
+		"space_minutes":         func(t *taskd.Task) { t.SpaceMinutes = 0 },
+		"end_time":              func(t *taskd.Task) { t.EndTime = &end }, // not after the start
+	} {
+		task := good(taskd.KindRotate)
+		edit(&task)
+		err := task.Validate()
+		if taskd.ErrorCode(err) != taskd.CodeInvalid || !strings.Contains(err.Error(), field) {
+			t.Errorf("bad %s: %v", field, err)
+		}
+	}
+	once := good(taskd.KindOnce)
+	once.SpaceMinutes = 5
+	if err := once.Validate(); err == nil || !strings.Contains(err.Error(), "rotate tasks only") {
+		t.Errorf("a once task with a period: %v", err)
 	}
 }

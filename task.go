@@ -239,3 +239,64 @@ type Task struct {
 	CreatedAt           time.Time       `json:"created_at"`
 	UpdatedAt           time.Time       `json:"updated_at"`
 }
+
+// Bounds of a task's fields: what the columns hold and what the rules allow.
+const (
+	MaxDispatchTimes  = 1<<31 - 1          // an INT column
+	MaxLeaseSeconds   = 365 * 24 * 60 * 60 // a year
+	MaxBackoffSeconds = 24 * 60 * 60       // a day
+	MaxAttemptsLimit  = 100
+	MaxSpaceMinutes   = 10 * 366 * 24 * 60 // ten years
+)
+
+// Task times fit a DATETIME and a Redis score.
+var (
+	MinTaskTime = time.Unix(0, 0).UTC()
+	MaxTaskTime = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+// Validate checks a task as it is about to be stored (created or replaced): every
+// field within its bounds, the kind's own fields only, the executor a user or a group.
+// The first field that is wrong is named in the error (CodeInvalid).
+func (t Task) Validate() error {
+	bad := func(format string, args ...any) error { return Errorf(CodeInvalid, format, args...) }
+	if _, err := ParseExecutor(t.Executor); err != nil {
+		return err
+	}
+	switch {
+	case t.StartTime.Before(MinTaskTime) || !t.StartTime.Before(MaxTaskTime):
+		return bad("start_time: must be between 1970 and 9999, got %s", t.StartTime.Format(time.RFC3339))
+	case t.TemplateID < 1:
+		return bad("template_id: must be a template id, got %d", t.TemplateID)
+	case t.DispatchTimes != Unlimited && (t.DispatchTimes < 1 || t.DispatchTimes > MaxDispatchTimes):
+		return bad("dispatch_times: must be -1 (unlimited) or 1..%d, got %d", MaxDispatchTimes, t.DispatchTimes)
+	case t.Mode != ModeOncePerUser && t.Mode != ModeUntilExhausted:
+		return bad("mode: must be once_per_user or until_exhausted, got %s", t.Mode)
+	case t.Priority < 1 || t.Priority > 9:
+		return bad("priority: must be 1..9, got %d", t.Priority)
+	case t.Status != StatusActive && t.Status != StatusPaused:
+		return bad("status: must be active or paused, got %s", t.Status)
+	case t.LeaseSeconds < 0 || t.LeaseSeconds > MaxLeaseSeconds:
+		return bad("lease_seconds: must be 0..%d, got %d", MaxLeaseSeconds, t.LeaseSeconds)
+	case t.MaxAttempts < 1 || t.MaxAttempts > MaxAttemptsLimit:
+		return bad("max_attempts: must be 1..%d, got %d", MaxAttemptsLimit, t.MaxAttempts)
+	case t.RetryBackoffSeconds < 0 || t.RetryBackoffSeconds > MaxBackoffSeconds:
+		return bad("retry_backoff_seconds: must be 0..%d, got %d", MaxBackoffSeconds, t.RetryBackoffSeconds)
+	}
+	switch t.Key.Kind {
+	case KindOnce:
+		if t.SpaceMinutes != 0 || t.EndTime != nil {
+			return bad("space_minutes, end_time: rotate tasks only")
+		}
+	case KindRotate:
+		if t.SpaceMinutes < 1 || t.SpaceMinutes > MaxSpaceMinutes {
+			return bad("space_minutes: must be 1..%d (ten years), got %d", MaxSpaceMinutes, t.SpaceMinutes)
+		}
+		if t.EndTime != nil && (!t.EndTime.After(t.StartTime) || !t.EndTime.Before(MaxTaskTime)) {
+			return bad("end_time: must be after start_time and before 9999")
+		}
+	default:
+		return bad("kind: must be once or rotate")
+	}
+	return nil
+}

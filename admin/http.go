@@ -161,11 +161,11 @@ func (h *Handlers) DeleteTemplate() http.Handler {
 
 // Task times fit a DATETIME and a Redis score; a period fits a time.Duration.
 var (
-	minTime = time.Unix(0, 0).UTC()
-	maxTime = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+	minTime = taskd.MinTaskTime
+	maxTime = taskd.MaxTaskTime
 )
 
-const maxSpaceMinutes = 10 * 366 * 24 * 60
+const maxSpaceMinutes = taskd.MaxSpaceMinutes
 
 // taskRequest is the body of task create and replace (and what a merge patch makes
 // of a task). Pointers tell "absent" from zero, so defaults apply only to absent fields;
@@ -394,12 +394,7 @@ func (h *Handlers) decodeMembers(w http.ResponseWriter, r *http.Request) (string
 	if req.UIDs == nil {
 		return "", nil, taskd.Errorf(taskd.CodeInvalid, "uids: required")
 	}
-	for _, u := range req.UIDs {
-		if err := bareID("uids", u); err != nil {
-			return "", nil, err
-		}
-	}
-	return gid, req.UIDs, nil
+	return gid, req.UIDs, nil // the service checks each id
 }
 
 // ReplaceMembers is PUT /v1/admin/groups/{gid}/members.

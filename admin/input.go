@@ -61,12 +61,12 @@ func (t *reqTime) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Column bounds of task fields (INT columns hold at most 2147483647).
+// Bounds of task fields: the domain's (taskd.Task.Validate checks them again).
 const (
-	maxInt32           = 1<<31 - 1
-	maxLeaseSeconds    = 365 * 24 * 60 * 60 // a year
-	maxBackoffSeconds  = 24 * 60 * 60       // a day
-	maxAttemptsLimit   = 100
+	maxInt32           = taskd.MaxDispatchTimes
+	maxLeaseSeconds    = taskd.MaxLeaseSeconds
+	maxBackoffSeconds  = taskd.MaxBackoffSeconds
+	maxAttemptsLimit   = taskd.MaxAttemptsLimit
 	defaultMaxAttempts = 3 // with a lease: an expiry counts as an attempt
 )
 

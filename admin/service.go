@@ -101,6 +101,9 @@ func (s *Service) validateParams(ctx context.Context, templateID int64, params j
 
 // CreateTask validates and stores a task and invalidates its executor's heaps.
 func (s *Service) CreateTask(ctx context.Context, t taskd.Task) (taskd.Task, error) {
+	if err := t.Validate(); err != nil {
+		return taskd.Task{}, err
+	}
 	if err := s.validateParams(ctx, t.TemplateID, t.Params); err != nil {
 		return taskd.Task{}, err
 	}
@@ -114,6 +117,9 @@ func (s *Service) CreateTask(ctx context.Context, t taskd.Task) (taskd.Task, err
 // ReplaceTask replaces a task's editable fields and invalidates the heaps of the old
 // and the new executor.
 func (s *Service) ReplaceTask(ctx context.Context, t taskd.Task) (taskd.Task, error) {
+	if err := t.Validate(); err != nil {
+		return taskd.Task{}, err
+	}
 	if err := s.validateParams(ctx, t.TemplateID, t.Params); err != nil {
 		return taskd.Task{}, err
 	}
@@ -158,6 +164,9 @@ func (s *Service) invalidateUsers(ctx context.Context, uids []string) error {
 
 // AddMembers adds users to a group; their heaps are rebuilt on their next fetch.
 func (s *Service) AddMembers(ctx context.Context, gid string, uids []string) error {
+	if err := checkMembers(gid, uids); err != nil {
+		return err
+	}
 	added, err := s.store.AddMembers(ctx, ActorFrom(ctx), gid, uids, s.now())
 	if err != nil {
 		return err
@@ -167,11 +176,27 @@ func (s *Service) AddMembers(ctx context.Context, gid string, uids []string) err
 
 // ReplaceMembers sets a group's members.
 func (s *Service) ReplaceMembers(ctx context.Context, gid string, uids []string) error {
+	if err := checkMembers(gid, uids); err != nil {
+		return err
+	}
 	changed, err := s.store.ReplaceMembers(ctx, ActorFrom(ctx), gid, uids, s.now())
 	if err != nil {
 		return err
 	}
 	return s.invalidateUsers(ctx, changed)
+}
+
+// checkMembers checks a group id and user ids as a membership change gives them.
+func checkMembers(gid string, uids []string) error {
+	if err := bareID("gid", gid); err != nil {
+		return err
+	}
+	for _, u := range uids {
+		if err := bareID("uids", u); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // DeleteTemplate soft-deletes a template that no live task uses.
@@ -196,6 +221,9 @@ func (s *Service) RevokeKeys(ctx context.Context, uid string) (int, error) {
 // RemoveMember removes a user from a group: the group's tasks leave the user's offer
 // on its next fetch (an open dispatch may still be completed).
 func (s *Service) RemoveMember(ctx context.Context, gid, uid string) error {
+	if err := checkMembers(gid, []string{uid}); err != nil {
+		return err
+	}
 	removed, err := s.store.RemoveMember(ctx, ActorFrom(ctx), gid, uid, s.now())
 	if err != nil {
 		return err

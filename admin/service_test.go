@@ -374,3 +374,52 @@ func TestScheduleEventsAndStats(t *testing.T) {
 		t.Fatalf("stats of %s: %+v", rot.Key, s)
 	}
 }
+
+// The service checks what it stores itself, whoever calls it: a task or a membership
+// change that the HTTP layer would have refused is refused here too, before anything
+// is written.
+func TestServiceRefusesWhatHTTPWouldRefuse(t *testing.T) {
+	t.Parallel()
+	svc, b := setup(t)
+	for name, edit := range map[string]func(*taskd.Task){
+		"executor":      func(t *taskd.Task) { t.Executor = "bob" },
+		"priority":      func(t *taskd.Task) { t.Priority = 0 },
+		"quota":         func(t *taskd.Task) { t.DispatchTimes = 0 },
+		"lease":         func(t *taskd.Task) { t.LeaseSeconds = -1 },
+		"max_attempts":  func(t *taskd.Task) { t.MaxAttempts = 0 },
+		"start_time":    func(t *taskd.Task) { t.StartTime = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) },
+		"space_minutes": func(t *taskd.Task) { t.SpaceMinutes = 5 }, // on a once task
+	} {
+		task := b.once("uid_1", t0)
+		edit(&task)
+		if _, err := svc.CreateTask(b.ctx, task); taskd.ErrorCode(err) != taskd.CodeInvalid {
+			t.Errorf("create with a bad %s: %v", name, err)
+		}
+	}
+	created := b.create(svc, b.once("uid_1", t0))
+	bad := created
+	bad.Executor = "nobody"
+	if _, err := svc.ReplaceTask(b.ctx, bad); taskd.ErrorCode(err) != taskd.CodeInvalid {
+		t.Errorf("replace with a bad executor: %v", err)
+	}
+	if got, err := svc.GetTask(b.ctx, created.Key); err != nil || got.Executor != "uid_1" {
+		t.Errorf("after the refused replace: %+v, %v", got, err)
+	}
+	var n int
+	if err := b.store.DB().QueryRow("SELECT COUNT(*) FROM task_once").Scan(&n); err != nil || n != 1 {
+		t.Errorf("%d once tasks stored, want only the valid one (%v)", n, err)
+	}
+	for name, change := range map[string]func() error{
+		"add a bad uid":        func() error { return svc.AddMembers(b.ctx, "ops", []string{"ok", "no spaces"}) },
+		"replace with gid_":    func() error { return svc.ReplaceMembers(b.ctx, "ops", []string{"gid_x"}) },
+		"a bad group":          func() error { return svc.AddMembers(b.ctx, "uid_ops", []string{"1"}) },
+		"remove from no group": func() error { return svc.RemoveMember(b.ctx, "", "1") },
+	} {
+		if err := change(); taskd.ErrorCode(err) != taskd.CodeInvalid {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if members, err := svc.Members(b.ctx, "ops"); err != nil || len(members) != 0 {
+		t.Errorf("members after refused changes: %v, %v", members, err)
+	}
+}

@@ -294,6 +294,8 @@ func TestRevokedKeyIsRefused(t *testing.T) {
 	fresh := b.agent("1")
 	_, err = svc.Fetch(b.ctx, "2", fresh.hash, 0)
 	wantCode(t, "user 1's key used as user 2", err, taskd.CodeUnauthenticated)
+	_, err = svc.Fetch(b.ctx, "1", "", 0)
+	wantCode(t, "fetch without a key", err, taskd.CodeUnauthenticated)
 	// The refusals changed nothing: a new key of the user completes the dispatch.
 	if redo := b.mustGet(svc, fresh, key); redo.LogID != d.LogID || !redo.Redo {
 		t.Fatalf("with a new key: %+v, want a redo of %s", redo, d.LogID)

@@ -93,6 +93,9 @@ const maxRounds = 32
 // checked against uid's valid client keys in the same Redis round trip as the heap
 // peek. With wait > 0 it long-polls until a task is due or wait (capped) runs out.
 func (s *Service) Fetch(ctx context.Context, uid, keyHash string, wait time.Duration) (FetchResult, error) {
+	if keyHash == "" {
+		return FetchResult{}, taskd.Errorf(taskd.CodeUnauthenticated, "missing client key")
+	}
 	res, err := s.longPoll(ctx, uid, keyHash, wait)
 	switch {
 	case err != nil:
