@@ -84,7 +84,9 @@ func (c *Cache) Rebuild(ctx context.Context, uid string) error {
 
 // rebuildScript replaces the heap only if the user version and every group generation
 // are still those the rebuild read before it read MySQL: a slow rebuild never
-// overwrites a newer invalidation.
+// overwrites a newer invalidation. The generations it names live a minute longer than
+// the heap: a counter that expired first would count again from 1 and could repeat the
+// very value this heap recorded, which would make it look fresh after a change.
 //
 // KEYS: user hash, heap, generation keys in group order. ARGV: ver, groups, gens, win,
 // ttl seconds, then score, member pairs.
@@ -106,6 +108,9 @@ end
 redis.call('HSET', KEYS[1], 'hver', ARGV[1], 'groups', ARGV[2], 'gens', ARGV[3], 'win', ARGV[4])
 redis.call('EXPIRE', KEYS[1], ARGV[5])
 if n >= 6 then redis.call('EXPIRE', KEYS[2], ARGV[5]) end
+for k = 3, i do
+  if redis.call('TTL', KEYS[k]) < tonumber(ARGV[5]) + 60 then redis.call('EXPIRE', KEYS[k], tonumber(ARGV[5]) + 60) end
+end
 return 1
 `)
 

@@ -355,6 +355,9 @@ func TestRebuildWritesHeapAndMetadata(t *testing.T) {
 	}
 	e.wantTTL(e.keys.User("u1"), testTTL)
 	e.wantTTL(e.keys.Heap("u1"), testTTL)
+	// The generation the heap recorded outlives it (one with no TTL gets one too): an
+	// expired counter would start again at 1 and could repeat it.
+	e.wantTTL(e.keys.Generation("g2"), testTTL+time.Minute)
 	if !e.l.from.Equal(t0.Add(-testCatchUp)) || !e.l.until.Equal(until) || !slices.Equal(e.l.gotGroups, []string{"g1", "g2"}) {
 		t.Errorf("LoadSource(%v, %v, %v), want groups g1,g2 from the floor to the window's end", e.l.gotGroups, e.l.from, e.l.until)
 	}
