@@ -56,6 +56,10 @@ func Open(ctx context.Context, dsn string, opt OpenOptions) (*Store, error) {
 	// Claims read "rows affected" to tell a taken slot from an exhausted quota: that
 	// count must be of changed rows, whatever the operator's DSN says.
 	cfg.ClientFoundRows = false
+	// Arguments are interpolated into the statement text by the driver (safely: the
+	// connection's charset is utf8mb4) instead of a server-side prepare, execute and
+	// close per statement: three round trips become one.
+	cfg.InterpolateParams = true
 	if cfg.Params == nil {
 		cfg.Params = map[string]string{}
 	}
