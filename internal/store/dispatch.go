@@ -514,29 +514,30 @@ func (s *Store) Complete(ctx context.Context, uid, logID string, result taskd.Re
 // advanceCursor moves uid's cursor to the completed occurrence's due time. The exclude
 // set holds the keys completed at exactly the cursor, so ties are not dispatched again;
 // an until_exhausted occurrence is not excluded: it stays on offer while quota lasts.
+//
+// One statement, read and write together (it locks the row as a read FOR UPDATE
+// would): an occurrence before the cursor changes nothing (a retried old one: the
+// cursor does not go back); one after it moves the cursor and starts the exclude set
+// afresh; one at it joins the set. Assignments run left to right, so exclude_keys is
+// decided against the cursor before cursor_at moves.
 func advanceCursor(ctx context.Context, tx *sql.Tx, d *taskd.Dispatch, now time.Time) error {
-	cursor, exclude, err := userState(ctx, tx, d.UID, " FOR UPDATE")
-	if err != nil {
-		return err
-	}
-	due := d.Occurrence.DueAt
-	switch {
-	case due.Before(cursor):
-		return nil // an old occurrence (e.g. a retried one): the cursor does not go back
-	case due.After(cursor):
-		cursor, exclude = due, []string{}
-	}
+	key := "" // until_exhausted: not excluded
+	fresh := []string{}
 	if d.Mode == taskd.ModeOncePerUser {
-		key := d.Occurrence.String()
-		if !contains(exclude, key) {
-			exclude = append(exclude, key)
-		}
+		key = d.Occurrence.String()
+		fresh = append(fresh, key)
 	}
-	b, _ := json.Marshal(exclude)
-	_, err = tx.ExecContext(ctx, `INSERT INTO user_state (uid, cursor_at, exclude_keys, updated_at)
+	b, _ := json.Marshal(fresh)
+	_, err := tx.ExecContext(ctx, `INSERT INTO user_state (uid, cursor_at, exclude_keys, updated_at)
 		VALUES (?, ?, ?, ?)
-		ON DUPLICATE KEY UPDATE cursor_at = VALUES(cursor_at), exclude_keys = VALUES(exclude_keys), updated_at = VALUES(updated_at)`,
-		d.UID, cursor, string(b), now)
+		ON DUPLICATE KEY UPDATE
+		  exclude_keys = CASE
+		    WHEN VALUES(cursor_at) > cursor_at THEN VALUES(exclude_keys)
+		    WHEN VALUES(cursor_at) < cursor_at OR ? = '' OR JSON_CONTAINS(exclude_keys, JSON_QUOTE(?)) THEN exclude_keys
+		    ELSE JSON_ARRAY_APPEND(exclude_keys, '$', ?) END,
+		  updated_at = IF(VALUES(cursor_at) < cursor_at, updated_at, VALUES(updated_at)),
+		  cursor_at = GREATEST(cursor_at, VALUES(cursor_at))`,
+		d.UID, d.Occurrence.DueAt, string(b), now, key, key, key)
 	return err
 }
 
@@ -545,12 +546,11 @@ type rowQuerier interface {
 	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
 }
 
-// userState reads uid's cursor and exclude set (zero and empty for a new user); lock is
-// "" or " FOR UPDATE".
-func userState(ctx context.Context, q rowQuerier, uid, lock string) (time.Time, []string, error) {
+// userState reads uid's cursor and exclude set (zero and empty for a new user).
+func userState(ctx context.Context, q rowQuerier, uid string) (time.Time, []string, error) {
 	var cursor time.Time
 	var raw string
-	err := q.QueryRowContext(ctx, "SELECT cursor_at, exclude_keys FROM user_state WHERE uid = ?"+lock, uid).
+	err := q.QueryRowContext(ctx, "SELECT cursor_at, exclude_keys FROM user_state WHERE uid = ?", uid).
 		Scan(&cursor, &raw)
 	exclude := []string{}
 	switch {
@@ -565,15 +565,6 @@ func userState(ctx context.Context, q rowQuerier, uid, lock string) (time.Time, 
 		}
 	}
 	return cursor.UTC(), exclude, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // Expire expires dispatch logID if it is still open past its lease at now, returning
@@ -746,7 +737,7 @@ func (s *Store) UserGroups(ctx context.Context, uid string) ([]string, error) {
 // targeted at uid or its groups that can have an occurrence in [from, until).
 func (s *Store) LoadSource(ctx context.Context, uid string, groups []string, from, until time.Time) (schedule.Source, error) {
 	var src schedule.Source
-	cursor, keys, err := userState(ctx, s.db, uid, "")
+	cursor, keys, err := userState(ctx, s.db, uid)
 	if err != nil {
 		return src, mysqlErr("load source", err)
 	}
