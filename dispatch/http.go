@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -39,6 +40,9 @@ func (h *Handlers) decodeAuthenticated(w http.ResponseWriter, r *http.Request, u
 
 type fetchRequest struct {
 	WaitMS *int64 `json:"wait_ms"`
+	// Complete, when present, is completed first, by the rules of POST /v1/complete:
+	// one request per cycle.
+	Complete *completeRequest `json:"complete"`
 }
 
 // Fetch is POST /v1/fetch.
@@ -53,6 +57,12 @@ func (h *Handlers) Fetch() http.Handler {
 		if err := h.decodeAuthenticated(w, r, uid, hash, true, &req); err != nil {
 			web.Error(w, r, h.log, err)
 			return
+		}
+		if req.Complete != nil {
+			if err := h.complete(r.Context(), uid, hash, *req.Complete, "complete."); err != nil {
+				web.Error(w, r, h.log, err) // a 409 there is a 409 here, and nothing is fetched
+				return
+			}
 		}
 		var wait time.Duration
 		if req.WaitMS != nil {
@@ -90,30 +100,35 @@ func (h *Handlers) Complete() http.Handler {
 			web.Error(w, r, h.log, err)
 			return
 		}
-		if req.LogID == "" {
-			web.Error(w, r, h.log, taskd.Errorf(taskd.CodeInvalid, "log_id: required"))
-			return
-		}
-		if len(req.LogID) > 64 {
-			web.Error(w, r, h.log, taskd.Errorf(taskd.CodeInvalid, "log_id: too long"))
-			return
-		}
-		result, err := ParseResult(req.Result)
-		if err != nil {
-			web.Error(w, r, h.log, err)
-			return
-		}
-		if len(req.Detail) > 0 && string(req.Detail) != "null" && req.Detail[0] != '{' {
-			web.Error(w, r, h.log, taskd.Errorf(taskd.CodeInvalid, "detail: must be an object"))
-			return
-		}
-		if string(req.Detail) == "null" {
-			req.Detail = nil
-		}
-		if err := h.svc.Complete(r.Context(), uid, hash, req.LogID, result, req.Detail); err != nil {
+		if err := h.complete(r.Context(), uid, hash, req, ""); err != nil {
 			web.Error(w, r, h.log, err)
 			return
 		}
 		web.Encode(w, http.StatusOK, map[string]bool{"ok": true})
 	})
+}
+
+// complete checks a complete request's fields (named with prefix, "complete." inside a
+// fetch) and completes it.
+func (h *Handlers) complete(ctx context.Context, uid, hash string, req completeRequest, prefix string) error {
+	if req.LogID == "" {
+		return taskd.Errorf(taskd.CodeInvalid, "%slog_id: required", prefix)
+	}
+	if len(req.LogID) > 64 {
+		return taskd.Errorf(taskd.CodeInvalid, "%slog_id: too long", prefix)
+	}
+	result, err := ParseResult(req.Result)
+	if err != nil {
+		if prefix != "" {
+			return taskd.Errorf(taskd.CodeInvalid, "%sresult: must be success or failure, got %q", prefix, req.Result)
+		}
+		return err
+	}
+	if len(req.Detail) > 0 && string(req.Detail) != "null" && req.Detail[0] != '{' {
+		return taskd.Errorf(taskd.CodeInvalid, "%sdetail: must be an object", prefix)
+	}
+	if string(req.Detail) == "null" {
+		req.Detail = nil
+	}
+	return h.svc.Complete(ctx, uid, hash, req.LogID, result, req.Detail)
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskpull/taskd"
 	"github.com/taskpull/taskd/dispatch"
 )
 
@@ -109,5 +110,64 @@ func TestHTTPRevokedKey(t *testing.T) {
 		if code, out := post(t, c.h, a.key, c.body); code != 401 || errorCode(out) != "unauthenticated" {
 			t.Errorf("%s with a revoked key: %d %v, want 401 unauthenticated", c.name, code, out)
 		}
+	}
+}
+
+// A fetch may carry the previous dispatch's complete: it is completed first, then the
+// fetch proceeds; a complete that is refused refuses the whole request, and nothing is
+// fetched.
+func TestHTTPFetchCarriesComplete(t *testing.T) {
+	t.Parallel()
+	svc, b := setup(t)
+	h := dispatch.NewHandlers(svc, b.log)
+	first := b.task("uid_1", t0.Add(-2*time.Minute))
+	second := b.task("uid_1", t0.Add(-time.Minute))
+	a := b.agent("1")
+
+	code, out := post(t, h.Fetch(), a.key, "")
+	task, _ := out["task"].(map[string]any)
+	if code != http.StatusOK || task["task_id"] != first.String() {
+		t.Fatalf("first fetch: %d %v", code, out)
+	}
+	logID := task["log_id"].(string)
+
+	for _, c := range []struct {
+		name     string
+		body     string
+		wantCode int
+		wantErr  string
+		wantMsg  string
+	}{
+		{"no log id", `{"complete":{"result":"success"}}`, 400, "invalid_argument", "complete.log_id"},
+		{"bad result", `{"complete":{"log_id":"` + logID + `","result":"maybe"}}`, 400, "invalid_argument", "complete.result"},
+		{"detail no object", `{"complete":{"log_id":"` + logID + `","result":"success","detail":3}}`, 400, "invalid_argument", "complete.detail"},
+		{"unknown log id", `{"complete":{"log_id":"no-such-log","result":"success"}}`, 409, "stale_lease", "no-such-log"},
+		{"unknown field", `{"complete":{"log_id":"` + logID + `","result":"success","extra":1}}`, 400, "invalid_argument", "extra"},
+	} {
+		code, out := post(t, h.Fetch(), a.key, c.body)
+		msg, _ := out["error"].(map[string]any)["message"].(string)
+		if code != c.wantCode || errorCode(out) != c.wantErr || !strings.Contains(msg, c.wantMsg) {
+			t.Errorf("%s: %d %v, want %d %s naming %s", c.name, code, out, c.wantCode, c.wantErr, c.wantMsg)
+		}
+	}
+	// The refusals fetched nothing and completed nothing: the first is still open.
+	if rec := b.record(logID); rec.FinishedAt != nil || rec.RedoCount != 0 {
+		t.Fatalf("first dispatch after refused requests: %+v", rec)
+	}
+
+	code, out = post(t, h.Fetch(), a.key, `{"complete":{"log_id":"`+logID+`","result":"success","detail":{"ms":3}}}`)
+	task, _ = out["task"].(map[string]any)
+	if code != http.StatusOK || task["task_id"] != second.String() || task["redo"] != false {
+		t.Fatalf("fetch with complete: %d %v", code, out)
+	}
+	if rec := b.record(logID); rec.State != taskd.StateDone || rec.Result != taskd.ResultSuccess {
+		t.Fatalf("first dispatch after the combined fetch: %+v", rec)
+	}
+	// Completing the same one again inside a fetch is a repeat: answered as the first
+	// was, and the fetch hands out the open second one again (a redo).
+	code, out = post(t, h.Fetch(), a.key, `{"complete":{"log_id":"`+logID+`","result":"success"}}`)
+	task, _ = out["task"].(map[string]any)
+	if code != http.StatusOK || task["task_id"] != second.String() || task["redo"] != true {
+		t.Fatalf("repeated complete in a fetch: %d %v", code, out)
 	}
 }

@@ -96,6 +96,7 @@ type phaseOptions struct {
 	think    time.Duration
 	failRate float64
 	seed     uint64
+	combine  bool // carry each complete on the next fetch as the same user
 }
 
 // phaseResult is what a phase's agents did.
@@ -122,6 +123,14 @@ func runAgents(ctx context.Context, c *Client, d *Deployed, opts phaseOptions, c
 			rng := mrand.New(mrand.NewPCG(opts.seed, uint64(a)))
 			users := len(d.Keys)
 			u := a
+			var pending *carried // a complete to carry on the next fetch as user u
+			// Whatever ends the loop, a complete still carried is sent on its own: the
+			// run leaves no open dispatch behind.
+			defer func() {
+				if pending != nil {
+					finish(context.WithoutCancel(ctx), c, d.Keys[u], pending, rec, ctrs)
+				}
+			}()
 			for {
 				if ctx.Err() != nil {
 					return
@@ -151,7 +160,9 @@ func runAgents(ctx context.Context, c *Client, d *Deployed, opts phaseOptions, c
 						}
 					}
 				}
-				cycle(ctx, c, d.Keys[u], begin, opts, rng, rec, ctrs)
+				if pending = cycle(ctx, c, d.Keys[u], begin, opts, rng, rec, ctrs, pending); pending != nil {
+					continue // the same user again, carrying the complete
+				}
 				u += opts.agents
 				if u >= users && !opts.once {
 					u = a % users
@@ -167,20 +178,39 @@ func runAgents(ctx context.Context, c *Client, d *Deployed, opts phaseOptions, c
 	return phaseResult{rec: total, elapsed: time.Since(start)}
 }
 
-// cycle is one agent cycle: fetch; if a task came, think, then complete it.
-func cycle(ctx context.Context, c *Client, key string, begin time.Time, opts phaseOptions, rng *mrand.Rand, rec *recorder, ctrs *counters) {
-	reply, err := c.Fetch(ctx, key)
+// carried is a complete an agent carries on its next fetch.
+type carried struct {
+	logID   string
+	success bool
+}
+
+// cycle is one agent cycle: fetch (carrying the previous complete, if any); if a task
+// came, think, then complete it, or, with opts.combine, return it to be carried.
+func cycle(ctx context.Context, c *Client, key string, begin time.Time, opts phaseOptions, rng *mrand.Rand, rec *recorder, ctrs *counters, prev *carried) *carried {
+	var reply FetchReply
+	var err error
+	if prev != nil {
+		reply, err = c.FetchCompleting(ctx, key, prev.logID, prev.success)
+	} else {
+		reply, err = c.Fetch(ctx, key)
+	}
 	rec.latency(EndpointFetch, time.Since(begin))
 	ctrs.requests.Add(1)
 	if err != nil {
 		recordErr(rec, ctrs, EndpointFetch, err)
-		return
+		if prev != nil {
+			finish(ctx, c, key, prev, rec, ctrs) // on its own; a repeat of an applied one is harmless
+		}
+		return nil
+	}
+	if prev != nil {
+		rec.completeDone(prev)
 	}
 	rec.fetches++
 	t := reply.Task
 	if t == nil {
 		rec.empty++
-		return
+		return nil
 	}
 	if t.Redo {
 		rec.redos++
@@ -189,22 +219,36 @@ func cycle(ctx context.Context, c *Client, key string, begin time.Time, opts pha
 	}
 	rec.gotLogIDs = append(rec.gotLogIDs, t.LogID)
 	if opts.think > 0 && !sleep(ctx, opts.think) {
-		return
+		return nil
 	}
-	success := opts.failRate == 0 || rng.Float64() >= opts.failRate
+	done := &carried{logID: t.LogID, success: opts.failRate == 0 || rng.Float64() >= opts.failRate}
+	if opts.combine && time.Now().Before(opts.deadline) {
+		return done
+	}
+	finish(ctx, c, key, done, rec, ctrs)
+	return nil
+}
+
+// finish sends a complete on its own.
+func finish(ctx context.Context, c *Client, key string, done *carried, rec *recorder, ctrs *counters) {
 	t1 := time.Now()
-	err = c.Complete(ctx, key, t.LogID, success)
+	err := c.Complete(ctx, key, done.logID, done.success)
 	rec.latency(EndpointComplete, time.Since(t1))
 	ctrs.requests.Add(1)
 	if err != nil {
 		recordErr(rec, ctrs, EndpointComplete, err)
 		return
 	}
-	rec.completed++
-	if !success {
-		rec.failures++
+	rec.completeDone(done)
+}
+
+// completeDone counts an acknowledged complete.
+func (r *recorder) completeDone(done *carried) {
+	r.completed++
+	if !done.success {
+		r.failures++
 	}
-	rec.doneLogIDs = append(rec.doneLogIDs, t.LogID)
+	r.doneLogIDs = append(r.doneLogIDs, done.logID)
 }
 
 func recordErr(rec *recorder, ctrs *counters, endpoint string, err error) {

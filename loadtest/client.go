@@ -158,12 +158,24 @@ func (c *Client) Fetch(ctx context.Context, key string) (FetchReply, error) {
 
 // Complete reports a task's result.
 func (c *Client) Complete(ctx context.Context, key, logID string, success bool) error {
+	body, _ := json.Marshal(completeBody(logID, success))
+	return c.do(ctx, http.MethodPost, "/v1/complete", key, body, nil)
+}
+
+// FetchCompleting completes logID and polls again, in one request.
+func (c *Client) FetchCompleting(ctx context.Context, key, logID string, success bool) (FetchReply, error) {
+	var r FetchReply
+	body, _ := json.Marshal(map[string]any{"complete": completeBody(logID, success)})
+	err := c.do(ctx, http.MethodPost, "/v1/fetch", key, body, &r)
+	return r, err
+}
+
+func completeBody(logID string, success bool) map[string]any {
 	result := "success"
 	if !success {
 		result = "failure"
 	}
-	body, _ := json.Marshal(map[string]any{"log_id": logID, "result": result, "detail": map[string]any{"by": "loadtest"}})
-	return c.do(ctx, http.MethodPost, "/v1/complete", key, body, nil)
+	return map[string]any{"log_id": logID, "result": result, "detail": map[string]any{"by": "loadtest"}}
 }
 
 // Task is a task definition as GET /v1/admin/tasks lists it (the fields the checker

@@ -66,6 +66,9 @@ type Config struct {
 	Rate     float64       // fetches per second in total (0: closed loop, as fast as answered)
 	Think    time.Duration // how long an agent works on a task before completing it
 	FailRate float64       // share of completions reported as failure
+	// Combine carries each complete on the agent's next fetch as the same user (POST
+	// /v1/fetch with "complete"): one request per cycle.
+	Combine bool
 	Warmup   bool          // poll every user once before the timed run
 	Timeout  time.Duration // per request
 
@@ -126,6 +129,8 @@ func (c *Config) table(dispatchToken *string) config.Table {
 			Value: config.Float(&c.Rate, config.NotNegative), Skip: runOnly},
 		{Flag: "think", Default: "0s", Usage: "time an agent works on a task before completing it",
 			Value: config.Duration(&c.Think, config.NotNegative), Skip: runOnly},
+		{Flag: "combine", Default: "false", Usage: "carry each complete on the next fetch as the same user: one request per cycle",
+			Value: config.Bool(&c.Combine), Skip: runOnly},
 		{Flag: "fail-rate", Default: "0.05", Usage: "share of completions reported as failure (0..1)",
 			Value: config.Float(&c.FailRate, config.Between(0.0, 1.0)), Skip: runOnly},
 		{Flag: "warmup", Default: "true", Usage: "poll every user once before the timed run (reported apart)",

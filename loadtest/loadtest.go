@@ -60,7 +60,7 @@ func Run(ctx context.Context, cfg Config, prog Progress) (*Report, error) {
 	}
 	s := cfg.Size
 	rep.RunID, rep.Preset, rep.Workload, rep.Rate = runID, cfg.Preset, cfg.Workload, cfg.Rate
-	rep.Think, rep.FailRate = float64(cfg.Think)/float64(time.Millisecond), cfg.FailRate
+	rep.Think, rep.FailRate, rep.Combine = float64(cfg.Think)/float64(time.Millisecond), cfg.FailRate, cfg.Combine
 	rep.Scenario = &SizeJSON{Users: s.Users, Groups: s.Groups, Templates: s.Templates, Once: s.Once, Rotate: s.Rotate, Agents: s.Agents}
 
 	sc := NewScenario(cfg, runID, time.Now())
@@ -97,7 +97,7 @@ func Run(ctx context.Context, cfg Config, prog Progress) (*Report, error) {
 		return nil, err
 	}
 	opts := base
-	opts.deadline, opts.cycles, opts.rate = time.Now().Add(s.Duration), cfg.Cycles, cfg.Rate
+	opts.deadline, opts.cycles, opts.rate, opts.combine = time.Now().Add(s.Duration), cfg.Cycles, cfg.Rate, cfg.Combine
 	opts.seed++
 	rep.Run = phase("run", opts)
 	if err := ctx.Err(); err != nil {

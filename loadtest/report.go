@@ -22,6 +22,7 @@ type Report struct {
 	Setup    *SetupJSON   `json:"setup,omitempty"`
 	Rate     float64      `json:"rate,omitempty"` // the fixed fetch rate asked for; 0: closed loop
 	Think    float64      `json:"think_ms"`
+	Combine  bool         `json:"combine"`
 	FailRate float64      `json:"fail_rate"`
 	Warmup   *Phase       `json:"warmup,omitempty"`
 	Run      *Phase       `json:"run,omitempty"`
@@ -179,6 +180,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		mode := "closed loop"
 		if r.Rate > 0 {
 			mode = fmt.Sprintf("open model at %.0f fetch/s", r.Rate)
+		}
+		if r.Combine {
+			mode += ", complete carried on the next fetch"
 		}
 		fmt.Fprintf(tw, "agents\t%d, %s, think %.0f ms, fail rate %.2f\n", s.Agents, mode, r.Think, r.FailRate)
 	}

@@ -99,3 +99,43 @@ func TestRunThenCheckOnlyFindsPlantedViolation(t *testing.T) {
 		t.Errorf("table does not show the violation:\n%s", s)
 	}
 }
+
+// With -combine each agent carries its complete on its next fetch as the same user:
+// the cycles complete through fetch (at most one plain complete per agent, at the end),
+// and the invariants still hold, no dispatch left open.
+func TestRunCombined(t *testing.T) {
+	t.Parallel()
+	st := testenv.Store(t)
+	rdb, prefix := testenv.Redis(t)
+	cfg := app.Config{RedisPrefix: prefix, CatchUp: time.Hour, AdminTokens: []string{"cmd-admin-token"},
+		MaxWait: time.Second, SweepInterval: time.Second, Node: "loadtest"}
+	a := app.New(cfg, app.Deps{Store: st, Redis: rdb, Clock: clock.Real{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv := httptest.NewServer(a.Handler())
+	t.Cleanup(srv.Close)
+	env := map[string]string{"LOADTEST_URL": srv.URL, "LOADTEST_ADMIN_TOKEN": "cmd-admin-token"}
+
+	var out, errOut bytes.Buffer
+	args := []string{"-workload", "cycles", "-users", "20", "-groups", "2", "-templates", "1", "-once", "10", "-rotate", "2",
+		"-agents", "3", "-cycles", "200", "-duration", "30s", "-progress", "0", "-combine", "-json"}
+	if err := run(t.Context(), args, func(k string) string { return env[k] }, &out, &errOut); err != nil {
+		t.Fatalf("run: %v\n%s", err, errOut.String())
+	}
+	var rep struct {
+		Passed  bool `json:"passed"`
+		Combine bool `json:"combine"`
+		Run     struct {
+			Dispatched int64                       `json:"dispatched"`
+			Cycles     int64                       `json:"cycles"`
+			Latency    map[string]loadtest.Latency `json:"latency_ms"`
+		} `json:"run"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("report is not JSON: %v\n%s", err, out.String())
+	}
+	if !rep.Passed || !rep.Combine || rep.Run.Cycles < 50 || rep.Run.Cycles != rep.Run.Dispatched {
+		t.Fatalf("report: %s", out.String())
+	}
+	if n := rep.Run.Latency[loadtest.EndpointComplete].Count; n > 3 {
+		t.Fatalf("%d plain completes for %d cycles, want at most one per agent", n, rep.Run.Cycles)
+	}
+}
