@@ -249,6 +249,12 @@ func (c Config) Validate() error {
 	if s.Agents > s.Users {
 		errs = append(errs, src.Errorf("-agents", "must be at most -users (%d), got %d", s.Users, s.Agents))
 	}
+	if c.Workload == WorkloadCycles && s.Rotate < s.Groups {
+		// Rotate task n targets group n mod groups: with fewer, some groups have no
+		// work and their users' polls come back empty, which measures misses, not
+		// dispatch.
+		errs = append(errs, src.Errorf("-rotate", "-workload cycles needs a rotate task per group so that every poll finds work: at least -groups (%d), got %d", s.Groups, s.Rotate))
+	}
 	if n := s.Once + s.Rotate; s.Once >= 0 && s.Rotate >= 0 && (n < 1 || n > 1_000_000) {
 		errs = append(errs, fmt.Errorf("-once, -rotate: need 1..1000000 tasks together, got %d and %d", s.Once, s.Rotate))
 	}

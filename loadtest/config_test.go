@@ -51,6 +51,7 @@ func TestParseConfigRejects(t *testing.T) {
 		{[]string{"-run-id", "has space"}, "-run-id"},
 		{[]string{"-duration", "0s"}, "-duration"},
 		{[]string{"extra"}, "unexpected"},
+		{[]string{"-workload", "cycles", "-users", "10000", "-groups", "50", "-rotate", "8"}, "-rotate"},
 	} {
 		_, err := ParseConfig(c.args, func(string) string { return "" }, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -61,10 +62,12 @@ func TestParseConfigRejects(t *testing.T) {
 
 func TestPresetsValid(t *testing.T) {
 	for name, p := range Presets {
-		c := DefaultConfig()
-		c.Preset, c.Size = name, p
-		if err := c.Validate(); err != nil {
-			t.Errorf("preset %s: %v", name, err)
+		for _, w := range []Workload{WorkloadMixed, WorkloadEmpty, WorkloadCycles} {
+			c := DefaultConfig()
+			c.Preset, c.Size, c.Workload = name, p, w
+			if err := c.Validate(); err != nil {
+				t.Errorf("preset %s, workload %s: %v", name, w, err)
+			}
 		}
 		if p.Users/p.Groups != 200 && name != "small" {
 			t.Errorf("preset %s: %d users per group, want 200 (a flat scale curve compares like with like)", name, p.Users/p.Groups)
