@@ -257,3 +257,13 @@ func waiting(logID string, due time.Time, prio int) schedule.Entry {
 }
 
 func unix(t time.Time) string { return strconv.FormatInt(t.Unix(), 10) }
+
+// newer parses a version and fails unless it is greater than than; it returns it.
+func (e *env) newer(version string, than int64) int64 {
+	e.t.Helper()
+	v, err := strconv.ParseInt(version, 10, 64)
+	if err != nil || v <= than {
+		e.t.Fatalf("version %q, want an integer greater than %d", version, than)
+	}
+	return v
+}

@@ -17,19 +17,37 @@ func (c *Cache) InvalidateGroup(ctx context.Context, gid string) error {
 	return c.bump(ctx, c.keys.Generation(gid), "", "invalidate group")
 }
 
-// invalidateScript bumps a version counter (a user hash field, or a group generation
-// key) and makes sure the key expires some day: a user who never fetches again must not
-// leave it behind forever. A generation outlives every heap built from it (the TTL is
-// the heaps' own), so expiring it cannot revive a stale heap.
+// nextVersion is the Lua function every version bump uses: a value greater than the
+// current one and than any the key held before it expired. A counter that counted up
+// from 1 again after an expiry could repeat a value a reader saw before, and make its
+// stale read look current; Redis's clock, in microseconds, does not repeat (short of
+// the server's clock going back).
+const nextVersion = `
+local function next_version(cur)
+  local t = redis.call('TIME')
+  local v = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local c = tonumber(cur or '0') or 0
+  if v <= c then v = c + 1 end
+  return string.format('%d', v)
+end
+`
+
+// invalidateScript bumps a version (a user hash field, or a group generation key) and
+// makes sure the key expires some day: a user who never fetches again must not leave
+// it behind forever. A rebuild keeps the generations it recorded alive past its heap.
 //
-// KEYS: the key. ARGV: the hash field ("" for a plain counter), ttl seconds.
-var invalidateScript = redis.NewScript(`
-if ARGV[1] ~= '' then redis.call('HINCRBY', KEYS[1], ARGV[1], 1) else redis.call('INCR', KEYS[1]) end
+// KEYS: the key. ARGV: the hash field ("" for a plain key), ttl seconds.
+var invalidateScript = redis.NewScript(nextVersion + `
+if ARGV[1] ~= '' then
+  redis.call('HSET', KEYS[1], ARGV[1], next_version(redis.call('HGET', KEYS[1], ARGV[1])))
+else
+  redis.call('SET', KEYS[1], next_version(redis.call('GET', KEYS[1])), 'KEEPTTL')
+end
 if redis.call('TTL', KEYS[1]) == -1 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
 return 1
 `)
 
-// bump increments a version: the hash field of key, or key itself when field is "".
+// bump moves a version on: the hash field of key, or key itself when field is "".
 func (c *Cache) bump(ctx context.Context, key, field, op string) error {
 	if err := invalidateScript.Run(ctx, c.rdb, []string{key}, field, c.ttl()).Err(); err != nil {
 		return unavailable(op, err)

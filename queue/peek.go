@@ -26,10 +26,15 @@ var peekScript = redis.NewScript(`
 -- An occurrence older than the catch-up floor makes the heap stale; a waiting dispatch
 -- of the user (member <p>|d|<log_id>) does not: it stays until taken, however old.
 local function stale_below(heap, floor)
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', heap, '-inf', '(' .. floor, 'LIMIT', 0, 32)) do
-    if string.sub(m, 3, 3) ~= 'd' then return true end
+  local offset = 0
+  while true do
+    local page = redis.call('ZRANGEBYSCORE', heap, '-inf', '(' .. floor, 'LIMIT', offset, 32)
+    for _, m in ipairs(page) do
+      if string.sub(m, 3, 3) ~= 'd' then return true end
+    end
+    if #page < 32 then return false end
+    offset = offset + 32
   end
-  return false
 end
 if ARGV[5] ~= '' and redis.call('SISMEMBER', KEYS[3], ARGV[5]) == 0 then
   if redis.call('EXISTS', KEYS[3]) == 1 then return {'badkey'} end

@@ -131,6 +131,13 @@ func TestPeekScriptStatuses(t *testing.T) {
 				e.zadd(e.keys.Heap("u1"), waiting("L1", floor.Add(-3*time.Hour), 9), waiting("L2", floor.Add(-3*time.Hour), 8),
 					rotate(9, floor.Add(-time.Hour), 1, time.Hour, time.Time{}))
 			}},
+		{name: "stale: once older than the floor, behind more dispatches than a page", want: []any{"stale", "L9", "g1,g2", "3"},
+			setup: func(e *env) {
+				for i := range 40 {
+					e.zadd(e.keys.Heap("u1"), waiting(fmt.Sprintf("W%02d", i), floor.Add(-3*time.Hour), 9))
+				}
+				e.zadd(e.keys.Heap("u1"), once(9, floor.Add(-time.Hour), 1))
+			}},
 		{name: "ok: occurrence exactly at the floor", want: []any{"ok"},
 			setup: func(e *env) { e.zadd(e.keys.Heap("u1"), once(9, floor, 5)) }},
 		{name: "ok: waiting dispatches older than the floor", want: []any{"ok"},
@@ -309,8 +316,8 @@ func TestPeekServesRefusedRebuildAfterMaxRefusals(t *testing.T) {
 			h := e.hgetall(e.keys.User("u1"))
 			if refusals < maxRefusals {
 				// The last rebuild was written; the peek served it from Redis.
-				if loads != refusals+1 || h["hver"] != strconv.Itoa(refusals) {
-					t.Fatalf("%d loads, user hash %v; want %d loads and hver %d", loads, h, refusals+1, refusals)
+				if loads != refusals+1 || h["hver"] == "" || h["hver"] != h["ver"] {
+					t.Fatalf("%d loads, user hash %v; want %d loads and hver the last ver", loads, h, refusals+1)
 				}
 				return
 			}
@@ -672,13 +679,12 @@ func TestInvalidateBumpsAndSetsTTLOnce(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	user := e.keys.User("u1")
+	last := int64(0)
 	for i := 1; i <= 2; i++ {
 		if err := e.c.InvalidateUser(e.ctx, "u1"); err != nil {
 			t.Fatal(err)
 		}
-		if got := e.hgetall(user)["ver"]; got != strconv.Itoa(i) {
-			t.Fatalf("ver after %d invalidations = %q", i, got)
-		}
+		last = e.newer(e.hgetall(user)["ver"], last)
 		e.wantTTL(user, testTTL)
 	}
 	// A user hash with a TTL keeps it; other fields are left alone.
@@ -687,8 +693,10 @@ func TestInvalidateBumpsAndSetsTTLOnce(t *testing.T) {
 	if err := e.c.InvalidateUser(e.ctx, "u1"); err != nil {
 		t.Fatal(err)
 	}
-	if got := e.hgetall(user); got["ver"] != "3" || got["hver"] != "2" || got["open"] != "L1" || len(got) != 3 {
-		t.Fatalf("user hash = %v, want ver 3, hver 2, open L1", got)
+	got := e.hgetall(user)
+	last = e.newer(got["ver"], last)
+	if got["hver"] != "2" || got["open"] != "L1" || len(got) != 3 {
+		t.Fatalf("user hash = %v, want a newer ver, hver 2, open L1", got)
 	}
 	e.wantTTL(user, 100*time.Second)
 	// One without gets one.
@@ -697,24 +705,35 @@ func TestInvalidateBumpsAndSetsTTLOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.wantTTL(user, testTTL)
+	last = e.newer(e.hgetall(user)["ver"], last)
+	// A version far ahead (set by a server whose clock ran fast) still moves on.
+	e.hset(user, "ver", "99999999999999999")
+	if err := e.c.InvalidateUser(e.ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	e.newer(e.hgetall(user)["ver"], 99999999999999999)
+	// After the hash expired, the next version is still newer than any it held: a
+	// reader that saw an old one cannot mistake the new for it.
+	e.rdb.Del(e.ctx, user)
+	if err := e.c.InvalidateUser(e.ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	e.newer(e.hgetall(user)["ver"], last)
 
 	gen := e.keys.Generation("g1")
+	last = 0
 	for i := 1; i <= 2; i++ {
 		if err := e.c.InvalidateGroup(e.ctx, "g1"); err != nil {
 			t.Fatal(err)
 		}
-		if got := e.get(gen); got != strconv.Itoa(i) {
-			t.Fatalf("generation after %d invalidations = %q", i, got)
-		}
+		last = e.newer(e.get(gen), last)
 		e.wantTTL(gen, testTTL)
 	}
 	e.rdb.Expire(e.ctx, gen, 100*time.Second)
 	if err := e.c.InvalidateGroup(e.ctx, "g1"); err != nil {
 		t.Fatal(err)
 	}
-	if got := e.get(gen); got != "3" {
-		t.Fatalf("generation = %q, want 3", got)
-	}
+	last = e.newer(e.get(gen), last)
 	e.wantTTL(gen, 100*time.Second)
 	e.rdb.Persist(e.ctx, gen)
 	if err := e.c.InvalidateGroup(e.ctx, "g1"); err != nil {
@@ -832,17 +851,28 @@ func TestKeysChangedBumpsKverAndDropsSet(t *testing.T) {
 	if e.exists(set) {
 		t.Fatal("KeysChanged left the key set")
 	}
-	if got := e.hgetall(user); got["kver"] != "1" || len(got) != 1 {
-		t.Fatalf("user hash = %v, want kver 1", got)
+	got := e.hgetall(user)
+	if len(got) != 1 {
+		t.Fatalf("user hash = %v, want kver only", got)
 	}
+	last := e.newer(got["kver"], 0)
 	e.wantTTL(user, testTTL)
 	e.hset(user, "ver", "4")
 	e.rdb.Expire(e.ctx, user, 100*time.Second)
 	if err := e.c.KeysChanged(e.ctx, "u1"); err != nil {
 		t.Fatal(err)
 	}
-	if got := e.hgetall(user); got["kver"] != "2" || got["ver"] != "4" {
-		t.Fatalf("user hash = %v, want kver 2, ver 4", got)
+	got = e.hgetall(user)
+	last = e.newer(got["kver"], last)
+	if got["ver"] != "4" {
+		t.Fatalf("user hash = %v, want ver 4 left alone", got)
 	}
 	e.wantTTL(user, 100*time.Second)
+	// After the hash expired, kver is still newer than any it held: a key load that
+	// began before the expiry cannot write a set read before a revocation.
+	e.rdb.Del(e.ctx, user)
+	if err := e.c.KeysChanged(e.ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	e.newer(e.hgetall(user)["kver"], last)
 }
