@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -49,6 +48,9 @@ func killMidRun(t *testing.T, dir string, flushRedis bool) {
 		"DISPATCH_REDIS_PREFIX="+prefix,
 		"DISPATCH_ADMIN_TOKEN=kill-test-token",
 		"DISPATCH_SWEEP_INTERVAL=1s",
+		// Modest on shared machines: the whole suite runs in parallel on one MariaDB.
+		"DISPATCH_MYSQL_CONNS=8",
+		"DISPATCH_REQUEST_TIMEOUT=30s",
 	)
 	start := func() (*exec.Cmd, string) {
 		t.Helper()
@@ -79,7 +81,7 @@ func killMidRun(t *testing.T, dir string, flushRedis bool) {
 		return cmd
 	}
 	// Once tasks with small quotas in both modes, shared by groups of 50: claims race.
-	var runOut bytes.Buffer
+	var runOut testenv.SyncBuffer
 	run := loadtest("-workload", "mixed", "-users", "200", "-groups", "4", "-templates", "1", "-once", "60",
 		"-rotate", "8", "-agents", "100", "-duration", "8s", "-timeout", "2s", "-progress", "0")
 	run.Stdout, run.Stderr = &runOut, &runOut
