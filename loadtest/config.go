@@ -69,8 +69,8 @@ type Config struct {
 	// Combine carries each complete on the agent's next fetch as the same user (POST
 	// /v1/fetch with "complete"): one request per cycle.
 	Combine bool
-	Warmup   bool          // poll every user once before the timed run
-	Timeout  time.Duration // per request
+	Warmup  bool          // poll every user once before the timed run
+	Timeout time.Duration // per request
 
 	SetupConcurrency int
 	Progress         time.Duration // interval of the live line; 0: none

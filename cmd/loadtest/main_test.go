@@ -13,6 +13,7 @@ import (
 
 	"github.com/taskpull/taskd/internal/app"
 	"github.com/taskpull/taskd/internal/clock"
+	"github.com/taskpull/taskd/internal/store"
 	"github.com/taskpull/taskd/internal/testenv"
 	"github.com/taskpull/taskd/loadtest"
 )
@@ -58,15 +59,7 @@ func TestHelpExitsZero(t *testing.T) {
 // violation is planted in the database, -check-only on that run fails (exit status 1).
 func TestRunThenCheckOnlyFindsPlantedViolation(t *testing.T) {
 	t.Parallel()
-	st := testenv.Store(t)
-	rdb, prefix := testenv.Redis(t)
-	cfg := app.Config{RedisPrefix: prefix, CatchUp: time.Hour, AdminTokens: []string{"cmd-admin-token"},
-		MaxWait: time.Second, SweepInterval: time.Second, Node: "loadtest"}
-	a := app.New(cfg, app.Deps{Store: st, Redis: rdb, Clock: clock.Real{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	srv := httptest.NewServer(a.Handler())
-	t.Cleanup(srv.Close)
-	env := map[string]string{"LOADTEST_URL": srv.URL, "LOADTEST_ADMIN_TOKEN": "cmd-admin-token"}
-	getenv := func(k string) string { return env[k] }
+	st, getenv := startServer(t)
 
 	var out, errOut bytes.Buffer
 	args := []string{"-users", "20", "-groups", "2", "-templates", "1", "-once", "10", "-rotate", "2",
@@ -105,19 +98,12 @@ func TestRunThenCheckOnlyFindsPlantedViolation(t *testing.T) {
 // and the invariants still hold, no dispatch left open.
 func TestRunCombined(t *testing.T) {
 	t.Parallel()
-	st := testenv.Store(t)
-	rdb, prefix := testenv.Redis(t)
-	cfg := app.Config{RedisPrefix: prefix, CatchUp: time.Hour, AdminTokens: []string{"cmd-admin-token"},
-		MaxWait: time.Second, SweepInterval: time.Second, Node: "loadtest"}
-	a := app.New(cfg, app.Deps{Store: st, Redis: rdb, Clock: clock.Real{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	srv := httptest.NewServer(a.Handler())
-	t.Cleanup(srv.Close)
-	env := map[string]string{"LOADTEST_URL": srv.URL, "LOADTEST_ADMIN_TOKEN": "cmd-admin-token"}
+	_, getenv := startServer(t)
 
 	var out, errOut bytes.Buffer
 	args := []string{"-workload", "cycles", "-users", "20", "-groups", "2", "-templates", "1", "-once", "10", "-rotate", "2",
 		"-agents", "3", "-cycles", "200", "-duration", "30s", "-progress", "0", "-combine", "-json"}
-	if err := run(t.Context(), args, func(k string) string { return env[k] }, &out, &errOut); err != nil {
+	if err := run(t.Context(), args, getenv, &out, &errOut); err != nil {
 		t.Fatalf("run: %v\n%s", err, errOut.String())
 	}
 	var rep struct {
@@ -138,4 +124,19 @@ func TestRunCombined(t *testing.T) {
 	if n := rep.Run.Latency[loadtest.EndpointComplete].Count; n > 3 {
 		t.Fatalf("%d plain completes for %d cycles, want at most one per agent", n, rep.Run.Cycles)
 	}
+}
+
+// startServer runs a dispatchd on a database and Redis prefix of the test's own, and
+// returns its store and the environment that points the load tester at it.
+func startServer(t *testing.T) (*store.Store, func(string) string) {
+	t.Helper()
+	st := testenv.Store(t)
+	rdb, prefix := testenv.Redis(t)
+	cfg := app.Config{RedisPrefix: prefix, CatchUp: time.Hour, AdminTokens: []string{"cmd-admin-token"},
+		MaxWait: time.Second, SweepInterval: time.Second, Node: "loadtest"}
+	a := app.New(cfg, app.Deps{Store: st, Redis: rdb, Clock: clock.Real{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv := httptest.NewServer(a.Handler())
+	t.Cleanup(srv.Close)
+	env := map[string]string{"LOADTEST_URL": srv.URL, "LOADTEST_ADMIN_TOKEN": "cmd-admin-token"}
+	return st, func(k string) string { return env[k] }
 }
