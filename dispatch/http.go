@@ -59,7 +59,12 @@ func (h *Handlers) Fetch() http.Handler {
 			return
 		}
 		if req.Complete != nil {
-			if err := h.complete(r.Context(), uid, hash, *req.Complete, "complete."); err != nil {
+			// A fetch is not under the server's per-request bound (its long poll
+			// bounds each round); the complete it carries is, as on its own.
+			ctx, cancel := context.WithTimeout(r.Context(), h.svc.cfg.RequestTimeout)
+			err := h.complete(ctx, uid, hash, *req.Complete, "complete.")
+			cancel()
+			if err != nil {
 				web.Error(w, r, h.log, err) // a 409 there is a 409 here, and nothing is fetched
 				return
 			}
