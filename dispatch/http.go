@@ -58,17 +58,8 @@ func (h *Handlers) Fetch() http.Handler {
 			web.Error(w, r, h.log, err)
 			return
 		}
-		if req.Complete != nil {
-			// A fetch is not under the server's per-request bound (its long poll
-			// bounds each round); the complete it carries is, as on its own.
-			ctx, cancel := context.WithTimeout(r.Context(), h.svc.cfg.RequestTimeout)
-			err := h.complete(ctx, uid, hash, *req.Complete, "complete.")
-			cancel()
-			if err != nil {
-				web.Error(w, r, h.log, err) // a 409 there is a 409 here, and nothing is fetched
-				return
-			}
-		}
+		// Every field is checked before the carried complete is applied: a request
+		// refused for its own fields changes nothing.
 		var wait time.Duration
 		if req.WaitMS != nil {
 			if *req.WaitMS < 0 {
@@ -76,6 +67,19 @@ func (h *Handlers) Fetch() http.Handler {
 				return
 			}
 			wait = time.Duration(min(*req.WaitMS, 3_600_000)) * time.Millisecond
+		}
+		if req.Complete != nil {
+			// A fetch is not under the server's per-request bound (its long poll
+			// bounds each round); the complete it carries is, as on its own. Once it is
+			// applied, a failure of the fetch that follows does not undo it: resending
+			// the complete is safe (a repeat is answered as the first was).
+			ctx, cancel := context.WithTimeout(r.Context(), h.svc.cfg.RequestTimeout)
+			err := h.complete(ctx, uid, hash, *req.Complete, "complete.")
+			cancel()
+			if err != nil {
+				web.Error(w, r, h.log, err) // a 409 there is a 409 here, and nothing is fetched
+				return
+			}
 		}
 		res, err := h.svc.Fetch(r.Context(), uid, hash, wait)
 		if err != nil {

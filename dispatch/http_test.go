@@ -143,6 +143,7 @@ func TestHTTPFetchCarriesComplete(t *testing.T) {
 		{"detail no object", `{"complete":{"log_id":"` + logID + `","result":"success","detail":3}}`, 400, "invalid_argument", "complete.detail"},
 		{"unknown log id", `{"complete":{"log_id":"no-such-log","result":"success"}}`, 409, "stale_lease", "no-such-log"},
 		{"unknown field", `{"complete":{"log_id":"` + logID + `","result":"success","extra":1}}`, 400, "invalid_argument", "extra"},
+		{"bad wait_ms", `{"wait_ms":-1,"complete":{"log_id":"` + logID + `","result":"success"}}`, 400, "invalid_argument", "wait_ms"},
 	} {
 		code, out := post(t, h.Fetch(), a.key, c.body)
 		msg, _ := out["error"].(map[string]any)["message"].(string)

@@ -107,8 +107,10 @@ type phaseResult struct {
 
 // runAgents runs opts.agents agents over d's users until the deadline, the cycle
 // limit or (with once) one cycle per user. Agent a serves users a, a+agents, … in
-// turn. A cycle in progress at the deadline is finished (its complete is sent), so the
-// run leaves no open dispatch behind; ctx ends everything at once.
+// turn (with opts.combine, an agent stays on a user while the user keeps getting tasks,
+// carrying each complete on the next fetch). A cycle in progress at the deadline is
+// finished (its complete is sent); only a dispatch whose reply was lost stays open
+// (the checker counts it live); ctx ends everything at once.
 func runAgents(ctx context.Context, c *Client, d *Deployed, opts phaseOptions, ctrs *counters) phaseResult {
 	start := time.Now()
 	var issued atomic.Int64 // cycles started (and, with a rate, the schedule's slot)
@@ -124,8 +126,7 @@ func runAgents(ctx context.Context, c *Client, d *Deployed, opts phaseOptions, c
 			users := len(d.Keys)
 			u := a
 			var pending *carried // a complete to carry on the next fetch as user u
-			// Whatever ends the loop, a complete still carried is sent on its own: the
-			// run leaves no open dispatch behind.
+			// Whatever ends the loop, a complete still carried is sent on its own.
 			defer func() {
 				if pending != nil {
 					finish(context.WithoutCancel(ctx), c, d.Keys[u], pending, rec, ctrs)
@@ -198,8 +199,13 @@ func cycle(ctx context.Context, c *Client, key string, begin time.Time, opts pha
 	ctrs.requests.Add(1)
 	if err != nil {
 		recordErr(rec, ctrs, EndpointFetch, err)
-		if prev != nil {
-			finish(ctx, c, key, prev, rec, ctrs) // on its own; a repeat of an applied one is harmless
+		var apiErr *APIError
+		if prev != nil && (!errors.As(err, &apiErr) || apiErr.Status == 0 || apiErr.Status >= 500) {
+			// No answer, or the server failed after the complete may have been
+			// applied: send it on its own (a repeat of an applied one is answered
+			// 200). A 4xx refused the complete itself; sending it again would only
+			// count the same refusal twice.
+			finish(context.WithoutCancel(ctx), c, key, prev, rec, ctrs)
 		}
 		return nil
 	}

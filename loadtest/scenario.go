@@ -132,16 +132,18 @@ func NewScenario(cfg Config, runID string, now time.Time) *Scenario {
 		}
 		return "gid_" + s.GroupIDs[n%len(s.GroupIDs)]
 	}
-	task := func(kind string, n int, quotas []int) TaskSpec {
+	// task n's quota is quotas[pick mod len], until_exhausted when limited and pick
+	// mod 4 is 3.
+	task := func(kind string, n, pick int, quotas []int) TaskSpec {
 		t := TaskSpec{
 			Kind:          kind,
 			Template:      n % len(s.Templates),
-			DispatchTimes: quotas[n%len(quotas)],
+			DispatchTimes: quotas[pick%len(quotas)],
 			Mode:          "once_per_user",
 			Priority:      1 + rng.IntN(9),
 			MaxAttempts:   1,
 		}
-		if t.DispatchTimes > 0 && n%4 == 3 {
+		if t.DispatchTimes > 0 && pick%4 == 3 {
 			t.Mode = "until_exhausted"
 		}
 		if n%7 == 6 {
@@ -159,7 +161,7 @@ func NewScenario(cfg Config, runID string, now time.Time) *Scenario {
 	}
 
 	for n := 0; n < size.Once; n++ {
-		t := task("once", n, []int{1, 3, 10, 50, -1})
+		t := task("once", n, n, []int{1, 3, 10, 50, -1})
 		t.Executor = executor(n, 10)
 		switch {
 		case cfg.Workload == WorkloadEmpty:
@@ -175,15 +177,18 @@ func NewScenario(cfg Config, runID string, now time.Time) *Scenario {
 		var t TaskSpec
 		switch cfg.Workload {
 		case WorkloadEmpty:
-			t = task("rotate", n, []int{-1, 5})
+			t = task("rotate", n, n, []int{-1, 5})
 			t.SpaceMinutes = 60
 			t.StartTime = future()
 		case WorkloadCycles:
-			t = task("rotate", n, []int{-1, -1, -1, 20})
+			// Task n goes to group n mod groups and takes its quota by n / groups: the
+			// first task of every group is unlimited (work for each of its users),
+			// limited ones come on top, whatever the number of groups.
+			t = task("rotate", n, n/len(s.GroupIDs), []int{-1, -1, -1, 20})
 			t.SpaceMinutes = 1
 			t.StartTime = now.Add(-backlog).Add(time.Duration(rng.IntN(60)) * time.Second)
 		default:
-			t = task("rotate", n, []int{-1, -1, 5, 20})
+			t = task("rotate", n, n, []int{-1, -1, 5, 20})
 			t.SpaceMinutes = []int{1, 5, 15}[n%3]
 			t.StartTime = now.Add(-backlog).Add(time.Duration(rng.IntN(60*t.SpaceMinutes)) * time.Second)
 			if n%5 == 4 {
