@@ -72,7 +72,8 @@ func (c *Cache) loadKeys(ctx context.Context, uid string) error {
 // keysChangedScript invalidates the user's cached key set after a key was created or
 // revoked in MySQL. KEYS: user hash, key set. ARGV: ttl seconds.
 var keysChangedScript = redis.NewScript(nextVersion + `
-redis.call('HSET', KEYS[1], 'kver', next_version(redis.call('HGET', KEYS[1], 'kver')))
+local v = next_version(redis.call('HGET', KEYS[1], 'kver'))
+if v then redis.call('HSET', KEYS[1], 'kver', v) else redis.call('HINCRBY', KEYS[1], 'kver', 1) end
 if redis.call('TTL', KEYS[1]) == -1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
 redis.call('DEL', KEYS[2])
 return 1

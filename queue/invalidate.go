@@ -17,17 +17,18 @@ func (c *Cache) InvalidateGroup(ctx context.Context, gid string) error {
 	return c.bump(ctx, c.keys.Generation(gid), "", "invalidate group")
 }
 
-// nextVersion is the Lua function every version bump uses: a value greater than the
-// current one and than any the key held before it expired. A counter that counted up
-// from 1 again after an expiry could repeat a value a reader saw before, and make its
-// stale read look current; Redis's clock, in microseconds, does not repeat (short of
-// the server's clock going back).
+// nextVersion is the Lua function every version bump uses: it returns a value
+// greater than the current one and than any the key held before it expired, or nil
+// when the current one is at or past the clock, and then the caller adds one with
+// HINCRBY or INCRBY (exact 64-bit integers; a Lua number is exact only to 2^53). A
+// counter that counted up from 1 again after an expiry could repeat a value a reader
+// saw before, and make its stale read look current; Redis's clock, in microseconds,
+// does not repeat (short of the server's clock going back).
 const nextVersion = `
 local function next_version(cur)
   local t = redis.call('TIME')
   local v = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local c = tonumber(cur or '0') or 0
-  if v <= c then v = c + 1 end
+  if v <= (tonumber(cur or '0') or 0) then return nil end
   return string.format('%d', v)
 end
 `
@@ -39,9 +40,11 @@ end
 // KEYS: the key. ARGV: the hash field ("" for a plain key), ttl seconds.
 var invalidateScript = redis.NewScript(nextVersion + `
 if ARGV[1] ~= '' then
-  redis.call('HSET', KEYS[1], ARGV[1], next_version(redis.call('HGET', KEYS[1], ARGV[1])))
+  local v = next_version(redis.call('HGET', KEYS[1], ARGV[1]))
+  if v then redis.call('HSET', KEYS[1], ARGV[1], v) else redis.call('HINCRBY', KEYS[1], ARGV[1], 1) end
 else
-  redis.call('SET', KEYS[1], next_version(redis.call('GET', KEYS[1])), 'KEEPTTL')
+  local v = next_version(redis.call('GET', KEYS[1]))
+  if v then redis.call('SET', KEYS[1], v, 'KEEPTTL') else redis.call('INCR', KEYS[1]) end
 end
 if redis.call('TTL', KEYS[1]) == -1 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
 return 1

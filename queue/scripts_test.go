@@ -706,12 +706,17 @@ func TestInvalidateBumpsAndSetsTTLOnce(t *testing.T) {
 	}
 	e.wantTTL(user, testTTL)
 	last = e.newer(e.hgetall(user)["ver"], last)
-	// A version far ahead (set by a server whose clock ran fast) still moves on.
-	e.hset(user, "ver", "99999999999999999")
-	if err := e.c.InvalidateUser(e.ctx, "u1"); err != nil {
-		t.Fatal(err)
+	// A version far ahead (set by a server whose clock ran fast, or past 2^53) still
+	// moves on, by one each time.
+	e.hset(user, "ver", "9007199254740993")
+	for want := int64(9007199254740994); want <= 9007199254740995; want++ {
+		if err := e.c.InvalidateUser(e.ctx, "u1"); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.hgetall(user)["ver"]; got != strconv.FormatInt(want, 10) {
+			t.Fatalf("ver after a bump past 2^53 = %s, want %d", got, want)
+		}
 	}
-	e.newer(e.hgetall(user)["ver"], 99999999999999999)
 	// After the hash expired, the next version is still newer than any it held: a
 	// reader that saw an old one cannot mistake the new for it.
 	e.rdb.Del(e.ctx, user)
