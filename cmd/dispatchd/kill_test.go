@@ -5,11 +5,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/taskpull/taskd/internal/store"
 	"github.com/taskpull/taskd/internal/testenv"
 )
 
@@ -36,15 +38,25 @@ func TestKilledDispatchdKeepsTheQuotaInvariants(t *testing.T) {
 }
 
 func killMidRun(t *testing.T, dir string, flushRedis bool) {
-	st := testenv.Store(t) // a migrated database of the test's own, dropped at the end
-	rdb, prefix := testenv.Redis(t)
-	var dbName string
-	if err := st.DB().QueryRow("SELECT DATABASE()").Scan(&dbName); err != nil {
+	dsn := testenv.MySQLDSN(t) // a migrated database of the test's own, dropped at the end
+	st, err := store.Open(t.Context(), dsn, store.OpenOptions{MaxConns: 2})
+	if err != nil {
 		t.Fatal(err)
 	}
-	env := append(os.Environ(),
+	defer st.Close()
+	rdb, prefix := testenv.Redis(t)
+	// The children get only what they need: a DISPATCH_* or LOADTEST_* variable of the
+	// caller's must not change the test.
+	var base []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DISPATCH_") && !strings.HasPrefix(kv, "LOADTEST_") {
+			base = append(base, kv)
+		}
+	}
+	env := append(slices.Clone(base),
 		"DISPATCH_ADDR=127.0.0.1:0",
-		"DISPATCH_MYSQL_DSN=root@tcp(127.0.0.1:3306)/"+dbName,
+		"DISPATCH_MYSQL_DSN="+dsn,
+		"DISPATCH_REDIS_ADDR="+rdb.Options().Addr,
 		"DISPATCH_REDIS_PREFIX="+prefix,
 		"DISPATCH_ADMIN_TOKEN=kill-test-token",
 		"DISPATCH_SWEEP_INTERVAL=1s",
@@ -77,17 +89,18 @@ func killMidRun(t *testing.T, dir string, flushRedis bool) {
 	runID := "kill" + testenv.Suffix()
 	loadtest := func(args ...string) *exec.Cmd {
 		cmd := exec.Command(filepath.Join(dir, "loadtest"), append([]string{"-url", url, "-run-id", runID}, args...)...)
-		cmd.Env = append(os.Environ(), "LOADTEST_ADMIN_TOKEN=kill-test-token")
+		cmd.Env = append(slices.Clone(base), "LOADTEST_ADMIN_TOKEN=kill-test-token")
 		return cmd
 	}
 	// Once tasks with small quotas in both modes, shared by groups of 50: claims race.
 	var runOut testenv.SyncBuffer
 	run := loadtest("-workload", "mixed", "-users", "200", "-groups", "4", "-templates", "1", "-once", "60",
-		"-rotate", "8", "-agents", "100", "-duration", "8s", "-timeout", "2s", "-progress", "0")
+		"-rotate", "8", "-agents", "100", "-duration", "8s", "-timeout", "20s", "-progress", "0")
 	run.Stdout, run.Stderr = &runOut, &runOut
 	if err := run.Start(); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { run.Process.Kill() })
 	// Kill once the run phase has dispatched a good part of the work.
 	deadline := time.Now().Add(60 * time.Second)
 	for n := 0; n < 300; {
@@ -104,7 +117,9 @@ func killMidRun(t *testing.T, dir string, flushRedis bool) {
 	if flushRedis {
 		testenv.DeletePrefix(t, rdb, prefix)
 	}
-	time.Sleep(500 * time.Millisecond)                                     // agents see the server gone
+	time.Sleep(500 * time.Millisecond) // agents see the server gone
+	var atKill int
+	st.DB().QueryRow("SELECT COUNT(*) FROM dispatch").Scan(&atKill)
 	env = append(env, "DISPATCH_ADDR="+strings.TrimPrefix(url, "http://")) // the agents' address
 	start()
 	// The run's own check cross-checks what its agents saw: every dispatch an agent
@@ -114,6 +129,12 @@ func killMidRun(t *testing.T, dir string, flushRedis bool) {
 		t.Fatalf("run across the kill: %v\n%s", err, runOut.String())
 	}
 
+	// The restarted server served: the agents got work after the kill.
+	var after int
+	st.DB().QueryRow("SELECT COUNT(*) FROM dispatch").Scan(&after)
+	if after <= atKill {
+		t.Fatalf("%d dispatches at the kill, %d at the end: nothing was dispatched after the restart", atKill, after)
+	}
 	// And once more at rest, after the restarted server settled.
 	out, err := loadtest("-check-only").CombinedOutput()
 	if err != nil { // exit status 1: violations; 2: the check could not run
