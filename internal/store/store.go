@@ -8,6 +8,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -56,9 +57,13 @@ func Open(ctx context.Context, dsn string, opt OpenOptions) (*Store, error) {
 	// Claims read "rows affected" to tell a taken slot from an exhausted quota: that
 	// count must be of changed rows, whatever the operator's DSN says.
 	cfg.ClientFoundRows = false
-	// Arguments are interpolated into the statement text by the driver (safely: the
-	// connection's charset is utf8mb4) instead of a server-side prepare, execute and
-	// close per statement: three round trips become one.
+	// Arguments are interpolated into the statement text by the driver instead of a
+	// server-side prepare, execute and close per statement: three round trips become
+	// one. That is safe in every charset but those whose multibyte characters can end
+	// in a backslash byte, which the DSN may not name.
+	if err := safeCharset(dsn); err != nil {
+		return nil, err
+	}
 	cfg.InterpolateParams = true
 	if cfg.Params == nil {
 		cfg.Params = map[string]string{}
@@ -199,4 +204,24 @@ func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 		}
 	}
 	return err
+}
+
+// safeCharset refuses a DSN whose charset parameter names a charset in which escaping
+// interpolated arguments is unsafe (a multibyte character may end in 0x5c).
+func safeCharset(dsn string) error {
+	_, query, ok := strings.Cut(dsn, "?")
+	if !ok {
+		return nil
+	}
+	params, err := url.ParseQuery(query)
+	if err != nil {
+		return nil // the driver reports a malformed DSN itself
+	}
+	for _, cs := range strings.Split(params.Get("charset"), ",") {
+		switch strings.ToLower(strings.TrimSpace(cs)) {
+		case "big5", "gbk", "gb2312", "gb18030", "sjis", "cp932", "eucjpms":
+			return fmt.Errorf("mysql dsn: charset %s is not supported (use utf8mb4, the default)", cs)
+		}
+	}
+	return nil
 }

@@ -2,8 +2,10 @@ package store_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
+	"github.com/taskpull/taskd/internal/store"
 	"github.com/taskpull/taskd/internal/testenv"
 )
 
@@ -18,5 +20,15 @@ func TestMigrationsApply(t *testing.T) {
 	// eleven tables of ours plus golang-migrate's schema_migrations
 	if n != 12 {
 		t.Fatalf("tables after migrate: %d, want 12", n)
+	}
+}
+
+// Arguments are interpolated by the driver; a charset where that is unsafe is refused
+// with a message naming it, before any connection.
+func TestOpenRefusesUnsafeCharset(t *testing.T) {
+	t.Parallel()
+	_, err := store.Open(context.Background(), "root@tcp(127.0.0.1:3306)/x?charset=gbk", store.OpenOptions{})
+	if err == nil || !strings.Contains(err.Error(), "charset gbk") {
+		t.Fatalf("open with charset=gbk: %v", err)
 	}
 }
