@@ -63,6 +63,18 @@ func clone(m map[int]int64) map[int]int64 {
 	return out
 }
 
+// startChecked runs a sink of cfg with a commitChecker installed; stop as startSink's.
+func startChecked(t *testing.T, cfg Config, es *esfake.Server) (*Sink, *commitChecker, func() error) {
+	t.Helper()
+	sink, err := NewSink(cfg, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checker := &commitChecker{es: es}
+	checker.install(sink)
+	return sink, checker, startSink(t, sink)
+}
+
 // waitCommitted waits until the commits cover as many messages as msgs holds.
 func (c *commitChecker) waitCommitted(t *testing.T, msgs []kafka.Message) {
 	t.Helper()
@@ -127,13 +139,7 @@ func TestSinkElasticsearchFaults(t *testing.T) {
 
 	cfg := testConfig(brokers, es.URL(), topic, dlq, group)
 	cfg.MaxInFlight = 400 // the rest must wait in Kafka while ES is down
-	sink, err := NewSink(cfg, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	checker := &commitChecker{es: es}
-	checker.install(sink)
-	stop := startSink(t, sink)
+	sink, checker, stop := startChecked(t, cfg, es)
 
 	waitFor(t, time.Minute, "a third indexed", func() bool { return es.Count() >= len(evs)/3 })
 	es.SetDown(true)
@@ -285,13 +291,7 @@ func TestSinkDeadLetters(t *testing.T) {
 	produce(t, brokers, topic, evs[250:])
 
 	cfg := testConfig(brokers, es.URL(), topic, dlq, group)
-	sink, err := NewSink(cfg, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	checker := &commitChecker{es: es}
-	checker.install(sink)
-	stop := startSink(t, sink)
+	sink, checker, stop := startChecked(t, cfg, es)
 	waitFor(t, time.Minute, "valid events indexed", func() bool { return es.Count() >= len(evs)-1 })
 	waitFor(t, time.Minute, "dead letters written", func() bool { return sink.Stats().DeadLettered >= 4 })
 	if err := stop(); err != nil {

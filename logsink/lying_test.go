@@ -28,13 +28,7 @@ func TestSinkConfirmsEveryEventItself(t *testing.T) {
 				}
 				return esfake.ReplyTruthfully
 			})
-			sink, err := NewSink(testConfig(brokers, es.URL(), topic, dlq, group), testLogger(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			checker := &commitChecker{es: es}
-			checker.install(sink)
-			stop := startSink(t, sink)
+			_, checker, stop := startChecked(t, testConfig(brokers, es.URL(), topic, dlq, group), es)
 			waitFor(t, time.Minute, "all indexed", func() bool { return es.Count() >= len(evs) })
 			msgs := readTopic(t, brokers, topic)
 			checker.waitCommitted(t, msgs)
@@ -70,13 +64,7 @@ func TestSinkRetriesRepliesThatAreNotBulkReplies(t *testing.T) {
 			evs := makeEvents(400)
 			produce(t, brokers, topic, evs)
 			es.FailRequestsWith(1<<30, fault)
-			sink, err := NewSink(testConfig(brokers, es.URL(), topic, dlq, group), testLogger(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			checker := &commitChecker{es: es}
-			checker.install(sink)
-			stop := startSink(t, sink)
+			sink, checker, stop := startChecked(t, testConfig(brokers, es.URL(), topic, dlq, group), es)
 			waitFor(t, time.Minute, "refused batches", func() bool { return sink.Stats().RefusedBatches >= 3 })
 			if r := sink.Readiness(); !r.Holds(UnreadyRefused) {
 				t.Fatalf("readiness %+v while every batch is refused", r)
