@@ -58,6 +58,12 @@ func New(cfg Config, deps Deps) *App {
 	}
 	a := &App{cfg: cfg, deps: deps, Registry: prometheus.NewRegistry()}
 	a.metrics = metrics.New(a.Registry)
+	deps.Store.ObserveBatches(func(kind string, size int, err error) {
+		a.metrics.Batch(kind, size, err != nil)
+		if err != nil {
+			deps.Log.Warn("group commit: the batch failed and its requests ran one by one", "kind", kind, "size", size, "err", err)
+		}
+	})
 	a.guard = authguard.New(cfg.AuthFailureBurst, cfg.AuthFailureRate, nil)
 	a.Cache = queue.NewCache(deps.Redis, loader, deps.Clock,
 		queue.Config{Prefix: cfg.RedisPrefix, CatchUp: cfg.CatchUp, KeyTTL: cfg.KeyRecheck, Metrics: a.metrics})
@@ -80,7 +86,8 @@ func (a *App) RunBackground(ctx context.Context) {
 
 // Open connects to MySQL (creating and migrating the database) and Redis.
 func Open(ctx context.Context, cfg Config, log *slog.Logger) (Deps, func(), error) {
-	st, err := store.Open(ctx, cfg.MySQLDSN, store.OpenOptions{CreateDatabase: true, Migrate: true, MaxConns: cfg.MySQLConns})
+	st, err := store.Open(ctx, cfg.MySQLDSN, store.OpenOptions{CreateDatabase: true, Migrate: true,
+		MaxConns: cfg.MySQLConns, Batch: cfg.MySQLBatch, Lanes: cfg.MySQLLanes})
 	if err != nil {
 		return Deps{}, nil, fmt.Errorf("DISPATCH_MYSQL_DSN: %w", err)
 	}

@@ -28,6 +28,9 @@ type Config struct {
 	SweepInterval time.Duration
 	Shutdown      time.Duration
 	MySQLConns    int
+	// MySQLBatch and MySQLLanes shape the group commit (store.OpenOptions).
+	MySQLBatch int
+	MySQLLanes int
 	Node          string
 	// RequestTimeout bounds one request's MySQL and Redis work (not a long poll's wait).
 	RequestTimeout time.Duration
@@ -79,6 +82,10 @@ func (c *Config) table() config.Table {
 			Value: config.Duration(&c.Shutdown, config.Positive)},
 		{Env: "DISPATCH_MYSQL_CONNS", Flag: "mysql-conns", Default: "32", Usage: "MySQL connection pool size",
 			Value: config.Int(&c.MySQLConns, config.Positive)},
+		{Env: "DISPATCH_MYSQL_BATCH", Flag: "mysql-batch", Default: "64", Usage: "most claims (and, apart, completes) sharing one MySQL transaction and its commit (group commit; each still waits for the commit); 1: each its own",
+			Value: config.Int(&c.MySQLBatch, config.Between(1, 1000))},
+		{Env: "DISPATCH_MYSQL_LANES", Flag: "mysql-lanes", Default: "4", Usage: "group-commit batches of each kind running at once (at most half of DISPATCH_MYSQL_CONNS)",
+			Value: config.Int(&c.MySQLLanes, config.Between(1, 64))},
 		{Env: "DISPATCH_NODE", Flag: "node", Usage: "node name carried by events; empty: the host name",
 			Value: config.String(&c.Node)},
 		{Env: "DISPATCH_REQUEST_TIMEOUT", Flag: "request-timeout", Default: "5s", Usage: "bound on one request's MySQL and Redis work (a long poll's wait is apart from it); past it the request answers 503 with Retry-After",

@@ -24,6 +24,8 @@ type Metrics struct {
 	claimRefusals *prometheus.CounterVec
 	heapLookups   *prometheus.CounterVec
 	rebuilds      prometheus.Histogram
+	batches       *prometheus.HistogramVec
+	fallbacks     *prometheus.CounterVec
 }
 
 // New registers the server's metrics (and the Go and process collectors) on reg.
@@ -63,9 +65,18 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help:    "Heap rebuilds from MySQL (count and duration).",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}),
+		batches: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "taskd_group_commit_batch_size",
+			Help:    "Requests per group-commit transaction, by kind: claim or complete.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128},
+		}, []string{"kind"}),
+		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskd_group_commit_fallbacks_total",
+			Help: "Group-commit batches that failed as a whole and ran their requests one by one, by kind.",
+		}, []string{"kind"}),
 	}
 	reg.MustRegister(m.requests, m.fetches, m.dispatches, m.completions, m.expiries, m.claimRefusals,
-		m.heapLookups, m.rebuilds,
+		m.heapLookups, m.rebuilds, m.batches, m.fallbacks,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -156,6 +167,17 @@ func (m *Metrics) HeapLookup(hit bool) {
 			r = "hit"
 		}
 		m.heapLookups.WithLabelValues(r).Inc()
+	}
+}
+
+// Batch records a group-commit batch of size requests of kind; fellBack says it failed
+// as a whole and its requests ran one by one.
+func (m *Metrics) Batch(kind string, size int, fellBack bool) {
+	if m != nil {
+		m.batches.WithLabelValues(kind).Observe(float64(size))
+		if fellBack {
+			m.fallbacks.WithLabelValues(kind).Inc()
+		}
 	}
 }
 

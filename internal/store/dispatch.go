@@ -63,186 +63,6 @@ func (s *Store) GetDispatch(ctx context.Context, logID string) (*taskd.Dispatch,
 	return d, nil
 }
 
-// dispatchTask is the part of a task row a dispatch needs, read in the claim
-// transaction so that a concurrent edit (pause, lower quota) is respected.
-type dispatchTask struct {
-	status         taskd.Status
-	start          time.Time
-	space          int64 // minutes; rotate only
-	end            sql.NullTime
-	quota          int
-	mode           taskd.Mode
-	templateID     int64
-	params         string
-	leaseSeconds   int
-	maxAttempts    int
-	backoffSeconds int
-}
-
-func (t *dispatchTask) hasOccurrence(k taskd.Kind, due time.Time) bool {
-	if k == taskd.KindOnce {
-		return t.start.Equal(due)
-	}
-	var end *time.Time
-	if t.end.Valid {
-		end = &t.end.Time
-	}
-	return t.space > 0 && taskd.IsRotation(t.start, time.Duration(t.space)*time.Minute, end, due)
-}
-
-func loadDispatchTask(ctx context.Context, tx *sql.Tx, k taskd.TaskKey) (*dispatchTask, error) {
-	var t dispatchTask
-	dest := []any{&t.status, &t.start, &t.quota, &t.mode, &t.templateID, &t.params,
-		&t.leaseSeconds, &t.maxAttempts, &t.backoffSeconds}
-	const cols = "status, start_time, dispatch_times, mode, template_id, params, lease_seconds, max_attempts, retry_backoff_seconds"
-	q := "SELECT " + cols + " FROM task_once WHERE id = ? LOCK IN SHARE MODE"
-	if k.Kind == taskd.KindRotate {
-		q = "SELECT " + cols + ", space_minutes, end_time FROM task_rotate WHERE id = ? LOCK IN SHARE MODE"
-		dest = append(dest, &t.space, &t.end)
-	}
-	if err := tx.QueryRowContext(ctx, q, k.ID).Scan(dest...); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil, nil
-		}
-		return nil, err
-	}
-	t.start = t.start.UTC()
-	return &t, nil
-}
-
-// priorAttempts takes uid's hold on occ for a claim and returns the attempts uid
-// already used at it (expiries that left attempts), or -1 when uid may not take it: it
-// holds it (open or waiting for a retry), finished it for good (once_per_user), or it
-// is dead for uid.
-//
-// once_per_user: the claim row (task, due, uid) is the hold. It is inserted, or, when
-// an expiry released it, taken again; rows affected tell which (1 new, 2 re-taken, 0
-// held), and only a re-take reads its attempts. until_exhausted has no such row (the
-// user takes the occurrence again after each completion): the user's dispatch records
-// of it say.
-func priorAttempts(ctx context.Context, tx *sql.Tx, mode taskd.Mode, occ taskd.Occurrence, uid string) (int, error) {
-	o := occ.Task
-	if mode != taskd.ModeOncePerUser {
-		var prior int
-		err := tx.QueryRowContext(ctx, `SELECT IF(SUM(state IN (?, ?)) > 0, -1, COALESCE(MAX(IF(state = ?, attempt, 0)), 0))
-			FROM dispatch WHERE task_kind = ? AND task_id = ? AND due_at = ? AND uid = ?`,
-			taskd.StateRetryWait, taskd.StateDead, taskd.StateExpired, o.Kind, o.ID, occ.DueAt, uid).Scan(&prior)
-		return prior, err
-	}
-	res, err := tx.ExecContext(ctx, `INSERT INTO occurrence_user (task_kind, task_id, due_at, uid) VALUES (?, ?, ?, ?)
-		ON DUPLICATE KEY UPDATE released = 0`, o.Kind, o.ID, occ.DueAt, uid)
-	if err != nil {
-		return 0, err
-	}
-	switch n, err := res.RowsAffected(); {
-	case err != nil:
-		return 0, err
-	case n == 1:
-		return 0, nil
-	case n == 0:
-		return -1, nil // held: released was 0 already
-	}
-	var prior int
-	err = tx.QueryRowContext(ctx, `SELECT attempts FROM occurrence_user
-		WHERE task_kind = ? AND task_id = ? AND due_at = ? AND uid = ?`, o.Kind, o.ID, occ.DueAt, uid).Scan(&prior)
-	return prior, err
-}
-
-// errAbort rolls a transaction back without it being an error.
-var errAbort = errors.New("abort")
-
-// Claim tries to dispatch occurrence occ to uid at now: it checks the task is still
-// active, still has the occurrence and that the user has attempts left at it, claims a
-// quota slot atomically (a conditional increment, and for once_per_user a row whose key
-// forbids a second claim by the same user), and records the open dispatch, all in one
-// transaction. On Claimed it returns the new record; its attempt counts the user's
-// earlier attempts at the occurrence that expired. Only a re-take costs a read of
-// those: once_per_user learns it from its claim row, until_exhausted asks the
-// dispatch records.
-func (s *Store) Claim(ctx context.Context, uid string, occ taskd.Occurrence, now time.Time) (taskd.ClaimOutcome, *taskd.Dispatch, error) {
-	var outcome taskd.ClaimOutcome
-	var d *taskd.Dispatch
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		outcome, d = 0, nil
-		t, err := loadDispatchTask(ctx, tx, occ.Task)
-		if err != nil {
-			return err
-		}
-		if t == nil || t.status != taskd.StatusActive || !t.hasOccurrence(occ.Task.Kind, occ.DueAt) {
-			outcome = taskd.Gone
-			return errAbort
-		}
-		prior, err := priorAttempts(ctx, tx, t.mode, occ, uid)
-		if err != nil {
-			return err
-		}
-		if !taskd.MayClaim(prior, t.maxAttempts) {
-			outcome = taskd.AlreadyHad
-			return errAbort
-		}
-		// One statement: insert the counter at 1, or add one while below the quota.
-		// Rows affected is 1 (inserted), 2 (incremented) or 0 (exhausted).
-		res, err := tx.ExecContext(ctx, `INSERT INTO occurrence_claim (task_kind, task_id, due_at, claimed)
-			VALUES (?, ?, ?, 1)
-			ON DUPLICATE KEY UPDATE claimed = IF(? < 0 OR claimed < ?, claimed + 1, claimed)`,
-			occ.Task.Kind, occ.Task.ID, occ.DueAt, t.quota, t.quota)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 0 || t.quota == 0 {
-			outcome = taskd.Exhausted
-			return errAbort
-		}
-		d = &taskd.Dispatch{
-			LogID:          newID(),
-			UID:            uid,
-			Occurrence:     occ,
-			Mode:           t.mode,
-			Attempt:        prior + 1,
-			MaxAttempts:    taskd.MaxAttemptsOf(t.maxAttempts),
-			BackoffSeconds: t.backoffSeconds,
-			LeaseSeconds:   t.leaseSeconds,
-			State:          taskd.StateOpen,
-			TemplateID:     t.templateID,
-			Params:         json.RawMessage(t.params),
-			DispatchedAt:   now,
-		}
-		if err := insertDispatch(ctx, tx, d); err != nil {
-			if isDuplicate(err) {
-				outcome = taskd.UserBusy
-				return errAbort
-			}
-			return err
-		}
-		outcome = taskd.Claimed
-		return s.emit(ctx, tx, d, taskd.EventDispatch, now)
-	})
-	if errors.Is(err, errAbort) {
-		return outcome, nil, nil
-	}
-	if err != nil {
-		return 0, nil, mysqlErr("claim "+occ.String(), err)
-	}
-	return outcome, d, nil
-}
-
-func insertDispatch(ctx context.Context, tx *sql.Tx, d *taskd.Dispatch) error {
-	if d.LeaseSeconds > 0 {
-		exp := d.DispatchedAt.Add(time.Duration(d.LeaseSeconds) * time.Second)
-		d.LeaseExpiresAt = &exp
-	}
-	_, err := tx.ExecContext(ctx, `INSERT INTO dispatch (log_id, uid, open_uid, task_kind, task_id, due_at,
-		mode, attempt, max_attempts, retry_backoff_seconds, lease_seconds, state, template_id, params,
-		dispatched_at, lease_expires_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		d.LogID, d.UID, d.UID, d.Occurrence.Task.Kind, d.Occurrence.Task.ID, d.Occurrence.DueAt,
-		d.Mode, d.Attempt, d.MaxAttempts, d.BackoffSeconds, d.LeaseSeconds, taskd.StateOpen, d.TemplateID,
-		string(d.Params), d.DispatchedAt, d.LeaseExpiresAt)
-	return err
-}
-
 // Redo records that uid's open dispatch was handed out again. It reports false if the
 // dispatch is no longer open (completed or expired meanwhile).
 func (s *Store) Redo(ctx context.Context, d *taskd.Dispatch, now time.Time) (bool, error) {
@@ -329,7 +149,7 @@ func (s *Store) Resume(ctx context.Context, uid, logID string, now time.Time) (o
 			next.DispatchedAt = now
 			next.LeaseExpiresAt, next.RetryAt, next.FinishedAt = nil, nil, nil
 			next.RedoCount = 0
-			if err := insertDispatch(ctx, tx, &next); err != nil {
+			if err := insertDispatches(ctx, tx, []*taskd.Dispatch{&next}); err != nil {
 				if isDuplicate(err) {
 					outcome = taskd.UserBusy
 					return errAbort
@@ -444,103 +264,6 @@ func parkTask(ctx context.Context, tx *sql.Tx, key taskd.TaskKey) error {
 	return err
 }
 
-// Complete finishes uid's dispatch logID with result at now: the record is closed, the
-// user's cursor moves to the occurrence's due time and its exclude set is updated, in
-// one transaction. A failure with attempts left schedules a retry instead.
-func (s *Store) Complete(ctx context.Context, uid, logID string, result taskd.Result, detail json.RawMessage, now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
-	var outcome taskd.CompleteOutcome
-	var d *taskd.Dispatch
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		var err error
-		d, err = scanDispatch(tx.QueryRowContext(ctx,
-			"SELECT "+dispatchColumns+" FROM dispatch WHERE log_id = ? FOR UPDATE", logID))
-		if errors.Is(err, sql.ErrNoRows) {
-			d, err = nil, nil
-		}
-		if err != nil {
-			return err
-		}
-		var ok bool
-		if outcome, ok = taskd.CompleteBlocked(d, uid, now); !ok {
-			if outcome == taskd.ExpiredNow {
-				return s.expire(ctx, tx, d, now)
-			}
-			if d != nil && d.UID != uid {
-				d = nil // someone else's: not the caller's to see
-			}
-			return errAbort
-		}
-		var detailArg any
-		if len(detail) > 0 {
-			detailArg = string(detail)
-		}
-		if outcome = d.Finish(result, now); outcome == taskd.RetryScheduled {
-			// The retry waits beside the user's open slot, not in it: the user's other
-			// tasks flow meanwhile, and the retry comes back through the user's heap.
-			_, err := tx.ExecContext(ctx, `UPDATE dispatch SET state = ?, result = ?, detail = ?,
-				finished_at = ?, retry_at = ?, open_uid = NULL, waiting_uid = uid WHERE log_id = ?`,
-				d.State, result, detailArg, now, *d.RetryAt, logID)
-			if err != nil {
-				return err
-			}
-			return s.emit(ctx, tx, d, taskd.EventComplete, now)
-		}
-		// A success is done; a failure with no attempt left is dead.
-		_, err = tx.ExecContext(ctx, `UPDATE dispatch SET state = ?, result = ?, detail = ?,
-			finished_at = ?, open_uid = NULL, waiting_uid = NULL WHERE log_id = ?`, d.State, result, detailArg, now, logID)
-		if err != nil {
-			return err
-		}
-		if err := advanceCursor(ctx, tx, d, now); err != nil {
-			return err
-		}
-		if err := s.emit(ctx, tx, d, taskd.EventComplete, now); err != nil {
-			return err
-		}
-		if d.State == taskd.StateDead {
-			return s.emit(ctx, tx, d, taskd.EventDead, now)
-		}
-		return nil
-	})
-	if errors.Is(err, errAbort) {
-		return outcome, d, nil
-	}
-	if err != nil {
-		return 0, nil, mysqlErr("complete", err)
-	}
-	return outcome, d, nil
-}
-
-// advanceCursor moves uid's cursor to the completed occurrence's due time. The exclude
-// set holds the keys completed at exactly the cursor, so ties are not dispatched again;
-// an until_exhausted occurrence is not excluded: it stays on offer while quota lasts.
-//
-// One statement, read and write together (it locks the row as a read FOR UPDATE
-// would): an occurrence before the cursor changes nothing (a retried old one: the
-// cursor does not go back); one after it moves the cursor and starts the exclude set
-// afresh; one at it joins the set. Assignments run left to right, so exclude_keys is
-// decided against the cursor before cursor_at moves.
-func advanceCursor(ctx context.Context, tx *sql.Tx, d *taskd.Dispatch, now time.Time) error {
-	key := "" // until_exhausted: not excluded
-	fresh := []string{}
-	if d.Mode == taskd.ModeOncePerUser {
-		key = d.Occurrence.String()
-		fresh = append(fresh, key)
-	}
-	b, _ := json.Marshal(fresh)
-	_, err := tx.ExecContext(ctx, `INSERT INTO user_state (uid, cursor_at, exclude_keys, updated_at)
-		VALUES (?, ?, ?, ?)
-		ON DUPLICATE KEY UPDATE
-		  exclude_keys = CASE
-		    WHEN VALUES(cursor_at) > cursor_at THEN VALUES(exclude_keys)
-		    WHEN VALUES(cursor_at) < cursor_at OR ? = '' OR JSON_CONTAINS(exclude_keys, JSON_QUOTE(?)) THEN exclude_keys
-		    ELSE JSON_ARRAY_APPEND(exclude_keys, '$', ?) END,
-		  updated_at = IF(VALUES(cursor_at) < cursor_at, updated_at, VALUES(updated_at)),
-		  cursor_at = GREATEST(cursor_at, VALUES(cursor_at))`,
-		d.UID, d.Occurrence.DueAt, string(b), now, key, key, key)
-	return err
-}
-
 // rowQuerier is a *sql.DB or a *sql.Tx.
 type rowQuerier interface {
 	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
@@ -617,7 +340,7 @@ func (s *Store) expire(ctx context.Context, tx *sql.Tx, d *taskd.Dispatch, now t
 	}
 	d.State, d.FinishedAt = state, &now
 	if dead {
-		if err := advanceCursor(ctx, tx, d, now); err != nil {
+		if err := advanceCursors(ctx, tx, []*taskd.Dispatch{d}); err != nil {
 			return err
 		}
 		if err := s.emit(ctx, tx, d, taskd.EventExpire, now); err != nil {
@@ -678,9 +401,19 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]
 // emit writes the event for d to the outbox, in the caller's transaction, when a relay
 // is configured; otherwise the dispatch record itself is the event's durable form.
 func (s *Store) emit(ctx context.Context, tx *sql.Tx, d *taskd.Dispatch, typ taskd.EventType, now time.Time) error {
-	if !s.events.Outbox {
+	return s.emitAll(ctx, tx, []taskd.Event{s.event(d, typ, now)})
+}
+
+// emitAll writes events to the outbox as emit does, in one statement.
+func (s *Store) emitAll(ctx context.Context, tx *sql.Tx, evs []taskd.Event) error {
+	if !s.events.Outbox || len(evs) == 0 {
 		return nil
 	}
+	return appendOutboxTx(ctx, tx, evs)
+}
+
+// event is d's event of type typ at now.
+func (s *Store) event(d *taskd.Dispatch, typ taskd.EventType, now time.Time) taskd.Event {
 	ev := taskd.Event{
 		EventID: taskd.EventID(d.LogID, typ, d.RedoCount),
 		Type:    typ,
@@ -698,7 +431,7 @@ func (s *Store) emit(ctx context.Context, tx *sql.Tx, d *taskd.Dispatch, typ tas
 		ms := now.Sub(d.DispatchedAt).Milliseconds()
 		ev.LatencyMS = &ms
 	}
-	return appendOutboxTx(ctx, tx, []taskd.Event{ev})
+	return ev
 }
 
 // EventsConfig says whether state changes also write outbox events, and the node name

@@ -22,15 +22,38 @@ import (
 
 // Store is the MySQL-backed system of record.
 type Store struct {
-	db     *sql.DB
-	events EventsConfig
+	db        *sql.DB
+	events    EventsConfig
+	claims    *batcher[claimIn, claimOut]       // nil: each claim its own transaction
+	completes *batcher[completeIn, completeOut] // nil: each complete its own transaction
+	observe   BatchObserver
+}
+
+// BatchObserver is told of every group-commit batch: its kind ("claim" or "complete"),
+// its size, and the error that made it fall back to running its requests one by one
+// (nil when it committed).
+type BatchObserver func(kind string, size int, err error)
+
+// ObserveBatches sets the observer of group-commit batches; call before serving.
+func (s *Store) ObserveBatches(o BatchObserver) { s.observe = o }
+
+func (s *Store) observed(kind string, size int, err error) {
+	if s.observe != nil {
+		s.observe(kind, size, err)
+	}
 }
 
 // DB returns the underlying pool (for health checks and tests).
 func (s *Store) DB() *sql.DB { return s.db }
 
-// Close closes the pool.
-func (s *Store) Close() error { return s.db.Close() }
+// Close stops the group commit (running batches finish) and closes the pool.
+func (s *Store) Close() error {
+	if s.claims != nil {
+		s.claims.close()
+		s.completes.close()
+	}
+	return s.db.Close()
+}
 
 // OpenOptions tune Open.
 type OpenOptions struct {
@@ -39,6 +62,12 @@ type OpenOptions struct {
 	// Migrate applies the embedded migrations.
 	Migrate  bool
 	MaxConns int
+	// Batch is the most claims (and, apart, completes) that share one transaction and
+	// its commit (group commit); 1 runs each in its own. Default 64.
+	Batch int
+	// Lanes is how many batches of each kind run at once. Default 4, at most half the
+	// pool.
+	Lanes int
 }
 
 // Open connects to the DSN's database, optionally creating it and applying the
@@ -100,7 +129,19 @@ func Open(ctx context.Context, dsn string, opt OpenOptions) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("mysql ping: %w", err)
 	}
-	return &Store{db: db}, nil
+	s := &Store{db: db}
+	if opt.Batch <= 0 {
+		opt.Batch = 64
+	}
+	if opt.Lanes <= 0 {
+		opt.Lanes = 4
+	}
+	if opt.Batch > 1 {
+		lanes := max(1, min(opt.Lanes, opt.MaxConns/2))
+		s.claims = startBatcher(lanes, opt.Batch, s.runClaims)
+		s.completes = startBatcher(lanes, opt.Batch, s.runCompletes)
+	}
+	return s, nil
 }
 
 func createDatabase(ctx context.Context, cfg *mysql.Config) error {
@@ -172,7 +213,7 @@ func retryable(err error) bool {
 	if errors.As(err, &me) {
 		return me.Number == 1213 || me.Number == 1205 // deadlock, lock wait timeout
 	}
-	return false
+	return errors.Is(err, errConflict)
 }
 
 // isDuplicate reports a unique-key violation.

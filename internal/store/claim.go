@@ -1,0 +1,725 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/taskpull/taskd"
+)
+
+// A claim dispatches an occurrence to a user if the rules allow: the task is active and
+// has the occurrence, the user has attempts left at it (and, once_per_user, has not
+// taken it), and the quota has a slot. Its writes: the user's once_per_user hold, the
+// occurrence's claim counter, the open dispatch record and its event. Claims run in
+// batches (group commit, batch.go): claimBatch decides a batch in one transaction from
+// rows it holds locked, as if its claims had run one after another; claimOne is the
+// same claim alone, for the few a batch leaves to run on their own.
+
+// dispatchTask is the part of a task row a dispatch needs, read in the claim
+// transaction so that a concurrent edit (pause, lower quota) is respected.
+type dispatchTask struct {
+	status         taskd.Status
+	start          time.Time
+	space          int64 // minutes; rotate only
+	end            sql.NullTime
+	quota          int
+	mode           taskd.Mode
+	templateID     int64
+	params         string
+	leaseSeconds   int
+	maxAttempts    int
+	backoffSeconds int
+}
+
+func (t *dispatchTask) hasOccurrence(k taskd.Kind, due time.Time) bool {
+	if k == taskd.KindOnce {
+		return t.start.Equal(due)
+	}
+	var end *time.Time
+	if t.end.Valid {
+		end = &t.end.Time
+	}
+	return t.space > 0 && taskd.IsRotation(t.start, time.Duration(t.space)*time.Minute, end, due)
+}
+
+// offers reports whether the task is active and has occ.
+func (t *dispatchTask) offers(occ taskd.Occurrence) bool {
+	return t != nil && t.status == taskd.StatusActive && t.hasOccurrence(occ.Task.Kind, occ.DueAt)
+}
+
+// loadDispatchTasks reads the tasks of keys in share mode (an edit waits for the
+// claim's commit, and a claim after an edit's commit sees it). Missing tasks are absent
+// from the map.
+func loadDispatchTasks(ctx context.Context, tx *sql.Tx, keys []taskd.TaskKey) (map[taskd.TaskKey]*dispatchTask, error) {
+	out := make(map[taskd.TaskKey]*dispatchTask, len(keys))
+	for _, kind := range []taskd.Kind{taskd.KindOnce, taskd.KindRotate} {
+		var ids []any
+		for _, k := range keys {
+			if k.Kind == kind {
+				ids = append(ids, k.ID)
+			}
+		}
+		if len(ids) == 0 {
+			continue
+		}
+		const cols = "id, status, start_time, dispatch_times, mode, template_id, params, lease_seconds, max_attempts, retry_backoff_seconds"
+		q := "SELECT " + cols + ", 0, NULL FROM task_once"
+		if kind == taskd.KindRotate {
+			q = "SELECT " + cols + ", space_minutes, end_time FROM task_rotate"
+		}
+		rows, err := tx.QueryContext(ctx, q+" WHERE id IN ("+marks(len(ids))+") LOCK IN SHARE MODE", ids...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var id int64
+			var t dispatchTask
+			if err := rows.Scan(&id, &t.status, &t.start, &t.quota, &t.mode, &t.templateID, &t.params,
+				&t.leaseSeconds, &t.maxAttempts, &t.backoffSeconds, &t.space, &t.end); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			t.start = t.start.UTC()
+			out[taskd.TaskKey{Kind: kind, ID: id}] = &t
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// loadDispatchTask reads one task as loadDispatchTasks does; nil when it is missing.
+func loadDispatchTask(ctx context.Context, tx *sql.Tx, k taskd.TaskKey) (*dispatchTask, error) {
+	m, err := loadDispatchTasks(ctx, tx, []taskd.TaskKey{k})
+	return m[k], err
+}
+
+// Claim tries to dispatch occurrence occ to uid at now. On Claimed it returns the new
+// open record; its attempt counts the user's earlier attempts at the occurrence that
+// expired. It waits for the commit of the batch it joins.
+func (s *Store) Claim(ctx context.Context, uid string, occ taskd.Occurrence, now time.Time) (taskd.ClaimOutcome, *taskd.Dispatch, error) {
+	if s.claims == nil {
+		return s.claimOne(ctx, uid, occ, now)
+	}
+	occ.DueAt = occ.DueAt.UTC() // a map key in the batch, as MySQL gives it back
+	out, err := s.claims.do(ctx, claimIn{uid: uid, occ: occ, now: now})
+	return out.outcome, out.d, mysqlErr("claim "+occ.String(), err)
+}
+
+type claimIn struct {
+	uid string
+	occ taskd.Occurrence
+	now time.Time
+}
+
+type claimOut struct {
+	outcome taskd.ClaimOutcome
+	d       *taskd.Dispatch
+}
+
+type claimJob = job[claimIn, claimOut]
+
+// runClaims is the claim batcher's run: the batch in one transaction, then, one by one,
+// the claims it left alone. If the batch fails, each of its claims runs alone, so that
+// one claim's error is its own.
+func (s *Store) runClaims(jobs []*claimJob) {
+	ctx, cancel := batchContext(jobs)
+	outs, err := s.claimBatch(ctx, jobs)
+	cancel()
+	s.observed("claim", len(jobs), err)
+	var alone []*claimJob
+	for i, j := range jobs {
+		if err != nil || outs[i].outcome == 0 {
+			alone = append(alone, j)
+			continue
+		}
+		j.finish(outs[i], nil)
+	}
+	for _, j := range alone {
+		outcome, d, err := s.claimOne(j.ctx, j.in.uid, j.in.occ, j.in.now)
+		j.finish(claimOut{outcome, d}, err)
+	}
+}
+
+// claimState is one claim's progress through a batch.
+type claimState struct {
+	outcome taskd.ClaimOutcome // 0: undecided
+	d       *taskd.Dispatch
+	alone   bool // left to run on its own after the batch commits
+	held    bool // the batch took the user's once_per_user hold
+	prior   int  // attempts the user already used at the occurrence
+}
+
+// claimRun is one attempt at a batch's transaction.
+type claimRun struct {
+	jobs  []*claimJob
+	st    []claimState
+	tasks map[taskd.TaskKey]*dispatchTask
+	tx    *sql.Tx
+}
+
+// open lists the claims still undecided, in batch order.
+func (c *claimRun) open() []int {
+	var idx []int
+	for i := range c.jobs {
+		if c.st[i].outcome == 0 && !c.st[i].alone {
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}
+
+func (c *claimRun) task(i int) *dispatchTask { return c.tasks[c.jobs[i].in.occ.Task] }
+
+// claimBatch decides and records a batch of claims in one transaction and returns
+// their outcomes once it has committed; a claim left to run alone has none. An error
+// means nothing was written.
+func (s *Store) claimBatch(ctx context.Context, jobs []*claimJob) ([]claimOut, error) {
+	var c *claimRun
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		c = &claimRun{jobs: jobs, st: make([]claimState, len(jobs)), tx: tx}
+		return s.claimAll(ctx, c)
+	})
+	if err != nil {
+		return nil, mysqlErr("claim", err)
+	}
+	outs := make([]claimOut, len(jobs))
+	for i := range jobs {
+		if !c.st[i].alone {
+			outs[i] = claimOut{c.st[i].outcome, c.st[i].d}
+		}
+	}
+	return outs, nil
+}
+
+func (s *Store) claimAll(ctx context.Context, c *claimRun) error {
+	keys := make([]taskd.TaskKey, 0, len(c.jobs))
+	for _, j := range c.jobs {
+		keys = append(keys, j.in.occ.Task)
+	}
+	var err error
+	if c.tasks, err = loadDispatchTasks(ctx, c.tx, keys); err != nil {
+		return err
+	}
+	for i, j := range c.jobs {
+		if !c.task(i).offers(j.in.occ) {
+			c.st[i].outcome = taskd.Gone
+		}
+	}
+	if err := c.takeHolds(ctx); err != nil {
+		return err
+	}
+	if err := c.readPriors(ctx); err != nil {
+		return err
+	}
+	for _, i := range c.open() {
+		if !taskd.MayClaim(c.st[i].prior, c.task(i).maxAttempts) {
+			c.st[i].outcome = taskd.AlreadyHad
+		}
+	}
+	claimed, err := c.lockCounters(ctx)
+	if err != nil {
+		return err
+	}
+	added, err := c.grant(ctx, claimed)
+	if err != nil {
+		return err
+	}
+	if err := c.releaseHolds(ctx); err != nil {
+		return err
+	}
+	if err := c.writeCounters(ctx, claimed, added); err != nil {
+		return err
+	}
+	var evs []taskd.Event
+	for i := range c.jobs {
+		if c.st[i].outcome == taskd.Claimed {
+			evs = append(evs, s.event(c.st[i].d, taskd.EventDispatch, c.jobs[i].in.now))
+		}
+	}
+	return s.emitAll(ctx, c.tx, evs)
+}
+
+// occUser is a once_per_user hold's key.
+type occUser struct {
+	occ taskd.Occurrence
+	uid string
+}
+
+// takeHolds inserts the once_per_user holds of the batch's open claims. A user who
+// holds a row already (an open or finished claim, or one released by an expiry, whose
+// re-take must read its attempts) is left to the single path, which tells them apart;
+// so is a second claim of the same user and occurrence in the batch.
+func (c *claimRun) takeHolds(ctx context.Context) error {
+	var idx []int
+	seen := map[occUser]bool{}
+	for _, i := range c.open() {
+		if c.task(i).mode != taskd.ModeOncePerUser {
+			continue
+		}
+		k := occUser{c.jobs[i].in.occ, c.jobs[i].in.uid}
+		if seen[k] {
+			c.st[i].alone = true
+			continue
+		}
+		seen[k] = true
+		idx = append(idx, i)
+	}
+	for len(idx) > 0 {
+		args := c.holdArgs(idx)
+		_, err := c.tx.ExecContext(ctx, "INSERT INTO occurrence_user (task_kind, task_id, due_at, uid) VALUES "+
+			tuples(len(idx), 4), args...)
+		if err == nil {
+			for _, i := range idx {
+				c.st[i].held = true
+			}
+			return nil
+		}
+		if !isDuplicate(err) {
+			return err
+		}
+		rows, qerr := c.tx.QueryContext(ctx, `SELECT task_kind, task_id, due_at, uid FROM occurrence_user
+			WHERE `+anyOf(len(idx), holdCols...), args...)
+		if qerr != nil {
+			return qerr
+		}
+		taken := map[occUser]bool{}
+		for rows.Next() {
+			var k occUser
+			if qerr = rows.Scan(&k.occ.Task.Kind, &k.occ.Task.ID, &k.occ.DueAt, &k.uid); qerr != nil {
+				break
+			}
+			k.occ.DueAt = k.occ.DueAt.UTC()
+			taken[k] = true
+		}
+		rows.Close()
+		if qerr = cmp.Or(qerr, rows.Err()); qerr != nil {
+			return qerr
+		}
+		if len(taken) == 0 {
+			return err // not a hold after all: the batch gives way to the single path
+		}
+		idx = slices.DeleteFunc(idx, func(i int) bool {
+			k := occUser{c.jobs[i].in.occ, c.jobs[i].in.uid}
+			c.st[i].alone = taken[k]
+			return taken[k]
+		})
+	}
+	return nil
+}
+
+func (c *claimRun) holdArgs(idx []int) []any {
+	args := make([]any, 0, 4*len(idx))
+	for _, i := range idx {
+		in := c.jobs[i].in
+		args = append(args, in.occ.Task.Kind, in.occ.Task.ID, in.occ.DueAt, in.uid)
+	}
+	return args
+}
+
+// readPriors reads, for the open until_exhausted claims, the attempts each user already
+// used at the occurrence, from its dispatch records (-1: one waits for a retry or is
+// dead, so the user may not take it again now). Such an occurrence has no hold row: the
+// user takes it again after each completion.
+func (c *claimRun) readPriors(ctx context.Context) error {
+	var idx []int
+	for _, i := range c.open() {
+		if c.task(i).mode != taskd.ModeOncePerUser {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) == 0 {
+		return nil
+	}
+	args := []any{taskd.StateRetryWait, taskd.StateDead, taskd.StateExpired}
+	rows, err := c.tx.QueryContext(ctx, `SELECT task_kind, task_id, due_at, uid,
+		IF(SUM(state IN (?, ?)) > 0, -1, COALESCE(MAX(IF(state = ?, attempt, 0)), 0))
+		FROM dispatch WHERE `+anyOf(len(idx), holdCols...)+`
+		GROUP BY task_kind, task_id, due_at, uid`, append(args, c.holdArgs(idx)...)...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	prior := map[occUser]int{}
+	for rows.Next() {
+		var k occUser
+		var n int
+		if err := rows.Scan(&k.occ.Task.Kind, &k.occ.Task.ID, &k.occ.DueAt, &k.uid, &n); err != nil {
+			return err
+		}
+		k.occ.DueAt = k.occ.DueAt.UTC()
+		prior[k] = n
+	}
+	for _, i := range idx {
+		c.st[i].prior = prior[occUser{c.jobs[i].in.occ, c.jobs[i].in.uid}]
+	}
+	return rows.Err()
+}
+
+// lockCounters locks the claim counters of the open claims' occurrences and returns
+// them; an occurrence without a counter row is absent (none claimed yet).
+func (c *claimRun) lockCounters(ctx context.Context) (map[taskd.Occurrence]int, error) {
+	claimed := map[taskd.Occurrence]int{}
+	occs := c.openOccurrences()
+	if len(occs) == 0 {
+		return claimed, nil
+	}
+	rows, err := c.tx.QueryContext(ctx, `SELECT task_kind, task_id, due_at, claimed FROM occurrence_claim
+		WHERE `+anyOf(len(occs), holdCols[:3]...)+` FOR UPDATE`, occArgs(occs, nil)...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var o taskd.Occurrence
+		var n int
+		if err := rows.Scan(&o.Task.Kind, &o.Task.ID, &o.DueAt, &n); err != nil {
+			return nil, err
+		}
+		o.DueAt = o.DueAt.UTC()
+		claimed[o] = n
+	}
+	return claimed, rows.Err()
+}
+
+// openOccurrences lists the occurrences of the open claims, each once, sorted.
+func (c *claimRun) openOccurrences() []taskd.Occurrence {
+	var occs []taskd.Occurrence
+	for _, i := range c.open() {
+		occs = append(occs, c.jobs[i].in.occ)
+	}
+	slices.SortFunc(occs, compareOccurrences)
+	return slices.Compact(occs)
+}
+
+func compareOccurrences(a, b taskd.Occurrence) int {
+	return cmp.Or(cmp.Compare(a.Task.Kind, b.Task.Kind), cmp.Compare(a.Task.ID, b.Task.ID), a.DueAt.Compare(b.DueAt))
+}
+
+func occArgs(occs []taskd.Occurrence, n []int) []any {
+	args := make([]any, 0, 4*len(occs))
+	for i, o := range occs {
+		args = append(args, o.Task.Kind, o.Task.ID, o.DueAt)
+		if n != nil {
+			args = append(args, n[i])
+		}
+	}
+	return args
+}
+
+// grant gives the open claims their slots in batch order, against the locked counters,
+// and inserts their dispatch records; it returns the slots added per occurrence. A
+// user's second claim in the batch, or a claim of a user whose open slot is already
+// taken (found when the insert hits the open-slot key), is UserBusy, and the slots are
+// given again without it.
+func (c *claimRun) grant(ctx context.Context, claimed map[taskd.Occurrence]int) (map[taskd.Occurrence]int, error) {
+	busy := map[string]bool{}
+	for {
+		added := map[taskd.Occurrence]int{}
+		users := map[string]bool{}
+		decided := map[int]taskd.ClaimOutcome{}
+		var granted []int
+		var ds []*taskd.Dispatch
+		for _, i := range c.open() {
+			in, t := c.jobs[i].in, c.task(i)
+			switch {
+			case busy[in.uid] || users[in.uid]:
+				decided[i] = taskd.UserBusy
+				continue
+			case t.quota == 0, t.quota != taskd.Unlimited && claimed[in.occ]+added[in.occ] >= t.quota:
+				decided[i] = taskd.Exhausted
+				continue
+			}
+			decided[i] = taskd.Claimed
+			added[in.occ]++
+			users[in.uid] = true
+			granted = append(granted, i)
+			d := &taskd.Dispatch{
+				LogID:          newID(),
+				UID:            in.uid,
+				Occurrence:     in.occ,
+				Mode:           t.mode,
+				Attempt:        c.st[i].prior + 1,
+				MaxAttempts:    taskd.MaxAttemptsOf(t.maxAttempts),
+				BackoffSeconds: t.backoffSeconds,
+				LeaseSeconds:   t.leaseSeconds,
+				State:          taskd.StateOpen,
+				TemplateID:     t.templateID,
+				Params:         json.RawMessage(t.params),
+				DispatchedAt:   in.now,
+			}
+			c.st[i].d = d
+			ds = append(ds, d)
+		}
+		err := insertDispatches(ctx, c.tx, ds)
+		if err == nil {
+			for i, o := range decided {
+				c.st[i].outcome = o
+				if o != taskd.Claimed {
+					c.st[i].d = nil
+				}
+			}
+			return added, nil
+		}
+		if !isDuplicate(err) {
+			return nil, err
+		}
+		uids := make([]any, 0, len(granted))
+		for _, i := range granted {
+			uids = append(uids, c.jobs[i].in.uid)
+		}
+		found, qerr := openUsers(ctx, c.tx, uids)
+		if qerr != nil {
+			return nil, qerr
+		}
+		if len(found) == 0 {
+			return nil, err
+		}
+		for _, u := range found {
+			busy[u] = true
+		}
+	}
+}
+
+// openUsers returns which of uids hold an open dispatch.
+func openUsers(ctx context.Context, tx *sql.Tx, uids []any) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, "SELECT open_uid FROM dispatch WHERE open_uid IN ("+marks(len(uids))+")", uids...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var u string
+		if err := rows.Scan(&u); err != nil {
+			return nil, err
+		}
+		out = append(out, u)
+	}
+	return out, rows.Err()
+}
+
+// releaseHolds deletes the holds the batch took for claims that did not dispatch.
+func (c *claimRun) releaseHolds(ctx context.Context) error {
+	var idx []int
+	for i := range c.jobs {
+		if c.st[i].held && c.st[i].outcome != taskd.Claimed {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) == 0 {
+		return nil
+	}
+	_, err := c.tx.ExecContext(ctx, "DELETE FROM occurrence_user WHERE "+anyOf(len(idx), holdCols...), c.holdArgs(idx)...)
+	return err
+}
+
+// errConflict is a transaction that met a concurrent one's write where it had read
+// none: it is run again (see retryable).
+var errConflict = errors.New("conflict with a concurrent transaction")
+
+// writeCounters adds the granted slots to the claim counters: to a row the batch holds
+// locked, an increment; a row it found missing is inserted, and if a concurrent claim
+// inserted it meanwhile the batch runs again, since its decision read none.
+func (c *claimRun) writeCounters(ctx context.Context, claimed, added map[taskd.Occurrence]int) error {
+	var held, fresh []taskd.Occurrence
+	for o := range added {
+		if _, ok := claimed[o]; ok {
+			held = append(held, o)
+		} else {
+			fresh = append(fresh, o)
+		}
+	}
+	write := func(occs []taskd.Occurrence, q string) error {
+		if len(occs) == 0 {
+			return nil
+		}
+		slices.SortFunc(occs, compareOccurrences)
+		n := make([]int, len(occs))
+		for i, o := range occs {
+			n[i] = added[o]
+		}
+		_, err := c.tx.ExecContext(ctx, "INSERT INTO occurrence_claim (task_kind, task_id, due_at, claimed) VALUES "+
+			tuples(len(occs), 4)+q, occArgs(occs, n)...)
+		return err
+	}
+	if err := write(held, " ON DUPLICATE KEY UPDATE claimed = claimed + VALUES(claimed)"); err != nil {
+		return err
+	}
+	if err := write(fresh, ""); err != nil {
+		if isDuplicate(err) {
+			return errConflict
+		}
+		return err
+	}
+	return nil
+}
+
+// priorAttempts takes uid's hold on occ for a claim and returns the attempts uid
+// already used at it (expiries that left attempts), or -1 when uid may not take it: it
+// holds it (open or waiting for a retry), finished it for good (once_per_user), or it
+// is dead for uid.
+//
+// once_per_user: the claim row (task, due, uid) is the hold. It is inserted, or, when
+// an expiry released it, taken again; rows affected tell which (1 new, 2 re-taken, 0
+// held), and only a re-take reads its attempts. until_exhausted has no such row (the
+// user takes the occurrence again after each completion): the user's dispatch records
+// of it say.
+func priorAttempts(ctx context.Context, tx *sql.Tx, mode taskd.Mode, occ taskd.Occurrence, uid string) (int, error) {
+	o := occ.Task
+	if mode != taskd.ModeOncePerUser {
+		var prior int
+		err := tx.QueryRowContext(ctx, `SELECT IF(SUM(state IN (?, ?)) > 0, -1, COALESCE(MAX(IF(state = ?, attempt, 0)), 0))
+			FROM dispatch WHERE task_kind = ? AND task_id = ? AND due_at = ? AND uid = ?`,
+			taskd.StateRetryWait, taskd.StateDead, taskd.StateExpired, o.Kind, o.ID, occ.DueAt, uid).Scan(&prior)
+		return prior, err
+	}
+	res, err := tx.ExecContext(ctx, `INSERT INTO occurrence_user (task_kind, task_id, due_at, uid) VALUES (?, ?, ?, ?)
+		ON DUPLICATE KEY UPDATE released = 0`, o.Kind, o.ID, occ.DueAt, uid)
+	if err != nil {
+		return 0, err
+	}
+	switch n, err := res.RowsAffected(); {
+	case err != nil:
+		return 0, err
+	case n == 1:
+		return 0, nil
+	case n == 0:
+		return -1, nil // held: released was 0 already
+	}
+	var prior int
+	err = tx.QueryRowContext(ctx, `SELECT attempts FROM occurrence_user
+		WHERE task_kind = ? AND task_id = ? AND due_at = ? AND uid = ?`, o.Kind, o.ID, occ.DueAt, uid).Scan(&prior)
+	return prior, err
+}
+
+// errAbort rolls a transaction back without it being an error.
+var errAbort = errors.New("abort")
+
+// claimOne is a claim in a transaction of its own: the task row, the user's hold (and
+// the attempts of a re-take), a conditional increment of the counter, the record. It
+// serves the claims a batch leaves alone: a user's once_per_user hold that exists
+// already (held: AlreadyHad; released by an expiry: a re-take).
+func (s *Store) claimOne(ctx context.Context, uid string, occ taskd.Occurrence, now time.Time) (taskd.ClaimOutcome, *taskd.Dispatch, error) {
+	var outcome taskd.ClaimOutcome
+	var d *taskd.Dispatch
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		outcome, d = 0, nil
+		t, err := loadDispatchTask(ctx, tx, occ.Task)
+		if err != nil {
+			return err
+		}
+		if !t.offers(occ) {
+			outcome = taskd.Gone
+			return errAbort
+		}
+		prior, err := priorAttempts(ctx, tx, t.mode, occ, uid)
+		if err != nil {
+			return err
+		}
+		if !taskd.MayClaim(prior, t.maxAttempts) {
+			outcome = taskd.AlreadyHad
+			return errAbort
+		}
+		// One statement: insert the counter at 1, or add one while below the quota.
+		// Rows affected is 1 (inserted), 2 (incremented) or 0 (exhausted).
+		res, err := tx.ExecContext(ctx, `INSERT INTO occurrence_claim (task_kind, task_id, due_at, claimed)
+			VALUES (?, ?, ?, 1)
+			ON DUPLICATE KEY UPDATE claimed = IF(? < 0 OR claimed < ?, claimed + 1, claimed)`,
+			occ.Task.Kind, occ.Task.ID, occ.DueAt, t.quota, t.quota)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 || t.quota == 0 {
+			outcome = taskd.Exhausted
+			return errAbort
+		}
+		d = &taskd.Dispatch{
+			LogID:          newID(),
+			UID:            uid,
+			Occurrence:     occ,
+			Mode:           t.mode,
+			Attempt:        prior + 1,
+			MaxAttempts:    taskd.MaxAttemptsOf(t.maxAttempts),
+			BackoffSeconds: t.backoffSeconds,
+			LeaseSeconds:   t.leaseSeconds,
+			State:          taskd.StateOpen,
+			TemplateID:     t.templateID,
+			Params:         json.RawMessage(t.params),
+			DispatchedAt:   now,
+		}
+		if err := insertDispatches(ctx, tx, []*taskd.Dispatch{d}); err != nil {
+			if isDuplicate(err) {
+				outcome = taskd.UserBusy
+				return errAbort
+			}
+			return err
+		}
+		outcome = taskd.Claimed
+		return s.emit(ctx, tx, d, taskd.EventDispatch, now)
+	})
+	if errors.Is(err, errAbort) {
+		return outcome, nil, nil
+	}
+	if err != nil {
+		return 0, nil, mysqlErr("claim "+occ.String(), err)
+	}
+	return outcome, d, nil
+}
+
+// insertDispatches inserts open dispatch records (setting their lease expiry) in one
+// statement.
+func insertDispatches(ctx context.Context, tx *sql.Tx, ds []*taskd.Dispatch) error {
+	if len(ds) == 0 {
+		return nil
+	}
+	const cols = 16
+	args := make([]any, 0, cols*len(ds))
+	for _, d := range ds {
+		if d.LeaseSeconds > 0 {
+			exp := d.DispatchedAt.Add(time.Duration(d.LeaseSeconds) * time.Second)
+			d.LeaseExpiresAt = &exp
+		}
+		args = append(args, d.LogID, d.UID, d.UID, d.Occurrence.Task.Kind, d.Occurrence.Task.ID, d.Occurrence.DueAt,
+			d.Mode, d.Attempt, d.MaxAttempts, d.BackoffSeconds, d.LeaseSeconds, taskd.StateOpen, d.TemplateID,
+			string(d.Params), d.DispatchedAt, d.LeaseExpiresAt)
+	}
+	_, err := tx.ExecContext(ctx, `INSERT INTO dispatch (log_id, uid, open_uid, task_kind, task_id, due_at,
+		mode, attempt, max_attempts, retry_backoff_seconds, lease_seconds, state, template_id, params,
+		dispatched_at, lease_expires_at) VALUES `+tuples(len(ds), cols), args...)
+	return err
+}
+
+// marks is n comma-separated placeholders.
+func marks(n int) string {
+	return "?" + strings.Repeat(", ?", n-1)
+}
+
+// tuples is n parenthesized groups of width placeholders: a multi-row VALUES list.
+func tuples(n, width int) string {
+	one := "(" + marks(width) + ")"
+	return one + strings.Repeat(", "+one, n-1)
+}
+
+// holdCols is the key of a once_per_user hold; its first three columns an
+// occurrence's.
+var holdCols = []string{"task_kind", "task_id", "due_at", "uid"}
+
+// anyOf matches rows whose cols equal any of n groups of arguments:
+// "(a = ? AND b = ?) OR (a = ? AND b = ?)". Not a row IN: MariaDB reads a row IN of one
+// element in a DELETE by scanning the table (locking what it reads), where this form
+// is a range on the key in every statement.
+func anyOf(n int, cols ...string) string {
+	one := "(" + strings.Join(cols, " = ? AND ") + " = ?)"
+	return one + strings.Repeat(" OR "+one, n-1)
+}

@@ -1,0 +1,260 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/taskpull/taskd"
+)
+
+// A complete finishes uid's open dispatch: the record is closed, the user's cursor
+// moves to the occurrence's due time and its exclude set is updated, or, for a failure
+// with attempts left, the record waits for its retry. Completes run in batches (group
+// commit, batch.go) like claims; completeOne is a complete alone, for those a batch
+// leaves: one whose lease ran out (it expires first) and a repeat of a log id already
+// in the batch.
+
+// Complete finishes uid's dispatch logID with result at now. It waits for the commit of
+// the batch it joins.
+func (s *Store) Complete(ctx context.Context, uid, logID string, result taskd.Result, detail json.RawMessage, now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
+	if s.completes == nil {
+		return s.completeOne(ctx, uid, logID, result, detail, now)
+	}
+	out, err := s.completes.do(ctx, completeIn{uid: uid, logID: logID, result: result, detail: detail, now: now})
+	return out.outcome, out.d, mysqlErr("complete", err)
+}
+
+type completeIn struct {
+	uid    string
+	logID  string
+	result taskd.Result
+	detail json.RawMessage
+	now    time.Time
+}
+
+type completeOut struct {
+	outcome taskd.CompleteOutcome
+	d       *taskd.Dispatch
+}
+
+type completeJob = job[completeIn, completeOut]
+
+// runCompletes is the complete batcher's run, as runClaims is the claims'.
+func (s *Store) runCompletes(jobs []*completeJob) {
+	ctx, cancel := batchContext(jobs)
+	outs, err := s.completeBatch(ctx, jobs)
+	cancel()
+	s.observed("complete", len(jobs), err)
+	var alone []*completeJob
+	for i, j := range jobs {
+		if err != nil || outs[i].outcome == 0 {
+			alone = append(alone, j)
+			continue
+		}
+		j.finish(outs[i], nil)
+	}
+	for _, j := range alone {
+		outcome, d, err := s.completeOne(j.ctx, j.in.uid, j.in.logID, j.in.result, j.in.detail, j.in.now)
+		j.finish(completeOut{outcome, d}, err)
+	}
+}
+
+// completeBatch decides and records a batch of completes in one transaction and
+// returns their outcomes once it has committed; a complete left to run alone has none.
+// An error means nothing was written.
+func (s *Store) completeBatch(ctx context.Context, jobs []*completeJob) ([]completeOut, error) {
+	outs := make([]completeOut, len(jobs))
+	alone := make([]bool, len(jobs))
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		clear(outs)
+		clear(alone)
+		ids := make([]any, 0, len(jobs))
+		seen := map[string]bool{}
+		for i, j := range jobs {
+			if seen[j.in.logID] {
+				alone[i] = true // a repeat: it must see the first one's outcome
+				continue
+			}
+			seen[j.in.logID] = true
+			ids = append(ids, j.in.logID)
+		}
+		records, err := lockDispatches(ctx, tx, ids)
+		if err != nil {
+			return err
+		}
+		var done []finishing
+		for i, j := range jobs {
+			if alone[i] {
+				continue
+			}
+			d := records[j.in.logID]
+			outcome, ok := taskd.CompleteBlocked(d, j.in.uid, j.in.now)
+			switch {
+			case outcome == taskd.ExpiredNow:
+				alone[i] = true
+				continue
+			case !ok && d != nil && d.UID != j.in.uid:
+				d = nil // someone else's: not the caller's to see
+			case ok:
+				outcome = d.Finish(j.in.result, j.in.now)
+				done = append(done, finishing{d, j.in.detail})
+			}
+			outs[i] = completeOut{outcome, d}
+		}
+		return s.finish(ctx, tx, done)
+	})
+	if err != nil {
+		return nil, mysqlErr("complete", err)
+	}
+	return outs, nil
+}
+
+// lockDispatches reads the records of ids FOR UPDATE.
+func lockDispatches(ctx context.Context, tx *sql.Tx, ids []any) (map[string]*taskd.Dispatch, error) {
+	out := make(map[string]*taskd.Dispatch, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := tx.QueryContext(ctx, "SELECT "+dispatchColumns+" FROM dispatch WHERE log_id IN ("+marks(len(ids))+") FOR UPDATE", ids...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		d, err := scanDispatch(rows)
+		if err != nil {
+			return nil, err
+		}
+		out[d.LogID] = d
+	}
+	return out, rows.Err()
+}
+
+// finishing is a record Finish has decided, with the complete's detail.
+type finishing struct {
+	d      *taskd.Dispatch
+	detail json.RawMessage
+}
+
+// finish writes what Finish decided for records held locked: the records (a retry
+// waits beside the user's open slot, not in it, so the user's other tasks flow
+// meanwhile and the retry comes back through the user's heap), the cursors of those
+// done or dead, and their events, in three statements whatever their number.
+func (s *Store) finish(ctx context.Context, tx *sql.Tx, fs []finishing) error {
+	if len(fs) == 0 {
+		return nil
+	}
+	var q strings.Builder
+	q.WriteString(`UPDATE dispatch d JOIN (`)
+	args := make([]any, 0, 6*len(fs))
+	var over []*taskd.Dispatch
+	var evs []taskd.Event
+	for i, f := range fs {
+		if i == 0 {
+			q.WriteString("SELECT ? AS log_id, ? AS state, ? AS result, ? AS detail, ? AS finished_at, ? AS retry_at")
+		} else {
+			q.WriteString(" UNION ALL SELECT ?, ?, ?, ?, ?, ?")
+		}
+		var detail any
+		if len(f.detail) > 0 {
+			detail = string(f.detail)
+		}
+		d := f.d
+		args = append(args, d.LogID, d.State, d.Result, detail, *d.FinishedAt, d.RetryAt)
+		evs = append(evs, s.event(d, taskd.EventComplete, *d.FinishedAt))
+		if d.State != taskd.StateRetryWait {
+			over = append(over, d)
+		}
+		if d.State == taskd.StateDead {
+			evs = append(evs, s.event(d, taskd.EventDead, *d.FinishedAt))
+		}
+	}
+	q.WriteString(`) v ON v.log_id = d.log_id
+		SET d.state = v.state, d.result = v.result, d.detail = v.detail, d.finished_at = v.finished_at,
+		    d.retry_at = COALESCE(v.retry_at, d.retry_at), d.open_uid = NULL,
+		    d.waiting_uid = IF(v.retry_at IS NULL, NULL, d.uid)`)
+	if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
+		return err
+	}
+	if err := advanceCursors(ctx, tx, over); err != nil {
+		return err
+	}
+	return s.emitAll(ctx, tx, evs)
+}
+
+// completeOne is a complete in a transaction of its own; a record whose lease has run
+// out expires instead (ExpiredNow).
+func (s *Store) completeOne(ctx context.Context, uid, logID string, result taskd.Result, detail json.RawMessage, now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
+	var outcome taskd.CompleteOutcome
+	var d *taskd.Dispatch
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		records, err := lockDispatches(ctx, tx, []any{logID})
+		if err != nil {
+			return err
+		}
+		d = records[logID]
+		var ok bool
+		if outcome, ok = taskd.CompleteBlocked(d, uid, now); !ok {
+			if outcome == taskd.ExpiredNow {
+				return s.expire(ctx, tx, d, now)
+			}
+			if d != nil && d.UID != uid {
+				d = nil // someone else's: not the caller's to see
+			}
+			return errAbort
+		}
+		outcome = d.Finish(result, now)
+		return s.finish(ctx, tx, []finishing{{d, detail}})
+	})
+	if errors.Is(err, errAbort) {
+		return outcome, d, nil
+	}
+	if err != nil {
+		return 0, nil, mysqlErr("complete", err)
+	}
+	return outcome, d, nil
+}
+
+// advanceCursors moves each record's user's cursor to its occurrence's due time. The
+// exclude set holds the keys completed at exactly the cursor, so ties are not
+// dispatched again; an until_exhausted occurrence is not excluded: it stays on offer
+// while quota lasts.
+//
+// One statement, read and write together (it locks the rows as a read FOR UPDATE
+// would), each row deciding against what is stored: an occurrence before the cursor
+// changes nothing (a retried old one: the cursor does not go back); one after it moves
+// the cursor and starts the exclude set afresh; one at it joins the set. Assignments
+// run left to right, so exclude_keys is decided against the cursor before cursor_at
+// moves. Two records of one user apply one after the other.
+func advanceCursors(ctx context.Context, tx *sql.Tx, ds []*taskd.Dispatch) error {
+	if len(ds) == 0 {
+		return nil
+	}
+	// In user order, so that concurrent batches lock user rows in one order.
+	ds = slices.SortedStableFunc(slices.Values(ds), func(a, b *taskd.Dispatch) int { return cmp.Compare(a.UID, b.UID) })
+	args := make([]any, 0, 4*len(ds))
+	for _, d := range ds {
+		fresh := []string{} // until_exhausted: not excluded
+		if d.Mode == taskd.ModeOncePerUser {
+			fresh = append(fresh, d.Occurrence.String())
+		}
+		b, _ := json.Marshal(fresh)
+		args = append(args, d.UID, d.Occurrence.DueAt, string(b), *d.FinishedAt)
+	}
+	_, err := tx.ExecContext(ctx, `INSERT INTO user_state (uid, cursor_at, exclude_keys, updated_at)
+		VALUES `+tuples(len(ds), 4)+`
+		ON DUPLICATE KEY UPDATE
+		  exclude_keys = CASE
+		    WHEN VALUES(cursor_at) > cursor_at THEN VALUES(exclude_keys)
+		    WHEN VALUES(cursor_at) < cursor_at OR JSON_CONTAINS(exclude_keys, VALUES(exclude_keys)) THEN exclude_keys
+		    ELSE JSON_MERGE_PRESERVE(exclude_keys, VALUES(exclude_keys)) END,
+		  updated_at = IF(VALUES(cursor_at) < cursor_at, updated_at, VALUES(updated_at)),
+		  cursor_at = GREATEST(cursor_at, VALUES(cursor_at))`, args...)
+	return err
+}

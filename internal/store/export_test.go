@@ -1,0 +1,67 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/taskpull/taskd"
+)
+
+// Hooks for the external tests: one batch exactly as given, as a lane runs it, without
+// running alone afterwards the requests it leaves alone.
+
+type BatchClaim struct {
+	UID string
+	Occ taskd.Occurrence
+	Now time.Time
+}
+
+type BatchComplete struct {
+	UID    string
+	LogID  string
+	Result taskd.Result
+	Detail json.RawMessage
+	Now    time.Time
+}
+
+// BatchResult is one request's outcome in a batch; Alone says it was left to run on its
+// own (and Outcome is unset).
+type BatchResult[O any] struct {
+	Outcome O
+	D       *taskd.Dispatch
+	Alone   bool
+}
+
+func (s *Store) ClaimBatch(ctx context.Context, cs []BatchClaim) ([]BatchResult[taskd.ClaimOutcome], error) {
+	jobs := make([]*claimJob, len(cs))
+	for i, c := range cs {
+		jobs[i] = &claimJob{ctx: ctx, in: claimIn{uid: c.UID, occ: c.Occ, now: c.Now}, done: make(chan struct{})}
+	}
+	outs, err := s.claimBatch(ctx, jobs)
+	if err != nil {
+		return nil, err
+	}
+	res := make([]BatchResult[taskd.ClaimOutcome], len(jobs))
+	for i, o := range outs {
+		res[i] = BatchResult[taskd.ClaimOutcome]{Outcome: o.outcome, D: o.d, Alone: o.outcome == 0}
+	}
+	return res, nil
+}
+
+func (s *Store) CompleteBatch(ctx context.Context, cs []BatchComplete) ([]BatchResult[taskd.CompleteOutcome], error) {
+	jobs := make([]*completeJob, len(cs))
+	for i, c := range cs {
+		jobs[i] = &completeJob{ctx: ctx, in: completeIn{uid: c.UID, logID: c.LogID, result: c.Result, detail: c.Detail, now: c.Now},
+			done: make(chan struct{})}
+	}
+	outs, err := s.completeBatch(ctx, jobs)
+	if err != nil {
+		return nil, err
+	}
+	res := make([]BatchResult[taskd.CompleteOutcome], len(jobs))
+	for i, o := range outs {
+		res[i] = BatchResult[taskd.CompleteOutcome]{Outcome: o.outcome, D: o.d, Alone: o.outcome == 0}
+	}
+	return res, nil
+}
