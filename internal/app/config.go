@@ -31,7 +31,7 @@ type Config struct {
 	// MySQLBatch and MySQLLanes shape the group commit (store.OpenOptions).
 	MySQLBatch int
 	MySQLLanes int
-	Node          string
+	Node       string
 	// RequestTimeout bounds one request's MySQL and Redis work (not a long poll's wait).
 	RequestTimeout time.Duration
 	// AuthFailureBurst and AuthFailureRate bound failed authentications per source
