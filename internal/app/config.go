@@ -84,7 +84,7 @@ func (c *Config) table() config.Table {
 			Value: config.Int(&c.MySQLConns, config.Positive)},
 		{Env: "DISPATCH_MYSQL_BATCH", Flag: "mysql-batch", Default: "64", Usage: "most claims (and, apart, completes) sharing one MySQL transaction and its commit (group commit; each still waits for the commit); 1: each its own",
 			Value: config.Int(&c.MySQLBatch, config.Between(1, 1000))},
-		{Env: "DISPATCH_MYSQL_LANES", Flag: "mysql-lanes", Default: "4", Usage: "group-commit batches of each kind running at once (at most half of DISPATCH_MYSQL_CONNS)",
+		{Env: "DISPATCH_MYSQL_LANES", Flag: "mysql-lanes", Default: "2", Usage: "group-commit batches of each kind running at once (at most half of DISPATCH_MYSQL_CONNS)",
 			Value: config.Int(&c.MySQLLanes, config.Between(1, 64))},
 		{Env: "DISPATCH_NODE", Flag: "node", Usage: "node name carried by events; empty: the host name",
 			Value: config.String(&c.Node)},

@@ -150,23 +150,32 @@ func (s *Store) finish(ctx context.Context, tx *sql.Tx, fs []finishing) error {
 	if len(fs) == 0 {
 		return nil
 	}
-	var q strings.Builder
-	q.WriteString(`UPDATE dispatch d JOIN (`)
-	args := make([]any, 0, 6*len(fs))
+	// One UPDATE with a CASE per column that differs between the records (a join with
+	// a derived table of the values would make MariaDB write a temporary table to disk
+	// on every batch).
+	u := caseUpdate{key: "log_id"}
 	var over []*taskd.Dispatch
 	var evs []taskd.Event
-	for i, f := range fs {
-		if i == 0 {
-			q.WriteString("SELECT ? AS log_id, ? AS state, ? AS result, ? AS detail, ? AS finished_at, ? AS retry_at")
-		} else {
-			q.WriteString(" UNION ALL SELECT ?, ?, ?, ?, ?, ?")
-		}
-		var detail any
-		if len(f.detail) > 0 {
-			detail = string(f.detail)
-		}
+	for _, f := range fs {
 		d := f.d
-		args = append(args, d.LogID, d.State, d.Result, detail, *d.FinishedAt, d.RetryAt)
+		u.keys = append(u.keys, d.LogID)
+		u.set("state", d.State)
+		u.set("result", d.Result)
+		u.set("finished_at", *d.FinishedAt)
+		u.set("open_uid", nil)
+		if len(f.detail) > 0 {
+			u.set("detail", string(f.detail))
+		} else {
+			u.set("detail", nil) // an open record has none yet
+		}
+		if d.RetryAt != nil {
+			// The retry waits beside the user's open slot.
+			u.set("retry_at", *d.RetryAt)
+			u.set("waiting_uid", d.UID)
+		} else {
+			u.keep("retry_at")
+			u.set("waiting_uid", nil)
+		}
 		evs = append(evs, s.event(d, taskd.EventComplete, *d.FinishedAt))
 		if d.State != taskd.StateRetryWait {
 			over = append(over, d)
@@ -175,17 +184,73 @@ func (s *Store) finish(ctx context.Context, tx *sql.Tx, fs []finishing) error {
 			evs = append(evs, s.event(d, taskd.EventDead, *d.FinishedAt))
 		}
 	}
-	q.WriteString(`) v ON v.log_id = d.log_id
-		SET d.state = v.state, d.result = v.result, d.detail = v.detail, d.finished_at = v.finished_at,
-		    d.retry_at = COALESCE(v.retry_at, d.retry_at), d.open_uid = NULL,
-		    d.waiting_uid = IF(v.retry_at IS NULL, NULL, d.uid)`)
-	if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
+	q, args := u.statement("dispatch")
+	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 		return err
 	}
 	if err := advanceCursors(ctx, tx, over); err != nil {
 		return err
 	}
 	return s.emitAll(ctx, tx, evs)
+}
+
+// caseUpdate builds one UPDATE giving each row, found by its key, values of its own:
+// a column with one value for all rows is a plain assignment, one whose values differ
+// a CASE on the key. Rows are added in order: keys[i] with the i-th set (or keep) of
+// every column.
+type caseUpdate struct {
+	key  string
+	keys []any
+	cols []string
+	vals map[string][]any  // per column, one value per row
+	kept map[string][]bool // per column and row: leave the column as it is
+}
+
+func (u *caseUpdate) set(col string, v any) { u.add(col, v, false) }
+
+func (u *caseUpdate) keep(col string) { u.add(col, nil, true) }
+
+func (u *caseUpdate) add(col string, v any, keep bool) {
+	if u.vals == nil {
+		u.vals, u.kept = map[string][]any{}, map[string][]bool{}
+	}
+	if _, ok := u.vals[col]; !ok {
+		u.cols = append(u.cols, col)
+	}
+	u.vals[col] = append(u.vals[col], v)
+	u.kept[col] = append(u.kept[col], keep)
+}
+
+func (u *caseUpdate) statement(table string) (string, []any) {
+	var sets []string
+	var args []any
+	for _, col := range u.cols {
+		vals, kept := u.vals[col], u.kept[col]
+		same := true
+		for j := range vals {
+			same = same && kept[j] == kept[0] && vals[j] == vals[0]
+		}
+		switch {
+		case same && kept[0]:
+			// no row changes it
+		case same:
+			sets = append(sets, col+" = ?")
+			args = append(args, vals[0])
+		default:
+			var c strings.Builder
+			c.WriteString(col + " = CASE " + u.key)
+			for j, v := range vals {
+				if !kept[j] {
+					c.WriteString(" WHEN ? THEN ?")
+					args = append(args, u.keys[j], v)
+				}
+			}
+			c.WriteString(" ELSE " + col + " END")
+			sets = append(sets, c.String())
+		}
+	}
+	q := "UPDATE " + table + " SET " + strings.Join(sets, ", ") + " WHERE " + u.key + " IN (" + marks(len(u.keys)) + ")"
+	return q, append(args, u.keys...)
 }
 
 // completeOne is a complete in a transaction of its own; a record whose lease has run
