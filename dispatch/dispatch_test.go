@@ -141,6 +141,33 @@ func TestQuotaModes(t *testing.T) {
 	}
 }
 
+// An until_exhausted occurrence stays on offer to its user after each completion,
+// including one whose attempt came back from a retry (its heap entry was the retry's,
+// not the occurrence's), until the quota is used up.
+func TestUntilExhaustedStaysOnOfferAfterARetry(t *testing.T) {
+	t.Parallel()
+	svc, b := setup(t)
+	key := b.task("uid_1", t0.Add(-time.Minute), quota(3), mode(taskd.ModeUntilExhausted), attempts(2, 0))
+	a := b.agent("1")
+
+	first := b.mustGet(svc, a, key)
+	b.complete(svc, a, first.LogID, taskd.ResultFailure) // a retry, due at once
+	retry := b.mustGet(svc, a, key)
+	if retry.Attempt != 2 || retry.LogID == first.LogID {
+		t.Fatalf("after a failure: %+v, want attempt 2 of a new record", retry)
+	}
+	b.complete(svc, a, retry.LogID, taskd.ResultSuccess)
+	for i := range 2 { // the two slots left
+		d := b.mustGet(svc, a, key)
+		if d.Redo || d.Attempt != 1 {
+			t.Fatalf("take %d after the retry's success: %+v, want a new dispatch", i+1, d)
+		}
+		b.complete(svc, a, d.LogID, taskd.ResultSuccess)
+	}
+	b.mustGetNothing(svc, a)
+	b.wantClaimed(3)
+}
+
 func TestOpenDispatchIsRedoneUntilCompleted(t *testing.T) {
 	t.Parallel()
 	svc, b := setup(t)

@@ -175,7 +175,10 @@ func (s *Service) fetch(ctx context.Context, uid, keyHash string) (FetchResult, 
 				if !redo {
 					s.cfg.Metrics.Dispatched(d.Occurrence.Task.Kind.String())
 				}
-				s.setOpen(ctx, uid, d.LogID, append(popped, e))
+				if !staysOnOffer(e, d) {
+					popped = append(popped, e)
+				}
+				s.setOpen(ctx, uid, d.LogID, popped)
 				return FetchResult{Task: assignment(d, redo), NextDueAt: nextDue(&e, view.Due[i+1:], view.Next)}, nil
 			case taskd.UserBusy:
 				// Another request of this user dispatched first: hand that one out, or,
@@ -206,6 +209,15 @@ func (s *Service) fetch(ctx context.Context, uid, keyHash string) (FetchResult, 
 		}
 	}
 	return FetchResult{NextDueAt: nextDue(nil, view.Due, view.Next)}, nil
+}
+
+// staysOnOffer reports whether the heap entry e, just dispatched as d, stays in the
+// heap: an until_exhausted occurrence is offered to its user again after each
+// completion while its quota lasts, which is what a rebuild after the completion would
+// give. Left in place, it needs no rebuild; meanwhile the open-dispatch hint hands out
+// d, so the entry is not taken twice. A waiting dispatch's entry (a retry) goes.
+func staysOnOffer(e schedule.Entry, d *taskd.Dispatch) bool {
+	return e.LogID == "" && d.Mode == taskd.ModeUntilExhausted
 }
 
 // take dispatches a due heap entry to uid: it claims the entry's occurrence, or, for a
@@ -354,13 +366,14 @@ func (s *Service) Complete(ctx context.Context, uid, keyHash, logID string, resu
 	}
 	switch outcome {
 	case taskd.Completed:
-		if d.Mode == taskd.ModeUntilExhausted && d.State == taskd.StateDone {
-			// The occurrence stays on offer to this user while quota lasts; the rebuild
-			// from the new cursor puts it back.
-			s.clearOpen(ctx, uid, schedule.OpenIs(logID))
+		s.clearOpen(ctx, uid, schedule.OpenIs(logID))
+		if d.Mode == taskd.ModeUntilExhausted && d.State == taskd.StateDone && d.Attempt > 1 {
+			// The occurrence stays on offer to this user while quota lasts. A first
+			// attempt's heap entry stayed in place (staysOnOffer); a later attempt came
+			// from a waiting dispatch's entry, and the rebuild from the new cursor puts
+			// the occurrence back.
 			return s.cache.InvalidateUser(ctx, uid)
 		}
-		s.clearOpen(ctx, uid, schedule.OpenIs(logID))
 		return nil
 	case taskd.RetryScheduled:
 		// The failed attempt left the open slot and waits in the user's heap: the
