@@ -79,6 +79,38 @@ func BenchmarkWarmEmptyPoll(b *testing.B) {
 	})
 }
 
+// A warm dispatch + complete cycle is three Redis round trips: the fetch's peek (key
+// and heap), the fetch's outcome (open-dispatch hint and heap pop), and the complete's
+// key check with the hint's clearing. Both MySQL writes go through the group commit.
+func TestCycleIsThreeRedisRoundTrips(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	e.task("rotate", map[string]any{"executor": "uid_1", "start_time": ts(t0), "space_minutes": 1})
+	uid, hash, _ := clientkey.Parse(e.key("1"))
+	svc := e.apps[0].Dispatch
+	ctx := t.Context()
+	cycle := func() {
+		t.Helper()
+		e.clock.Advance(time.Minute)
+		r, err := svc.Fetch(ctx, uid, hash, 0)
+		if err != nil || r.Task == nil {
+			t.Fatalf("fetch: %+v %v", r.Task, err)
+		}
+		if err := svc.Complete(ctx, uid, hash, r.Task.LogID, taskd.ResultSuccess, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cycle() // warms the heap and the key set
+	counter := &redisCounter{}
+	e.rdb.AddHook(counter)
+	for range 5 {
+		cycle()
+	}
+	if n := counter.n.Load(); n != 15 {
+		t.Fatalf("5 warm cycles sent %d Redis commands, want 15", n)
+	}
+}
+
 // One cycle: the clock moves a minute, the user fetches the rotation now due (a claim
 // and a dispatch record in MySQL) and completes it (cursor moves). With the outbox on
 // (Kafka configured; no relay runs here, rows just accumulate), each of the two
@@ -113,6 +145,47 @@ func BenchmarkDispatchCompleteCycle(b *testing.B) {
 			}
 		})
 	}
+}
+
+// Cycles of many users at once, as agents make them: goroutines (16 per core), each
+// with a user of its own, fetch and complete from a backlog of due rotations; their
+// claims and completes share group-commit transactions.
+func BenchmarkDispatchCompleteCycleParallel(b *testing.B) {
+	e := newEnv(b, 1)
+	const users = 64
+	uids := make([]string, users)
+	for i := range uids {
+		uids[i] = fmt.Sprint(i)
+	}
+	e.admin("PUT", "/v1/admin/groups/g/members", map[string]any{"uids": uids})
+	for range 10 { // 10 x 59 due rotations for each user
+		e.task("rotate", map[string]any{"executor": "gid_g", "start_time": ts(t0.Add(-59 * time.Minute)), "space_minutes": 1, "dispatch_times": -1})
+	}
+	type agent struct{ uid, hash string }
+	agents := make([]agent, users)
+	for i, u := range uids {
+		agents[i].uid, agents[i].hash, _ = clientkey.Parse(e.key(u))
+	}
+	svc := e.apps[0].Dispatch
+	ctx := context.Background()
+	var next atomic.Int64
+	b.SetParallelism(16)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		a := agents[int(next.Add(1)-1)%users]
+		for pb.Next() {
+			r, err := svc.Fetch(ctx, a.uid, a.hash, 0)
+			if err != nil || r.Task == nil {
+				b.Errorf("fetch for %s: %+v %v (out of work?)", a.uid, r.Task, err)
+				return
+			}
+			if err := svc.Complete(ctx, a.uid, a.hash, r.Task.LogID, taskd.ResultSuccess, nil); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }
 
 // A rebuild for a user with 500 once and 50 rotate tasks in the window (half through
