@@ -48,7 +48,4 @@ type Cache interface {
 	InvalidateGroup(ctx context.Context, gid string) error
 	// VerifyKey reports whether keyHash is one of uid's valid client keys.
 	VerifyKey(ctx context.Context, uid, keyHash string) error
-	// VerifyKeyClearOpen is VerifyKey, and with a valid key sets the hint to none if it
-	// says logID.
-	VerifyKeyClearOpen(ctx context.Context, uid, keyHash, logID string) error
 }

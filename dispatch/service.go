@@ -352,12 +352,8 @@ func (s *Service) clearOpen(ctx context.Context, uid string, seen schedule.OpenH
 // Complete finishes uid's open dispatch logID. Anything but the caller's open dispatch
 // is a stale_lease conflict; a repeated complete of the same log id answers as the
 // first did and changes nothing.
-//
-// The key check and the clearing of the open-dispatch hint share one Redis round trip
-// before MySQL: the hint is only a hint, and if the complete then fails the next fetch
-// finds the dispatch still open in MySQL.
 func (s *Service) Complete(ctx context.Context, uid, keyHash, logID string, result taskd.Result, detail json.RawMessage) error {
-	if err := s.cache.VerifyKeyClearOpen(ctx, uid, keyHash, logID); err != nil {
+	if err := s.cache.VerifyKey(ctx, uid, keyHash); err != nil {
 		return err
 	}
 	now := s.now()
@@ -370,6 +366,7 @@ func (s *Service) Complete(ctx context.Context, uid, keyHash, logID string, resu
 	}
 	switch outcome {
 	case taskd.Completed:
+		s.clearOpen(ctx, uid, schedule.OpenIs(logID))
 		if d.Mode == taskd.ModeUntilExhausted && d.State == taskd.StateDone && d.Attempt > 1 {
 			// The occurrence stays on offer to this user while quota lasts. A first
 			// attempt's heap entry stayed in place (staysOnOffer); a later attempt came
@@ -381,6 +378,7 @@ func (s *Service) Complete(ctx context.Context, uid, keyHash, logID string, resu
 	case taskd.RetryScheduled:
 		// The failed attempt left the open slot and waits in the user's heap: the
 		// rebuild puts it there, due at its retry time.
+		s.clearOpen(ctx, uid, schedule.OpenIs(logID))
 		return s.cache.InvalidateUser(ctx, uid)
 	case taskd.AlreadyDone:
 		if d != nil && d.State == taskd.StateRetryWait {

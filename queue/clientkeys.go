@@ -13,44 +13,15 @@ import (
 // VerifyKey reports whether keyHash is one of uid's valid client keys, loading the key
 // set from MySQL when Redis does not have it.
 func (c *Cache) VerifyKey(ctx context.Context, uid, keyHash string) error {
-	return c.verifyKey(ctx, uid, keyHash, "")
-}
-
-// VerifyKeyClearOpen is VerifyKey, and, when the key is valid, sets uid's open-dispatch
-// hint to none if it says logID, in the same round trip: a complete's first step. The
-// hint may be cleared before the complete reaches MySQL: a complete that then fails
-// leaves the dispatch open in MySQL, where the next fetch finds it.
-func (c *Cache) VerifyKeyClearOpen(ctx context.Context, uid, keyHash, logID string) error {
-	return c.verifyKey(ctx, uid, keyHash, logID)
-}
-
-// verifyKeyScript checks a client key against the user's cached key set and, if it is
-// valid, clears the open-dispatch hint when it says the given log id. It returns 1
-// (valid), 0 (not a key of the user's) or -1 (the set is not loaded).
-//
-// KEYS: key set, user hash. ARGV: key hash, log id to clear ("" for none).
-var verifyKeyScript = redis.NewScript(`
-local m = redis.call('SMISMEMBER', KEYS[1], ARGV[1], '-')
-if m[1] == 0 then
-  if m[2] == 1 then return 0 end
-  return -1
-end
-if ARGV[2] ~= '' and redis.call('HGET', KEYS[2], 'open') == ARGV[2] then
-  redis.call('HSET', KEYS[2], 'open', '` + openNone + `')
-end
-return 1
-`)
-
-func (c *Cache) verifyKey(ctx context.Context, uid, keyHash, clearLog string) error {
 	for attempt := 0; attempt < 5; attempt++ {
-		n, err := verifyKeyScript.Run(ctx, c.rdb, []string{c.keys.ClientKeys(uid), c.keys.User(uid)}, keyHash, clearLog).Int()
+		member, err := c.rdb.SMIsMember(ctx, c.keys.ClientKeys(uid), keyHash, "-").Result()
 		if err != nil {
 			return unavailable("verify key", err)
 		}
-		switch n {
-		case 1:
+		if member[0] {
 			return nil
-		case 0:
+		}
+		if member[1] {
 			return ErrBadKey
 		}
 		if err := c.loadKeys(ctx, uid); err != nil {

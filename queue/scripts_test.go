@@ -790,36 +790,6 @@ func TestVerifyKeyLoadsKeySet(t *testing.T) {
 	}
 }
 
-// A complete's first step: the key is checked and, only if it is valid, the hint is
-// cleared when it names the log id being completed (a newer dispatch's hint stays).
-func TestVerifyKeyClearOpen(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	e.l.hashes = []string{"h1"}
-	for i, tc := range []struct {
-		key, was, clear string
-		wantErr         error
-		want            string
-	}{
-		{"h1", "L1", "L1", nil, openNone},
-		{"h1", "L2", "L1", nil, "L2"},
-		{"h1", openNone, "L1", nil, openNone},
-		{"h9", "L1", "L1", ErrBadKey, "L1"},
-	} {
-		uid := "c" + strconv.Itoa(i)
-		user := e.keys.User(uid)
-		e.hset(user, "open", tc.was)
-		// The key set is not loaded yet: the first check loads it.
-		err := e.c.VerifyKeyClearOpen(e.ctx, uid, tc.key, tc.clear)
-		if !errors.Is(err, tc.wantErr) {
-			t.Errorf("case %d: err %v, want %v", i, err, tc.wantErr)
-		}
-		if got := e.hgetall(user)["open"]; got != tc.want {
-			t.Errorf("case %d: key %s, hint %s, clear %s: hint = %q, want %q", i, tc.key, tc.was, tc.clear, got, tc.want)
-		}
-	}
-}
-
 func TestVerifyKeyNoKeysCountsAsLoaded(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
