@@ -43,6 +43,8 @@ type Cache interface {
 	SetOpen(ctx context.Context, uid, logID string, popped []schedule.Entry) error
 	// ClearOpen sets the hint to none if it still says seen.
 	ClearOpen(ctx context.Context, uid string, seen schedule.OpenHint) error
+	// ForgetOpen makes the hint unknown: the next fetch asks MySQL.
+	ForgetOpen(ctx context.Context, uid string) error
 	// InvalidateUser and InvalidateGroup make heaps stale after a change in MySQL.
 	InvalidateUser(ctx context.Context, uid string) error
 	InvalidateGroup(ctx context.Context, gid string) error

@@ -168,6 +168,7 @@ func (s *Service) fetch(ctx context.Context, uid, keyHash string) (FetchResult, 
 			outcome, d, redo, err := s.take(ctx, uid, e, now)
 			if err != nil {
 				s.pop(ctx, uid, popped)
+				s.forgetOpen(ctx, uid)
 				return FetchResult{}, err
 			}
 			switch outcome {
@@ -339,6 +340,18 @@ func (s *Service) pop(ctx context.Context, uid string, popped []schedule.Entry) 
 func (s *Service) setOpen(ctx context.Context, uid, logID string, popped []schedule.Entry) {
 	if err := s.cache.SetOpen(ctx, uid, logID, popped); err != nil {
 		s.log.WarnContext(ctx, "cache set-open failed", "uid", uid, "err", err)
+	}
+}
+
+// forgetOpen makes uid's open-dispatch hint unknown after a claim that failed: its
+// batch may still commit (a caller that gives up does not stop the others' batch), and a
+// hint saying none would hide that dispatch from the next fetches. It runs on a context
+// of its own: the request's may be what ended.
+func (s *Service) forgetOpen(ctx context.Context, uid string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if err := s.cache.ForgetOpen(ctx, uid); err != nil {
+		s.log.WarnContext(ctx, "cache forget-open failed", "uid", uid, "err", err)
 	}
 }
 

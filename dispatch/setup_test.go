@@ -42,8 +42,24 @@ type bundle struct {
 // internal/app wires it, with a fake clock at t0.
 func setup(t *testing.T) (*dispatch.Service, *bundle) {
 	t.Helper()
+	return setupOn(t, testenv.Store(t))
+}
+
+// setupWith is setup on a store opened with opt (the group commit's shape).
+func setupWith(t *testing.T, opt store.OpenOptions) (*dispatch.Service, *bundle) {
+	t.Helper()
+	st, err := store.Open(context.Background(), testenv.MySQLDSN(t), opt)
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return setupOn(t, st)
+}
+
+func setupOn(t *testing.T, st *store.Store) (*dispatch.Service, *bundle) {
+	t.Helper()
 	rdb, prefix := testenv.Redis(t)
-	b := &bundle{t: t, ctx: t.Context(), clock: clock.NewFake(t0), store: testenv.Store(t), rdb: rdb, prefix: prefix,
+	b := &bundle{t: t, ctx: t.Context(), clock: clock.NewFake(t0), store: st, rdb: rdb, prefix: prefix,
 		log: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	b.cache = queue.NewCache(rdb, b.store, b.clock, queue.Config{Prefix: prefix, CatchUp: time.Hour})
 	b.keys = clientkey.New(b.store, b.cache, b.clock, b.log, clientkey.Config{})

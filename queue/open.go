@@ -55,6 +55,15 @@ func (c *Cache) ClearOpen(ctx context.Context, uid string, seen schedule.OpenHin
 	return c.apply(ctx, uid, openNone, openField(seen), nil)
 }
 
+// ForgetOpen drops uid's open-dispatch hint: unknown, the next fetch asks MySQL. For
+// when a dispatch's outcome is not known (a claim that failed may still commit).
+func (c *Cache) ForgetOpen(ctx context.Context, uid string) error {
+	if err := c.rdb.HDel(ctx, c.keys.User(uid), "open").Err(); err != nil {
+		return unavailable("forget open", err)
+	}
+	return nil
+}
+
 // applyScript's sentinels, used by Pop, SetOpen and ClearOpen only.
 const (
 	applyKeepOpen = ""  // ARGV[1]: leave the open field as it is

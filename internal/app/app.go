@@ -58,6 +58,7 @@ func New(cfg Config, deps Deps) *App {
 	}
 	a := &App{cfg: cfg, deps: deps, Registry: prometheus.NewRegistry()}
 	a.metrics = metrics.New(a.Registry)
+	metrics.RegisterQueued(a.Registry, deps.Store.Queued)
 	deps.Store.ObserveBatches(func(kind string, size int, err error) {
 		a.metrics.Batch(kind, size, err != nil)
 		if err != nil {

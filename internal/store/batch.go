@@ -62,6 +62,9 @@ func startBatcher[In, Out any](lanes, max int, run func([]*job[In, Out])) *batch
 	return b
 }
 
+// queued is how many jobs wait for a lane.
+func (b *batcher[In, Out]) queued() int { return len(b.queue) }
+
 // do queues in and waits for its outcome. A caller whose ctx ends stops waiting; if its
 // batch was already running, the batch still commits (as a request cut off after its
 // commit would).

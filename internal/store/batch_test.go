@@ -114,12 +114,15 @@ func TestClaimBatchDecidesInOrder(t *testing.T) {
 	// and gives the slot of "two" to the next in line.
 	check("busy outside the batch", f.claims(claimOf("1", two), claimOf("6", two), claimOf("7", two)), busy, claimed, exhausted)
 	check("the quota of two", f.claims(claimOf("8", two)), exhausted)
+	// A user's second claim meets the counter before the open slot, as alone: full is
+	// exhausted (and dropped from the user's heap), not busy.
+	check("exhausted before busy", f.claims(claimOf("9", unlimited), claimOf("9", one)), claimed, exhausted)
 
 	for _, c := range []struct {
 		name string
 		occ  taskd.Occurrence
 		want int
-	}{{"one", one, 1}, {"two", two, 2}, {"unlimited", unlimited, 3}, {"paused", paused, 0}} {
+	}{{"one", one, 1}, {"two", two, 2}, {"unlimited", unlimited, 4}, {"paused", paused, 0}} {
 		if counter, records := f.claimed(c.occ); counter != c.want || records != c.want {
 			t.Errorf("%s: counter %d, records %d; want %d", c.name, counter, records, c.want)
 		}
@@ -129,8 +132,8 @@ func TestClaimBatchDecidesInOrder(t *testing.T) {
 	if err := st.DB().QueryRow("SELECT COUNT(*) FROM occurrence_user").Scan(&holds); err != nil {
 		t.Fatal(err)
 	}
-	if holds != 4 { // 1 of one; 3, 2 and 5 of unlimited
-		t.Errorf("%d once_per_user holds, want 4", holds)
+	if holds != 5 { // 1 of one; 3, 2, 5 and 9 of unlimited
+		t.Errorf("%d once_per_user holds, want 5", holds)
 	}
 }
 

@@ -337,7 +337,9 @@ func (c *claimRun) holdArgs(idx []int) []any {
 // readPriors reads, for the open until_exhausted claims, the attempts each user already
 // used at the occurrence, from its dispatch records (-1: one waits for a retry or is
 // dead, so the user may not take it again now). Such an occurrence has no hold row: the
-// user takes it again after each completion.
+// user takes it again after each completion. The read locks the records in share mode,
+// so that a complete of the user's record in flight is waited for, not read past (it
+// may make the occurrence dead for the user).
 func (c *claimRun) readPriors(ctx context.Context) error {
 	var idx []int
 	for _, i := range c.open() {
@@ -352,7 +354,7 @@ func (c *claimRun) readPriors(ctx context.Context) error {
 	rows, err := c.tx.QueryContext(ctx, `SELECT task_kind, task_id, due_at, uid,
 		IF(SUM(state IN (?, ?)) > 0, -1, COALESCE(MAX(IF(state = ?, attempt, 0)), 0))
 		FROM dispatch WHERE `+anyOf(len(idx), holdCols...)+`
-		GROUP BY task_kind, task_id, due_at, uid`, append(args, c.holdArgs(idx)...)...)
+		GROUP BY task_kind, task_id, due_at, uid LOCK IN SHARE MODE`, append(args, c.holdArgs(idx)...)...)
 	if err != nil {
 		return err
 	}
@@ -439,12 +441,13 @@ func (c *claimRun) grant(ctx context.Context, claimed map[taskd.Occurrence]int) 
 		var ds []*taskd.Dispatch
 		for _, i := range c.open() {
 			in, t := c.jobs[i].in, c.task(i)
+			// In the single path's order: the counter first, then the open slot.
 			switch {
+			case t.quota == 0, t.quota > 0 && claimed[in.occ]+added[in.occ] >= t.quota:
+				decided[i] = taskd.Exhausted
+				continue
 			case busy[in.uid] || users[in.uid]:
 				decided[i] = taskd.UserBusy
-				continue
-			case t.quota == 0, t.quota != taskd.Unlimited && claimed[in.occ]+added[in.occ] >= t.quota:
-				decided[i] = taskd.Exhausted
 				continue
 			}
 			decided[i] = taskd.Claimed
@@ -577,6 +580,8 @@ func (c *claimRun) writeCounters(ctx context.Context, claimed, added map[taskd.O
 // holds it (open or waiting for a retry), finished it for good (once_per_user), or it
 // is dead for uid.
 //
+// until_exhausted reads them in share mode, as readPriors does.
+//
 // once_per_user: the claim row (task, due, uid) is the hold. It is inserted, or, when
 // an expiry released it, taken again; rows affected tell which (1 new, 2 re-taken, 0
 // held), and only a re-take reads its attempts. until_exhausted has no such row (the
@@ -587,7 +592,7 @@ func priorAttempts(ctx context.Context, tx *sql.Tx, mode taskd.Mode, occ taskd.O
 	if mode != taskd.ModeOncePerUser {
 		var prior int
 		err := tx.QueryRowContext(ctx, `SELECT IF(SUM(state IN (?, ?)) > 0, -1, COALESCE(MAX(IF(state = ?, attempt, 0)), 0))
-			FROM dispatch WHERE task_kind = ? AND task_id = ? AND due_at = ? AND uid = ?`,
+			FROM dispatch WHERE task_kind = ? AND task_id = ? AND due_at = ? AND uid = ? LOCK IN SHARE MODE`,
 			taskd.StateRetryWait, taskd.StateDead, taskd.StateExpired, o.Kind, o.ID, occ.DueAt, uid).Scan(&prior)
 		return prior, err
 	}

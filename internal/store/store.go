@@ -34,6 +34,14 @@ type Store struct {
 // (nil when it committed).
 type BatchObserver func(kind string, size int, err error)
 
+// Queued reports how many claims and completes wait for a group-commit lane.
+func (s *Store) Queued() (claims, completes int) {
+	if s.claims == nil {
+		return 0, 0
+	}
+	return s.claims.queued(), s.completes.queued()
+}
+
 // ObserveBatches sets the observer of group-commit batches; call before serving.
 func (s *Store) ObserveBatches(o BatchObserver) { s.observe = o }
 
