@@ -1,7 +1,6 @@
 package dispatch
 
 import (
-	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -68,20 +67,23 @@ func (h *Handlers) Fetch() http.Handler {
 			}
 			wait = time.Duration(min(*req.WaitMS, 3_600_000)) * time.Millisecond
 		}
+		var res FetchResult
+		var err error
 		if req.Complete != nil {
 			// A fetch is not under the server's per-request bound (its long poll
 			// bounds each round); the complete it carries is, as on its own. Once it is
 			// applied, a failure of the fetch that follows does not undo it: resending
-			// the complete is safe (a repeat is answered as the first was).
-			ctx, cancel := context.WithTimeout(r.Context(), h.svc.cfg.RequestTimeout)
-			err := h.complete(ctx, uid, hash, *req.Complete, "complete.")
-			cancel()
-			if err != nil {
-				web.Error(w, r, h.log, err) // a 409 there is a 409 here, and nothing is fetched
+			// the complete is safe (a repeat is answered as the first was). A 409 of the
+			// complete is the request's 409, and nothing is fetched.
+			c, cerr := parseComplete(*req.Complete, "complete.")
+			if cerr != nil {
+				web.Error(w, r, h.log, cerr)
 				return
 			}
+			res, err = h.svc.CompleteAndFetch(r.Context(), uid, hash, c.logID, c.result, c.detail, wait)
+		} else {
+			res, err = h.svc.Fetch(r.Context(), uid, hash, wait)
 		}
-		res, err := h.svc.Fetch(r.Context(), uid, hash, wait)
 		if err != nil {
 			web.Error(w, r, h.log, err)
 			return
@@ -109,7 +111,11 @@ func (h *Handlers) Complete() http.Handler {
 			web.Error(w, r, h.log, err)
 			return
 		}
-		if err := h.complete(r.Context(), uid, hash, req, ""); err != nil {
+		c, err := parseComplete(req, "")
+		if err == nil {
+			err = h.svc.Complete(r.Context(), uid, hash, c.logID, c.result, c.detail)
+		}
+		if err != nil {
 			web.Error(w, r, h.log, err)
 			return
 		}
@@ -117,27 +123,34 @@ func (h *Handlers) Complete() http.Handler {
 	})
 }
 
-// complete checks a complete request's fields (named with prefix, "complete." inside a
-// fetch) and completes it.
-func (h *Handlers) complete(ctx context.Context, uid, hash string, req completeRequest, prefix string) error {
+// parsedComplete is a complete request's fields, checked.
+type parsedComplete struct {
+	logID  string
+	result taskd.Result
+	detail json.RawMessage
+}
+
+// parseComplete checks a complete request's fields (named with prefix, "complete."
+// inside a fetch).
+func parseComplete(req completeRequest, prefix string) (parsedComplete, error) {
 	if req.LogID == "" {
-		return taskd.Errorf(taskd.CodeInvalid, "%slog_id: required", prefix)
+		return parsedComplete{}, taskd.Errorf(taskd.CodeInvalid, "%slog_id: required", prefix)
 	}
 	if len(req.LogID) > 64 {
-		return taskd.Errorf(taskd.CodeInvalid, "%slog_id: too long", prefix)
+		return parsedComplete{}, taskd.Errorf(taskd.CodeInvalid, "%slog_id: too long", prefix)
 	}
 	result, err := ParseResult(req.Result)
 	if err != nil {
 		if prefix != "" {
-			return taskd.Errorf(taskd.CodeInvalid, "%sresult: must be success or failure, got %q", prefix, req.Result)
+			return parsedComplete{}, taskd.Errorf(taskd.CodeInvalid, "%sresult: must be success or failure, got %q", prefix, req.Result)
 		}
-		return err
+		return parsedComplete{}, err
 	}
 	if len(req.Detail) > 0 && string(req.Detail) != "null" && req.Detail[0] != '{' {
-		return taskd.Errorf(taskd.CodeInvalid, "%sdetail: must be an object", prefix)
+		return parsedComplete{}, taskd.Errorf(taskd.CodeInvalid, "%sdetail: must be an object", prefix)
 	}
 	if string(req.Detail) == "null" {
 		req.Detail = nil
 	}
-	return h.svc.Complete(ctx, uid, hash, req.LogID, result, req.Detail)
+	return parsedComplete{req.LogID, result, req.Detail}, nil
 }

@@ -96,7 +96,11 @@ func (s *Service) Fetch(ctx context.Context, uid, keyHash string, wait time.Dura
 	if keyHash == "" {
 		return FetchResult{}, taskd.Errorf(taskd.CodeUnauthenticated, "missing client key")
 	}
-	res, err := s.longPoll(ctx, uid, keyHash, wait)
+	return s.counted(s.longPoll(ctx, uid, keyHash, wait, nil))
+}
+
+// counted records a fetch's outcome in the metrics.
+func (s *Service) counted(res FetchResult, err error) (FetchResult, error) {
 	switch {
 	case err != nil:
 	case res.Task == nil:
@@ -109,7 +113,16 @@ func (s *Service) Fetch(ctx context.Context, uid, keyHash string, wait time.Dura
 	return res, err
 }
 
-func (s *Service) longPoll(ctx context.Context, uid, keyHash string, wait time.Duration) (FetchResult, error) {
+// peeked is a fetch's first round prepared by CompleteAndFetch: the view peeked before
+// the complete, and, if the hint in Redis still names it, the log id it completed.
+type peeked struct {
+	view      schedule.View
+	completed string
+}
+
+// longPoll fetches in rounds until a task is due or wait runs out; first, if not nil,
+// is the first round's view.
+func (s *Service) longPoll(ctx context.Context, uid, keyHash string, wait time.Duration, first *peeked) (FetchResult, error) {
 	wait = min(wait, s.cfg.MaxWait)
 	deadline := s.clock.Now().Add(wait)
 	// The wait is also bounded in real time, so that a long poll ends even when the
@@ -117,7 +130,19 @@ func (s *Service) longPoll(ctx context.Context, uid, keyHash string, wait time.D
 	realDeadline := time.Now().Add(wait)
 	for {
 		round, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
-		res, err := s.fetch(round, uid, keyHash)
+		var res FetchResult
+		var err error
+		if first != nil {
+			res, err = s.fetchFrom(round, uid, first.view, s.now())
+			if err == nil && res.Task == nil && first.completed != "" {
+				// Nothing was dispatched, so nothing overwrote the completed
+				// dispatch's hint.
+				s.clearOpen(round, uid, schedule.OpenIs(first.completed))
+			}
+			first = nil
+		} else {
+			res, err = s.fetch(round, uid, keyHash)
+		}
 		cancel()
 		if err != nil || res.Task != nil || wait <= 0 {
 			return res, err
@@ -148,6 +173,12 @@ func (s *Service) fetch(ctx context.Context, uid, keyHash string) (FetchResult, 
 	if err != nil {
 		return FetchResult{}, err
 	}
+	return s.fetchFrom(ctx, uid, view, now)
+}
+
+// fetchFrom is a fetch's work after its peek gave view.
+func (s *Service) fetchFrom(ctx context.Context, uid string, view schedule.View, now time.Time) (FetchResult, error) {
+	var err error
 	// 1. The open dispatch, if any, comes first. The cached hint only says whether to
 	// look; MySQL says what is open.
 	if view.Open.State != schedule.OpenNone {
@@ -369,45 +400,95 @@ func (s *Service) Complete(ctx context.Context, uid, keyHash, logID string, resu
 	if err := s.cache.VerifyKey(ctx, uid, keyHash); err != nil {
 		return err
 	}
+	_, err := s.complete(ctx, uid, logID, result, detail, true)
+	return err
+}
+
+// CompleteAndFetch is POST /v1/fetch carrying a complete: it completes uid's logID
+// (bounded by the request bound, as a complete on its own is) and then fetches. The
+// fetch's peek comes first and checks the key for both; after the complete's commit
+// the fetch goes on from that view, reading the completed dispatch's hint as none, and
+// writes the hint once, with its own outcome: two Redis round trips where a complete
+// and a fetch make four, and nothing written to Redis before the commit. A complete
+// that changed the user's heap (a retry to wait for) is followed by a fresh peek.
+func (s *Service) CompleteAndFetch(ctx context.Context, uid, keyHash, logID string, result taskd.Result, detail json.RawMessage, wait time.Duration) (FetchResult, error) {
+	if keyHash == "" {
+		return FetchResult{}, taskd.Errorf(taskd.CodeUnauthenticated, "missing client key")
+	}
+	bounded, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	view, err := s.cache.Peek(bounded, uid, keyHash, s.now())
+	if err != nil {
+		return FetchResult{}, err
+	}
+	invalidated, err := s.complete(bounded, uid, logID, result, detail, false)
+	if err != nil {
+		return FetchResult{}, err
+	}
+	completedHint := view.Open == schedule.OpenIs(logID)
+	if invalidated || (view.Open.State == schedule.OpenSome && !completedHint) {
+		// The view is stale, or names another open dispatch than the one completed:
+		// the fetch starts afresh.
+		s.clearOpen(bounded, uid, schedule.OpenIs(logID))
+		return s.counted(s.longPoll(ctx, uid, keyHash, wait, nil))
+	}
+	first := &peeked{view: view}
+	if completedHint {
+		// Committed: the completed dispatch is not open any more. An unknown hint
+		// stays unknown (the fetch asks MySQL), and none stays none.
+		first.view.Open, first.completed = schedule.NoneOpen, logID
+	}
+	return s.counted(s.longPoll(ctx, uid, keyHash, wait, first))
+}
+
+// complete records uid's complete of logID in MySQL and brings the cache up to date:
+// the open-dispatch hint is cleared (with clearHint) and the heap invalidated when the
+// outcome changed it (invalidated).
+func (s *Service) complete(ctx context.Context, uid, logID string, result taskd.Result, detail json.RawMessage, clearHint bool) (invalidated bool, err error) {
 	now := s.now()
 	outcome, d, err := s.store.Complete(ctx, uid, logID, result, detail, now)
 	if err != nil {
-		return err
+		return false, err
+	}
+	clear := func() {
+		if clearHint {
+			s.clearOpen(ctx, uid, schedule.OpenIs(logID))
+		}
 	}
 	if outcome == taskd.Completed || outcome == taskd.RetryScheduled {
 		s.cfg.Metrics.Completed(d.Occurrence.Task.Kind.String(), result.String())
 	}
 	switch outcome {
 	case taskd.Completed:
-		s.clearOpen(ctx, uid, schedule.OpenIs(logID))
+		clear()
 		if d.Mode == taskd.ModeUntilExhausted && d.State == taskd.StateDone && d.Attempt > 1 {
 			// The occurrence stays on offer to this user while quota lasts. A first
 			// attempt's heap entry stayed in place (staysOnOffer); a later attempt came
 			// from a waiting dispatch's entry, and the rebuild from the new cursor puts
 			// the occurrence back.
-			return s.cache.InvalidateUser(ctx, uid)
+			return true, s.cache.InvalidateUser(ctx, uid)
 		}
-		return nil
+		return false, nil
 	case taskd.RetryScheduled:
 		// The failed attempt left the open slot and waits in the user's heap: the
 		// rebuild puts it there, due at its retry time.
-		s.clearOpen(ctx, uid, schedule.OpenIs(logID))
-		return s.cache.InvalidateUser(ctx, uid)
+		clear()
+		return true, s.cache.InvalidateUser(ctx, uid)
 	case taskd.AlreadyDone:
 		if d != nil && d.State == taskd.StateRetryWait {
 			// A repeat of a complete whose cache update failed: make sure the retry is
 			// in the heap.
-			return s.cache.InvalidateUser(ctx, uid)
+			return true, s.cache.InvalidateUser(ctx, uid)
 		}
-		return nil
+		return false, nil
 	case taskd.ExpiredNow:
 		s.cfg.Metrics.Expired(d.Occurrence.Task.Kind.String())
 		if err := s.afterExpire(ctx, d); err != nil {
-			return err
+			return false, err
 		}
-		return taskd.Errorf(taskd.CodeStaleLease, "log_id %s: the lease expired", logID)
+		return false, taskd.Errorf(taskd.CodeStaleLease, "log_id %s: the lease expired", logID)
 	}
-	return taskd.Errorf(taskd.CodeStaleLease, "log_id %s is not your open dispatch", logID)
+	return false, taskd.Errorf(taskd.CodeStaleLease, "log_id %s is not your open dispatch", logID)
 }
 
 // ParseResult parses "success" or "failure".

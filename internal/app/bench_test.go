@@ -12,6 +12,7 @@ import (
 	"github.com/taskpull/taskd"
 	"github.com/taskpull/taskd/clientkey"
 	"github.com/taskpull/taskd/internal/app"
+	"github.com/taskpull/taskd/internal/testenv"
 )
 
 // redisCounter counts commands sent to Redis (a script call is one).
@@ -110,6 +111,85 @@ func TestCycleIsFourRedisRoundTrips(t *testing.T) {
 	}
 	if n := counter.n.Load(); n != 20 {
 		t.Fatalf("5 warm cycles sent %d Redis commands, want 20", n)
+	}
+}
+
+// A fetch carrying the previous complete is two Redis round trips: its peek (which
+// checks the key for both) before the complete, and the new dispatch's hint after the
+// commit. When it dispatches nothing, it leaves the hint at none: the next poll is one
+// round trip again and asks MySQL nothing.
+func TestCombinedCycleIsTwoRedisRoundTrips(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	e.task("rotate", map[string]any{"executor": "uid_1", "start_time": ts(t0), "space_minutes": 1})
+	uid, hash, _ := clientkey.Parse(e.key("1"))
+	svc := e.apps[0].Dispatch
+	ctx := t.Context()
+	e.clock.Advance(time.Minute)
+	r, err := svc.Fetch(ctx, uid, hash, 0) // warms the heap and the key set
+	if err != nil || r.Task == nil {
+		t.Fatalf("first fetch: %+v %v", r.Task, err)
+	}
+	counter := &redisCounter{}
+	e.rdb.AddHook(counter)
+	for i := range 5 {
+		e.clock.Advance(time.Minute)
+		next, err := svc.CompleteAndFetch(ctx, uid, hash, r.Task.LogID, taskd.ResultSuccess, nil, 0)
+		if err != nil || next.Task == nil || next.Task.Redo || next.Task.LogID == r.Task.LogID {
+			t.Fatalf("combined fetch %d: %+v %v, want a new dispatch", i, next.Task, err)
+		}
+		r = next
+	}
+	if n := counter.n.Load(); n != 10 {
+		t.Fatalf("5 combined cycles sent %d Redis commands, want 10", n)
+	}
+	// The clock stands: the backlog runs out, and the last combined fetch applies its
+	// complete and dispatches nothing.
+	for i := 0; ; i++ {
+		next, err := svc.CompleteAndFetch(ctx, uid, hash, r.Task.LogID, taskd.ResultSuccess, nil, 0)
+		if err != nil || i == 5 {
+			t.Fatalf("draining the backlog, fetch %d: %+v %v", i, next.Task, err)
+		}
+		if next.Task == nil {
+			break
+		}
+		r = next
+	}
+	if rec, err := e.store.GetDispatch(ctx, r.Task.LogID); err != nil || rec.State != taskd.StateDone {
+		t.Fatalf("the carried complete: %+v %v", rec, err)
+	}
+	counter.n.Store(0)
+	if again, err := svc.Fetch(ctx, uid, hash, 0); err != nil || again.Task != nil {
+		t.Fatalf("poll after: %+v %v", again.Task, err)
+	}
+	if n := counter.n.Load(); n != 1 {
+		t.Fatalf("the poll after sent %d Redis commands, want 1 (the hint still named the completed dispatch)", n)
+	}
+}
+
+// A fetch carrying a failure whose retry is due at once hands out the retry (the
+// complete changed the user's heap: the fetch peeks afresh); after a Redis flush (no
+// hint at all) it asks MySQL and goes on.
+func TestCombinedFetchAfterARetryAndAFlush(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0.Add(-time.Minute)), "max_attempts": 2})
+	e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0)})
+	uid, hash, _ := clientkey.Parse(e.key("1"))
+	svc := e.apps[0].Dispatch
+	ctx := t.Context()
+	first, err := svc.Fetch(ctx, uid, hash, 0)
+	if err != nil || first.Task == nil {
+		t.Fatalf("first fetch: %+v %v", first.Task, err)
+	}
+	retry, err := svc.CompleteAndFetch(ctx, uid, hash, first.Task.LogID, taskd.ResultFailure, nil, 0)
+	if err != nil || retry.Task == nil || retry.Task.TaskID != first.Task.TaskID || retry.Task.Attempt != 2 {
+		t.Fatalf("combined fetch after a failure: %+v %v, want attempt 2 of %s", retry.Task, err, first.Task.TaskID)
+	}
+	testenv.DeletePrefix(t, e.rdb, e.prefix)
+	second, err := svc.CompleteAndFetch(ctx, uid, hash, retry.Task.LogID, taskd.ResultSuccess, nil, 0)
+	if err != nil || second.Task == nil || second.Task.TaskID == first.Task.TaskID || second.Task.Redo {
+		t.Fatalf("combined fetch after a flush: %+v %v, want the second task", second.Task, err)
 	}
 }
 
