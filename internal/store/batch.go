@@ -152,6 +152,30 @@ func (b *batcher[In, Out]) close() {
 	})
 }
 
+// runBatch runs jobs with batch, one transaction for all, and answers them after its
+// commit; then, one by one with alone, the jobs it left without an outcome (decided
+// says which have one), or all of them if the batch failed: one job's error is its
+// own. observe learns of the batch before anyone is answered.
+func runBatch[In, Out any](jobs []*job[In, Out], observe func(error),
+	batch func(context.Context, []*job[In, Out]) ([]Out, error),
+	alone func(*job[In, Out]) (Out, error), decided func(Out) bool) {
+	ctx, cancel := batchContext(jobs)
+	outs, err := batch(ctx, jobs)
+	cancel()
+	observe(err)
+	var rest []*job[In, Out]
+	for i, j := range jobs {
+		if err != nil || !decided(outs[i]) {
+			rest = append(rest, j)
+			continue
+		}
+		j.finish(outs[i], nil)
+	}
+	for _, j := range rest {
+		j.finish(alone(j))
+	}
+}
+
 // batchContext bounds a batch's transaction: it is not cut short by one of its callers
 // leaving (the others wait for its commit), but it ends when all have left, so that a
 // stalled database holds a lane no longer than the callers' own bounds; and it ends

@@ -48,6 +48,25 @@ func (t *dispatchTask) hasOccurrence(k taskd.Kind, due time.Time) bool {
 	return t.space > 0 && taskd.IsRotation(t.start, time.Duration(t.space)*time.Minute, end, due)
 }
 
+// newDispatch is the open record of a claim of occ by uid at now, who used prior
+// attempts at it before, with the task's current params, lease and retry settings.
+func (t *dispatchTask) newDispatch(uid string, occ taskd.Occurrence, prior int, now time.Time) *taskd.Dispatch {
+	return &taskd.Dispatch{
+		LogID:          newID(),
+		UID:            uid,
+		Occurrence:     occ,
+		Mode:           t.mode,
+		Attempt:        prior + 1,
+		MaxAttempts:    taskd.MaxAttemptsOf(t.maxAttempts),
+		BackoffSeconds: t.backoffSeconds,
+		LeaseSeconds:   t.leaseSeconds,
+		State:          taskd.StateOpen,
+		TemplateID:     t.templateID,
+		Params:         json.RawMessage(t.params),
+		DispatchedAt:   now,
+	}
+}
+
 // offers reports whether the task is active and has occ.
 func (t *dispatchTask) offers(occ taskd.Occurrence) bool {
 	return t != nil && t.status == taskd.StatusActive && t.hasOccurrence(occ.Task.Kind, occ.DueAt)
@@ -133,29 +152,18 @@ type claimJob = job[claimIn, claimOut]
 // fewer statements than a batch of one (its conditional increment decides and writes
 // the counter in one).
 func (s *Store) runClaims(jobs []*claimJob) {
+	observe := func(err error) { s.observed("claim", len(jobs), err) }
 	if len(jobs) == 1 {
-		j := jobs[0]
-		s.observed("claim", 1, nil)
-		outcome, d, err := s.claimOne(j.ctx, j.in.uid, j.in.occ, j.in.now)
-		j.finish(claimOut{outcome, d}, err)
+		observe(nil)
+		jobs[0].finish(s.claimAlone(jobs[0]))
 		return
 	}
-	ctx, cancel := batchContext(jobs)
-	outs, err := s.claimBatch(ctx, jobs)
-	cancel()
-	s.observed("claim", len(jobs), err)
-	var alone []*claimJob
-	for i, j := range jobs {
-		if err != nil || outs[i].outcome == 0 {
-			alone = append(alone, j)
-			continue
-		}
-		j.finish(outs[i], nil)
-	}
-	for _, j := range alone {
-		outcome, d, err := s.claimOne(j.ctx, j.in.uid, j.in.occ, j.in.now)
-		j.finish(claimOut{outcome, d}, err)
-	}
+	runBatch(jobs, observe, s.claimBatch, s.claimAlone, func(o claimOut) bool { return o.outcome != 0 })
+}
+
+func (s *Store) claimAlone(j *claimJob) (claimOut, error) {
+	outcome, d, err := s.claimOne(j.ctx, j.in.uid, j.in.occ, j.in.now)
+	return claimOut{outcome, d}, err
 }
 
 // claimState is one claim's progress through a batch.
@@ -454,20 +462,7 @@ func (c *claimRun) grant(ctx context.Context, claimed map[taskd.Occurrence]int) 
 			added[in.occ]++
 			users[in.uid] = true
 			granted = append(granted, i)
-			d := &taskd.Dispatch{
-				LogID:          newID(),
-				UID:            in.uid,
-				Occurrence:     in.occ,
-				Mode:           t.mode,
-				Attempt:        c.st[i].prior + 1,
-				MaxAttempts:    taskd.MaxAttemptsOf(t.maxAttempts),
-				BackoffSeconds: t.backoffSeconds,
-				LeaseSeconds:   t.leaseSeconds,
-				State:          taskd.StateOpen,
-				TemplateID:     t.templateID,
-				Params:         json.RawMessage(t.params),
-				DispatchedAt:   in.now,
-			}
+			d := t.newDispatch(in.uid, in.occ, c.st[i].prior, in.now)
 			c.st[i].d = d
 			ds = append(ds, d)
 		}
@@ -658,20 +653,7 @@ func (s *Store) claimOne(ctx context.Context, uid string, occ taskd.Occurrence, 
 			outcome = taskd.Exhausted
 			return errAbort
 		}
-		d = &taskd.Dispatch{
-			LogID:          newID(),
-			UID:            uid,
-			Occurrence:     occ,
-			Mode:           t.mode,
-			Attempt:        prior + 1,
-			MaxAttempts:    taskd.MaxAttemptsOf(t.maxAttempts),
-			BackoffSeconds: t.backoffSeconds,
-			LeaseSeconds:   t.leaseSeconds,
-			State:          taskd.StateOpen,
-			TemplateID:     t.templateID,
-			Params:         json.RawMessage(t.params),
-			DispatchedAt:   now,
-		}
+		d = t.newDispatch(uid, occ, prior, now)
 		if err := insertDispatches(ctx, tx, []*taskd.Dispatch{d}); err != nil {
 			if isDuplicate(err) {
 				outcome = taskd.UserBusy

@@ -45,24 +45,15 @@ type completeOut struct {
 
 type completeJob = job[completeIn, completeOut]
 
-// runCompletes is the complete batcher's run, as runClaims is the claims'.
+// runCompletes is the complete batcher's run: the batch in one transaction, then, one
+// by one, the completes it left alone.
 func (s *Store) runCompletes(jobs []*completeJob) {
-	ctx, cancel := batchContext(jobs)
-	outs, err := s.completeBatch(ctx, jobs)
-	cancel()
-	s.observed("complete", len(jobs), err)
-	var alone []*completeJob
-	for i, j := range jobs {
-		if err != nil || outs[i].outcome == 0 {
-			alone = append(alone, j)
-			continue
-		}
-		j.finish(outs[i], nil)
-	}
-	for _, j := range alone {
-		outcome, d, err := s.completeOne(j.ctx, j.in.uid, j.in.logID, j.in.result, j.in.detail, j.in.now)
-		j.finish(completeOut{outcome, d}, err)
-	}
+	runBatch(jobs, func(err error) { s.observed("complete", len(jobs), err) }, s.completeBatch,
+		func(j *completeJob) (completeOut, error) {
+			outcome, d, err := s.completeOne(j.ctx, j.in.uid, j.in.logID, j.in.result, j.in.detail, j.in.now)
+			return completeOut{outcome, d}, err
+		},
+		func(o completeOut) bool { return o.outcome != 0 })
 }
 
 // completeBatch decides and records a batch of completes in one transaction and
