@@ -367,10 +367,13 @@ func (s *Service) pop(ctx context.Context, uid string, popped []schedule.Entry) 
 	}
 }
 
-// setOpen records logID as uid's open dispatch and drops the popped entries.
+// setOpen records logID as uid's open dispatch and drops the popped entries. If that
+// fails (the dispatch is committed), the hint is made unknown, so that the next fetch
+// asks MySQL rather than trust a hint saying none.
 func (s *Service) setOpen(ctx context.Context, uid, logID string, popped []schedule.Entry) {
 	if err := s.cache.SetOpen(ctx, uid, logID, popped); err != nil {
 		s.log.WarnContext(ctx, "cache set-open failed", "uid", uid, "err", err)
+		s.forgetOpen(ctx, uid)
 	}
 }
 
@@ -400,7 +403,7 @@ func (s *Service) Complete(ctx context.Context, uid, keyHash, logID string, resu
 	if err := s.cache.VerifyKey(ctx, uid, keyHash); err != nil {
 		return err
 	}
-	_, err := s.complete(ctx, uid, logID, result, detail, true)
+	_, _, err := s.complete(ctx, uid, logID, result, detail, true)
 	return err
 }
 
@@ -409,8 +412,12 @@ func (s *Service) Complete(ctx context.Context, uid, keyHash, logID string, resu
 // fetch's peek comes first and checks the key for both; after the complete's commit
 // the fetch goes on from that view, reading the completed dispatch's hint as none, and
 // writes the hint once, with its own outcome: two Redis round trips where a complete
-// and a fetch make four, and nothing written to Redis before the commit. A complete
-// that changed the user's heap (a retry to wait for) is followed by a fresh peek.
+// and a fetch make four, and nothing written to Redis before the commit. The view is
+// used only when it still holds: a complete that changed the user's heap (a retry to
+// wait for), a hint naming another dispatch, or an entry that came due during the
+// complete send the fetch to a fresh peek; and only a complete this request committed
+// lets it read the hint naming it as none (a repeat, AlreadyDone, committed nothing:
+// another dispatch may be open since, and MySQL is asked).
 func (s *Service) CompleteAndFetch(ctx context.Context, uid, keyHash, logID string, result taskd.Result, detail json.RawMessage, wait time.Duration) (FetchResult, error) {
 	if keyHash == "" {
 		return FetchResult{}, taskd.Errorf(taskd.CodeUnauthenticated, "missing client key")
@@ -421,21 +428,22 @@ func (s *Service) CompleteAndFetch(ctx context.Context, uid, keyHash, logID stri
 	if err != nil {
 		return FetchResult{}, err
 	}
-	invalidated, err := s.complete(bounded, uid, logID, result, detail, false)
+	outcome, invalidated, err := s.complete(bounded, uid, logID, result, detail, false)
 	if err != nil {
 		return FetchResult{}, err
 	}
-	completedHint := view.Open == schedule.OpenIs(logID)
-	if invalidated || (view.Open.State == schedule.OpenSome && !completedHint) {
-		// The view is stale, or names another open dispatch than the one completed:
-		// the fetch starts afresh.
-		s.clearOpen(bounded, uid, schedule.OpenIs(logID))
+	hintIsCompleted := view.Open == schedule.OpenIs(logID)
+	dueMeanwhile := view.Next != nil && !view.Next.DueAt.After(s.now())
+	if invalidated || dueMeanwhile || (view.Open.State == schedule.OpenSome && !hintIsCompleted) {
+		if outcome != taskd.AlreadyDone {
+			s.clearOpen(bounded, uid, schedule.OpenIs(logID))
+		}
 		return s.counted(s.longPoll(ctx, uid, keyHash, wait, nil))
 	}
 	first := &peeked{view: view}
-	if completedHint {
-		// Committed: the completed dispatch is not open any more. An unknown hint
-		// stays unknown (the fetch asks MySQL), and none stays none.
+	if hintIsCompleted && outcome == taskd.Completed {
+		// Committed by this request: the completed dispatch is not open any more. An
+		// unknown hint stays unknown (the fetch asks MySQL), and none stays none.
 		first.view.Open, first.completed = schedule.NoneOpen, logID
 	}
 	return s.counted(s.longPoll(ctx, uid, keyHash, wait, first))
@@ -444,11 +452,11 @@ func (s *Service) CompleteAndFetch(ctx context.Context, uid, keyHash, logID stri
 // complete records uid's complete of logID in MySQL and brings the cache up to date:
 // the open-dispatch hint is cleared (with clearHint) and the heap invalidated when the
 // outcome changed it (invalidated).
-func (s *Service) complete(ctx context.Context, uid, logID string, result taskd.Result, detail json.RawMessage, clearHint bool) (invalidated bool, err error) {
+func (s *Service) complete(ctx context.Context, uid, logID string, result taskd.Result, detail json.RawMessage, clearHint bool) (outcome taskd.CompleteOutcome, invalidated bool, err error) {
 	now := s.now()
 	outcome, d, err := s.store.Complete(ctx, uid, logID, result, detail, now)
 	if err != nil {
-		return false, err
+		return 0, false, err
 	}
 	clear := func() {
 		if clearHint {
@@ -466,29 +474,29 @@ func (s *Service) complete(ctx context.Context, uid, logID string, result taskd.
 			// attempt's heap entry stayed in place (staysOnOffer); a later attempt came
 			// from a waiting dispatch's entry, and the rebuild from the new cursor puts
 			// the occurrence back.
-			return true, s.cache.InvalidateUser(ctx, uid)
+			return outcome, true, s.cache.InvalidateUser(ctx, uid)
 		}
-		return false, nil
+		return outcome, false, nil
 	case taskd.RetryScheduled:
 		// The failed attempt left the open slot and waits in the user's heap: the
 		// rebuild puts it there, due at its retry time.
 		clear()
-		return true, s.cache.InvalidateUser(ctx, uid)
+		return outcome, true, s.cache.InvalidateUser(ctx, uid)
 	case taskd.AlreadyDone:
 		if d != nil && d.State == taskd.StateRetryWait {
 			// A repeat of a complete whose cache update failed: make sure the retry is
 			// in the heap.
-			return true, s.cache.InvalidateUser(ctx, uid)
+			return outcome, true, s.cache.InvalidateUser(ctx, uid)
 		}
-		return false, nil
+		return outcome, false, nil
 	case taskd.ExpiredNow:
 		s.cfg.Metrics.Expired(d.Occurrence.Task.Kind.String())
 		if err := s.afterExpire(ctx, d); err != nil {
-			return false, err
+			return outcome, false, err
 		}
-		return false, taskd.Errorf(taskd.CodeStaleLease, "log_id %s: the lease expired", logID)
+		return outcome, false, taskd.Errorf(taskd.CodeStaleLease, "log_id %s: the lease expired", logID)
 	}
-	return false, taskd.Errorf(taskd.CodeStaleLease, "log_id %s is not your open dispatch", logID)
+	return outcome, false, taskd.Errorf(taskd.CodeStaleLease, "log_id %s is not your open dispatch", logID)
 }
 
 // ParseResult parses "success" or "failure".
