@@ -322,3 +322,43 @@ func TestGroupCommitUnderConcurrency(t *testing.T) {
 		t.Errorf("%d open dispatches, want 20", opens)
 	}
 }
+
+// With a batch of 1 there is no group commit: every claim and complete runs in a
+// transaction of its own, and the rules hold the same.
+func TestGroupCommitOff(t *testing.T) {
+	t.Parallel()
+	st, err := store.Open(context.Background(), testenv.MySQLDSN(t), store.OpenOptions{MaxConns: 8, Batch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	batches := 0
+	st.ObserveBatches(func(string, int, error) { batches++ })
+	f := newBatchFixture(t, st)
+	occ := f.task(3, taskd.ModeOncePerUser, nil)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for u := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outcome, d, err := st.Claim(ctx, fmt.Sprint(u), occ, batchAt)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if outcome == taskd.Claimed {
+				if o, _, err := st.Complete(ctx, d.UID, d.LogID, taskd.ResultSuccess, nil, batchAt); err != nil || o != taskd.Completed {
+					t.Errorf("complete: %v %v", o, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if counter, records := f.claimed(occ); counter != 3 || records != 3 {
+		t.Fatalf("quota 3, ten users: counter %d, records %d", counter, records)
+	}
+	if claims, completes := st.Queued(); batches != 0 || claims != 0 || completes != 0 {
+		t.Fatalf("group commit off, yet %d batches observed (queued %d, %d)", batches, claims, completes)
+	}
+}
