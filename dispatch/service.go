@@ -377,10 +377,11 @@ func (s *Service) setOpen(ctx context.Context, uid, logID string, popped []sched
 	}
 }
 
-// forgetOpen makes uid's open-dispatch hint unknown after a claim that failed: its
-// batch may still commit (a caller that gives up does not stop the others' batch), and a
-// hint saying none would hide that dispatch from the next fetches. It runs on a context
-// of its own: the request's may be what ended.
+// forgetOpen makes uid's open-dispatch hint unknown when the cache cannot know what is
+// open: after a claim that failed (its batch may still commit: a caller that gives up
+// does not stop the others' batch) and after a hint write that failed. A hint saying
+// none would hide such a dispatch from the next fetches. It runs on a context of its
+// own: the request's may be what ended.
 func (s *Service) forgetOpen(ctx context.Context, uid string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
