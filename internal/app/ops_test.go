@@ -90,6 +90,10 @@ func TestMetricsAfterTraffic(t *testing.T) {
 		`taskd_heap_cache_lookups_total{result="hit"} `,
 		`taskd_http_request_duration_seconds_count{method="POST",route="/v1/fetch",status="200"} 5`,
 		`taskd_http_request_duration_seconds_count{method="POST",route="/v1/admin/tasks/{kind}",status="201"} 1`,
+		`taskd_group_commit_batch_size_count{kind="complete"} 3`,
+		`taskd_group_commit_batch_size_count{kind="claim"} `,
+		`taskd_group_commit_queued{kind="claim"} 0`,
+		`taskd_group_commit_queued{kind="complete"} 0`,
 		`go_goroutines `,
 	} {
 		if !strings.Contains(text, want) {

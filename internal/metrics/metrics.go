@@ -93,26 +93,16 @@ type RelayStats struct {
 // RegisterQueued exposes how many claims and completes wait for a group-commit lane,
 // read at scrape time.
 func RegisterQueued(reg prometheus.Registerer, queued func() (claims, completes int)) {
-	gauge := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "taskd_group_commit_queued",
-		Help: "Requests waiting for a group-commit lane, by kind: claim or complete.",
-	}, []string{"kind"})
-	reg.MustRegister(collectorFunc{gauge, func() {
-		c, k := queued()
-		gauge.WithLabelValues("claim").Set(float64(c))
-		gauge.WithLabelValues("complete").Set(float64(k))
-	}})
-}
-
-// collectorFunc refreshes a gauge vector before each collection.
-type collectorFunc struct {
-	*prometheus.GaugeVec
-	refresh func()
-}
-
-func (c collectorFunc) Collect(ch chan<- prometheus.Metric) {
-	c.refresh()
-	c.GaugeVec.Collect(ch)
+	gauge := func(kind string, v func() int) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "taskd_group_commit_queued",
+			Help:        "Requests waiting for a group-commit lane, by kind: claim or complete.",
+			ConstLabels: prometheus.Labels{"kind": kind},
+		}, func() float64 { return float64(v()) })
+	}
+	reg.MustRegister(
+		gauge("claim", func() int { c, _ := queued(); return c }),
+		gauge("complete", func() int { _, k := queued(); return k }))
 }
 
 // RegisterRelay exposes the outbox relay's progress, read from stats at scrape time.

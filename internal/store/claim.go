@@ -259,11 +259,19 @@ func (s *Store) claimAll(ctx context.Context, c *claimRun) error {
 	var evs []taskd.Event
 	for i := range c.jobs {
 		if c.st[i].outcome == taskd.Claimed {
-			evs = append(evs, s.event(c.st[i].d, taskd.EventDispatch, c.jobs[i].in.now))
+			evs = s.withEvent(evs, c.st[i].d, taskd.EventDispatch, c.jobs[i].in.now)
 		}
 	}
 	return s.emitAll(ctx, c.tx, evs)
 }
+
+// priorExpr is, over a user's dispatch records of one until_exhausted occurrence, the
+// attempts the user already used at it: -1 if one waits for a retry or is dead (the
+// user may not take it again now), else the attempts of its expired records. Its
+// arguments are priorArgs.
+const priorExpr = "IF(SUM(state IN (?, ?)) > 0, -1, COALESCE(MAX(IF(state = ?, attempt, 0)), 0))"
+
+func priorArgs() []any { return []any{taskd.StateRetryWait, taskd.StateDead, taskd.StateExpired} }
 
 // occUser is a once_per_user hold's key.
 type occUser struct {
@@ -358,11 +366,9 @@ func (c *claimRun) readPriors(ctx context.Context) error {
 	if len(idx) == 0 {
 		return nil
 	}
-	args := []any{taskd.StateRetryWait, taskd.StateDead, taskd.StateExpired}
-	rows, err := c.tx.QueryContext(ctx, `SELECT task_kind, task_id, due_at, uid,
-		IF(SUM(state IN (?, ?)) > 0, -1, COALESCE(MAX(IF(state = ?, attempt, 0)), 0))
+	rows, err := c.tx.QueryContext(ctx, `SELECT task_kind, task_id, due_at, uid, `+priorExpr+`
 		FROM dispatch WHERE `+anyOf(len(idx), holdCols...)+`
-		GROUP BY task_kind, task_id, due_at, uid LOCK IN SHARE MODE`, append(args, c.holdArgs(idx)...)...)
+		GROUP BY task_kind, task_id, due_at, uid LOCK IN SHARE MODE`, append(priorArgs(), c.holdArgs(idx)...)...)
 	if err != nil {
 		return err
 	}
@@ -586,9 +592,9 @@ func priorAttempts(ctx context.Context, tx *sql.Tx, mode taskd.Mode, occ taskd.O
 	o := occ.Task
 	if mode != taskd.ModeOncePerUser {
 		var prior int
-		err := tx.QueryRowContext(ctx, `SELECT IF(SUM(state IN (?, ?)) > 0, -1, COALESCE(MAX(IF(state = ?, attempt, 0)), 0))
+		err := tx.QueryRowContext(ctx, `SELECT `+priorExpr+`
 			FROM dispatch WHERE task_kind = ? AND task_id = ? AND due_at = ? AND uid = ? LOCK IN SHARE MODE`,
-			taskd.StateRetryWait, taskd.StateDead, taskd.StateExpired, o.Kind, o.ID, occ.DueAt, uid).Scan(&prior)
+			append(priorArgs(), o.Kind, o.ID, occ.DueAt, uid)...).Scan(&prior)
 		return prior, err
 	}
 	res, err := tx.ExecContext(ctx, `INSERT INTO occurrence_user (task_kind, task_id, due_at, uid) VALUES (?, ?, ?, ?)

@@ -167,12 +167,12 @@ func (s *Store) finish(ctx context.Context, tx *sql.Tx, fs []finishing) error {
 			u.keep("retry_at")
 			u.set("waiting_uid", nil)
 		}
-		evs = append(evs, s.event(d, taskd.EventComplete, *d.FinishedAt))
+		evs = s.withEvent(evs, d, taskd.EventComplete, *d.FinishedAt)
 		if d.State != taskd.StateRetryWait {
 			over = append(over, d)
 		}
 		if d.State == taskd.StateDead {
-			evs = append(evs, s.event(d, taskd.EventDead, *d.FinishedAt))
+			evs = s.withEvent(evs, d, taskd.EventDead, *d.FinishedAt)
 		}
 	}
 	q, args := u.statement("dispatch")

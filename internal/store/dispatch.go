@@ -401,7 +401,16 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]
 // emit writes the event for d to the outbox, in the caller's transaction, when a relay
 // is configured; otherwise the dispatch record itself is the event's durable form.
 func (s *Store) emit(ctx context.Context, tx *sql.Tx, d *taskd.Dispatch, typ taskd.EventType, now time.Time) error {
-	return s.emitAll(ctx, tx, []taskd.Event{s.event(d, typ, now)})
+	return s.emitAll(ctx, tx, s.withEvent(nil, d, typ, now))
+}
+
+// withEvent appends d's event of type typ at now to evs, if events are written at all
+// (without an outbox, nothing is built).
+func (s *Store) withEvent(evs []taskd.Event, d *taskd.Dispatch, typ taskd.EventType, now time.Time) []taskd.Event {
+	if !s.events.Outbox {
+		return evs
+	}
+	return append(evs, s.event(d, typ, now))
 }
 
 // emitAll writes events to the outbox as emit does, in one statement.
