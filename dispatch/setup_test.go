@@ -31,7 +31,7 @@ type bundle struct {
 	store  *store.Store
 	cache  *queue.Cache
 	keys   *clientkey.Service
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	prefix string
 	log    *slog.Logger
 	// template is a template whose schema takes any object.

@@ -169,3 +169,62 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// roundTrip sends fill's commands in one pipeline (on a cluster, one round trip to each
+// node concerned, in parallel) and returns the first error but a nil reply. A script a
+// Redis does not know (NOSCRIPT: after a restart or a failover, or on a new node) is
+// loaded on every node, and the whole round trip is sent once more.
+func (c *Cache) roundTrip(ctx context.Context, fill func(redis.Pipeliner), scripts ...*redis.Script) error {
+	for attempt := 0; ; attempt++ {
+		cmds, _ := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error { fill(p); return nil })
+		var err error
+		noScript := false
+		for _, cmd := range cmds {
+			e := cmd.Err()
+			if e == nil || errors.Is(e, redis.Nil) {
+				continue
+			}
+			if redis.HasErrorPrefix(e, "NOSCRIPT") {
+				noScript = true
+			}
+			if err == nil {
+				err = e
+			}
+		}
+		if !noScript || attempt > 0 {
+			return err
+		}
+		for _, s := range scripts {
+			if err := s.Load(ctx, c.rdb).Err(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// readGenerations queues, on p, the reads of the copies of the groups' generations
+// that uid reads.
+func (c *Cache) readGenerations(ctx context.Context, p redis.Pipeliner, uid string, gids []string) []*redis.StringCmd {
+	cmds := make([]*redis.StringCmd, len(gids))
+	for i, g := range gids {
+		cmds[i] = p.Get(ctx, c.keys.GenerationOf(g, uid))
+	}
+	return cmds
+}
+
+// joinGenerations is the comma-joined generations the reads found ("0" for none), the
+// form the user hash keeps them in.
+func joinGenerations(cmds []*redis.StringCmd) string {
+	var b strings.Builder
+	for i, cmd := range cmds {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if v, err := cmd.Result(); err == nil {
+			b.WriteString(v)
+		} else {
+			b.WriteByte('0')
+		}
+	}
+	return b.String()
+}

@@ -88,7 +88,7 @@ const (
 type env struct {
 	t     *testing.T
 	ctx   context.Context
-	rdb   *redis.Client
+	rdb   redis.UniversalClient
 	c     *Cache
 	clk   *clock.Fake
 	l     *fakeLoader
@@ -266,4 +266,14 @@ func (e *env) newer(version string, than int64) int64 {
 		e.t.Fatalf("version %q, want an integer greater than %d", version, than)
 	}
 	return v
+}
+
+// otherCopy is a copy of gid's generation that uid does not read.
+func otherCopy(gid, uid string) int {
+	for i := range GenCopies {
+		if (Keys{}).Generation(gid, i) != (Keys{}).GenerationOf(gid, uid) {
+			return i
+		}
+	}
+	panic("one copy only")
 }

@@ -12,9 +12,19 @@ func (c *Cache) InvalidateUser(ctx context.Context, uid string) error {
 	return c.bump(ctx, c.keys.User(uid), "ver", "invalidate user")
 }
 
-// InvalidateGroup makes the heap of every member of gid stale (seed: del task_info_{GID}).
+// InvalidateGroup makes the heap of every member of gid stale (seed: del task_info_{GID}):
+// it moves every copy of the group's generation, in one round trip per Redis node, and
+// returns only when all have moved.
 func (c *Cache) InvalidateGroup(ctx context.Context, gid string) error {
-	return c.bump(ctx, c.keys.Generation(gid), "", "invalidate group")
+	err := c.roundTrip(ctx, func(p redis.Pipeliner) {
+		for i := range GenCopies {
+			invalidateScript.EvalSha(ctx, p, []string{c.keys.Generation(gid, i)}, "", c.ttl())
+		}
+	}, invalidateScript)
+	if err != nil {
+		return unavailable("invalidate group", err)
+	}
+	return nil
 }
 
 // nextVersion is the Lua function every version bump uses: it returns a value

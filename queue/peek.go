@@ -14,14 +14,15 @@ import (
 )
 
 // peekScript checks the client key, the heap's validity and returns the open dispatch
-// hint and the entries due now plus the next one: a warm fetch in one round trip.
+// hint and the entries due now plus the next one. It touches the user's slot only: the
+// generations of the user's groups live on other slots, and peek reads them in the same
+// round trip and compares them with the ones the heap names.
 //
-// KEYS: user hash, heap, client key set, then the generation keys of the groups the
-// caller believes the user is in. ARGV: now, horizon (the heap must cover up to it),
-// max entries, the caller's groups, the key hash ("" to skip the check), the catch-up
-// floor (an entry older than it makes the heap stale: the cursor never lags more).
-// Returns {status, open, groups, ver, due (member, score, ...), next (member, score)}
-// with status one of ok, cold, stale, groups, badkey, nokeys.
+// KEYS: user hash, heap, client key set. ARGV: now, horizon (the heap must cover up to
+// it), max entries, the key hash ("" to skip the check), the catch-up floor (an entry
+// older than it makes the heap stale: the cursor never lags more). Returns {status, open,
+// groups, ver} with status one of cold, stale, badkey, nokeys, or {"ok", open, groups,
+// ver, due (member, score, ...), next (member, score), gens}.
 var peekScript = redis.NewScript(`
 -- An occurrence older than the catch-up floor makes the heap stale; a waiting dispatch
 -- of the user (member <p>|d|<log_id>) does not: it stays until taken, however old.
@@ -36,7 +37,7 @@ local function stale_below(heap, floor)
     offset = offset + 32
   end
 end
-if ARGV[5] ~= '' and redis.call('SISMEMBER', KEYS[3], ARGV[5]) == 0 then
+if ARGV[4] ~= '' and redis.call('SISMEMBER', KEYS[3], ARGV[4]) == 0 then
   if redis.call('EXISTS', KEYS[3]) == 1 then return {'badkey'} end
   return {'nokeys'}
 end
@@ -48,37 +49,47 @@ if not h[2] then
   status = 'cold'
 elseif ver ~= h[2] or tonumber(h[5]) < tonumber(ARGV[2]) then
   status = 'stale'
-elseif stale_below(KEYS[2], ARGV[6]) then
+elseif stale_below(KEYS[2], ARGV[5]) then
   status = 'stale'
-elseif h[3] ~= ARGV[4] then
-  status = 'groups'
-else
-  local i = 3
-  for g in string.gmatch(h[4], '[^,]+') do
-    i = i + 1
-    if (redis.call('GET', KEYS[i]) or '0') ~= g then status = 'stale' break end
-  end
 end
 if status ~= 'ok' then return {status, open, h[3] or '', ver} end
 local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[3]))
 local nxt = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. ARGV[1], '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-return {status, open, h[3], ver, due, nxt}
+return {status, open, h[3], ver, due, nxt, h[4]}
 `)
 
-// peek runs peekScript for uid, believing it in groups (comma-joined), at now.
+// peek runs peekScript for uid and, in the same round trip, reads the generations of
+// the groups the caller believes uid is in (groups, comma-joined), at now. It answers
+// as the script does, with two more statuses: "groups" when the heap was built for
+// other groups than the caller believed (ask again with the heap's), and "stale" when a
+// generation the heap names has moved.
 func (c *Cache) peek(ctx context.Context, uid, groups, keyHash string, now time.Time, maxDue int) ([]any, error) {
+	keys := []string{c.keys.User(uid), c.keys.Heap(uid), c.keys.ClientKeys(uid)}
+	args := []any{now.Unix(), now.Add(c.cfg.Horizon).Unix(), maxDue, keyHash, c.floor(now)}
 	gids := splitGroups(groups)
-	keys := make([]string, 0, 3+len(gids))
-	keys = append(keys, c.keys.User(uid), c.keys.Heap(uid), c.keys.ClientKeys(uid))
-	for _, g := range gids {
-		keys = append(keys, c.keys.Generation(g))
-	}
-	res, err := peekScript.Run(ctx, c.rdb, keys,
-		now.Unix(), now.Add(c.cfg.Horizon).Unix(), maxDue, groups, keyHash, c.floor(now)).Slice()
+	var script *redis.Cmd
+	var gens []*redis.StringCmd
+	err := c.roundTrip(ctx, func(p redis.Pipeliner) {
+		script = peekScript.EvalSha(ctx, p, keys, args...)
+		gens = c.readGenerations(ctx, p, uid, gids)
+	}, peekScript)
 	if err != nil {
 		return nil, unavailable("peek", err)
 	}
-	return res, nil
+	res, err := script.Slice()
+	if err != nil {
+		return nil, unavailable("peek", err)
+	}
+	if res[0] != "ok" {
+		return res, nil
+	}
+	if res[2] != groups {
+		return []any{"groups", res[1], res[2], res[3]}, nil
+	}
+	if res[6] != joinGenerations(gens) {
+		return []any{"stale", res[1], res[2], res[3]}, nil
+	}
+	return res[:6], nil
 }
 
 // Peek checks keyHash (unless empty) and returns the user's open dispatch hint and the
@@ -90,6 +101,7 @@ func (c *Cache) Peek(ctx context.Context, uid, keyHash string, now time.Time) (s
 		groups = g.(string)
 	}
 	refused := 0
+	var b *built // the last rebuild's
 	for attempt := 0; ; attempt++ {
 		if attempt == 50 {
 			return schedule.View{}, taskd.Errorf(taskd.CodeUnavailable, "heap of user %s did not settle", uid)
@@ -113,14 +125,20 @@ func (c *Cache) Peek(ctx context.Context, uid, keyHash string, now time.Time) (s
 			c.groups.Store(uid, groups)
 		case "cold", "stale":
 			c.cfg.Metrics.HeapLookup(false)
-			b, err := c.rebuild(ctx, uid, res[3].(string))
+			// Invalidations keep landing between a rebuild's reads and its write (the
+			// write refused), or just after it (what it wrote is stale already: a
+			// group generation moved). The offer a rebuild read from MySQL is no older
+			// than this request: after a few refusals, serve it without caching it.
+			if b != nil && b.written {
+				if refused++; refused >= maxRefusals {
+					return b.view(res[1].(string), now, c.cfg.MaxDue), nil
+				}
+			}
+			b, err = c.rebuild(ctx, uid, res[3].(string))
 			if err != nil {
 				return schedule.View{}, err
 			}
 			if b != nil && !b.written {
-				// Invalidations keep landing between this rebuild's reads and its
-				// write. The offer it read from MySQL is no older than this request:
-				// after a few refusals, serve it without caching it.
 				if refused++; refused >= maxRefusals {
 					return b.view(res[1].(string), now, c.cfg.MaxDue), nil
 				}

@@ -82,21 +82,16 @@ func (c *Cache) Rebuild(ctx context.Context, uid string) error {
 	return err
 }
 
-// rebuildScript replaces the heap only if the user version and every group generation
-// are still those the rebuild read before it read MySQL: a slow rebuild never
-// overwrites a newer invalidation. The generations it names live a minute longer than
-// the heap: a counter that expired first would count again from 1 and could repeat the
-// very value this heap recorded, which would make it look fresh after a change.
+// rebuildScript replaces the heap only if the user version is still the one the rebuild
+// read before it read MySQL: a slow rebuild never overwrites a newer invalidation of the
+// user. The group generations it records were also read before MySQL; they live on
+// other slots, so they are not checked here: a heap written with a generation that has
+// moved since is found stale by the next peek, which compares them.
 //
-// KEYS: user hash, heap, generation keys in group order. ARGV: ver, groups, gens, win,
-// ttl seconds, then score, member pairs.
+// KEYS: user hash, heap. ARGV: ver, groups, gens, win, ttl seconds, then score, member
+// pairs.
 var rebuildScript = redis.NewScript(`
 if (redis.call('HGET', KEYS[1], 'ver') or '0') ~= ARGV[1] then return 0 end
-local i = 2
-for g in string.gmatch(ARGV[3], '[^,]+') do
-  i = i + 1
-  if (redis.call('GET', KEYS[i]) or '0') ~= g then return 0 end
-end
 redis.call('DEL', KEYS[2])
 local n = #ARGV
 local j = 6
@@ -108,10 +103,18 @@ end
 redis.call('HSET', KEYS[1], 'hver', ARGV[1], 'groups', ARGV[2], 'gens', ARGV[3], 'win', ARGV[4])
 redis.call('EXPIRE', KEYS[1], ARGV[5])
 if n >= 6 then redis.call('EXPIRE', KEYS[2], ARGV[5]) end
-for k = 3, i do
-  if redis.call('TTL', KEYS[k]) < tonumber(ARGV[5]) + 60 then redis.call('EXPIRE', KEYS[k], tonumber(ARGV[5]) + 60) end
-end
 return 1
+`)
+
+// generationScript reads a group generation's copy and keeps it alive at least as long
+// as the heap about to record it (a minute more): a counter that expired first could
+// start again from a value this heap recorded and make it look fresh after a change.
+//
+// KEYS: the copy. ARGV: the seconds it must live at least.
+var generationScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v and redis.call('TTL', KEYS[1]) < tonumber(ARGV[1]) then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
+return v
 `)
 
 func (c *Cache) build(ctx context.Context, uid string) (*built, error) {
@@ -128,18 +131,19 @@ func (c *Cache) build(ctx context.Context, uid string) (*built, error) {
 	}
 	sort.Strings(gids)
 	gens := make([]string, len(gids))
-	genKeys := make([]string, len(gids))
-	for i, g := range gids {
-		genKeys[i] = c.keys.Generation(g)
-	}
 	if len(gids) > 0 {
-		vals, err := c.rdb.MGet(ctx, genKeys...).Result()
+		cmds := make([]*redis.Cmd, len(gids))
+		err := c.roundTrip(ctx, func(p redis.Pipeliner) {
+			for i, g := range gids {
+				cmds[i] = generationScript.EvalSha(ctx, p, []string{c.keys.GenerationOf(g, uid)}, c.ttl()+60)
+			}
+		}, generationScript)
 		if err != nil {
 			return nil, unavailable("rebuild", err)
 		}
-		for i, v := range vals {
+		for i, cmd := range cmds {
 			gens[i] = "0"
-			if s, ok := v.(string); ok {
+			if s, err := cmd.Text(); err == nil {
 				gens[i] = s
 			}
 		}
@@ -160,8 +164,7 @@ func (c *Cache) build(ctx context.Context, uid string) (*built, error) {
 	for _, e := range entries {
 		args = append(args, e.DueAt.Unix(), Member(e))
 	}
-	keys := append([]string{c.keys.User(uid), c.keys.Heap(uid)}, genKeys...)
-	written, err := rebuildScript.Run(ctx, c.rdb, keys, args...).Int()
+	written, err := rebuildScript.Run(ctx, c.rdb, []string{c.keys.User(uid), c.keys.Heap(uid)}, args...).Int()
 	if err != nil {
 		return nil, unavailable("rebuild", err)
 	}

@@ -26,7 +26,7 @@ func (e *env) warm(uid string, es ...schedule.Entry) {
 	e.t.Helper()
 	e.hset(e.keys.User(uid), "ver", "3", "hver", "3", "groups", "g1,g2", "gens", "2,0",
 		"win", unix(e.now.Add(testHorizon+testRefresh)), "open", "L9")
-	if err := e.rdb.Set(e.ctx, e.keys.Generation("g1"), "2", 0).Err(); err != nil {
+	if err := e.rdb.Set(e.ctx, e.keys.GenerationOf("g1", uid), "2", 0).Err(); err != nil {
 		e.t.Fatal(err)
 	}
 	if err := e.rdb.SAdd(e.ctx, e.keys.ClientKeys(uid), "-", "h1").Err(); err != nil {
@@ -145,9 +145,11 @@ func TestPeekScriptStatuses(t *testing.T) {
 				e.zadd(e.keys.Heap("u1"), waiting("L1", floor.Add(-48*time.Hour), 9), waiting("L2", floor.Add(-time.Second), 1))
 			}},
 		{name: "stale: group generation moved", want: []any{"stale", "L9", "g1,g2", "3"},
-			setup: func(e *env) { e.rdb.Incr(e.ctx, e.keys.Generation("g1")) }},
+			setup: func(e *env) { e.rdb.Incr(e.ctx, e.keys.GenerationOf("g1", "u1")) }},
+		{name: "ok: another copy of a group generation moved", want: []any{"ok"},
+			setup: func(e *env) { e.rdb.Incr(e.ctx, e.keys.Generation("g1", otherCopy("g1", "u1"))) }},
 		{name: "stale: group generation appeared", want: []any{"stale", "L9", "g1,g2", "3"},
-			setup: func(e *env) { e.rdb.Incr(e.ctx, e.keys.Generation("g2")) }},
+			setup: func(e *env) { e.rdb.Incr(e.ctx, e.keys.GenerationOf("g2", "u1")) }},
 		{name: "groups: caller believes fewer", groups: "g1", want: []any{"groups", "L9", "g1,g2", "3"}},
 		{name: "groups: caller believes none", groups: "-", want: []any{"groups", "L9", "g1,g2", "3"}},
 	}
@@ -331,6 +333,38 @@ func TestPeekServesRefusedRebuildAfterMaxRefusals(t *testing.T) {
 	}
 }
 
+// A group generation that moves after every rebuild's reads lets each write through
+// (it is on another slot) and makes what it wrote stale: the peek counts those too, and
+// serves the offer it read after maxRefusals of them.
+func TestPeekServesRebuildOvertakenByGroupEdits(t *testing.T) {
+	t.Parallel()
+	for _, edits := range []int{maxRefusals - 1, maxRefusals + 5} {
+		t.Run(strconv.Itoa(edits), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.l.groups = []string{"g1"}
+			e.l.src = peekSource()
+			e.l.onSource = func(n int) {
+				if n <= edits {
+					if err := e.c.InvalidateGroup(context.Background(), "g1"); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+			offer := peekOffer()
+			v, err := e.c.Peek(e.ctx, "u1", "", e.now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkView(t, "peek", v, schedule.OpenHint{}, offer[:3], &offer[3])
+			want := min(edits+1, maxRefusals)
+			if _, loads, _ := e.l.counts(); loads != want {
+				t.Fatalf("%d loads, want %d", loads, want)
+			}
+		})
+	}
+}
+
 // ---- rebuildScript (build, Rebuild) ----
 
 func TestRebuildWritesHeapAndMetadata(t *testing.T) {
@@ -339,7 +373,7 @@ func TestRebuildWritesHeapAndMetadata(t *testing.T) {
 	e.l.groups = []string{"g2", "g1"}
 	e.l.src = peekSource()
 	e.hset(e.keys.User("u1"), "ver", "7", "open", "L2", "kver", "4")
-	e.rdb.Set(e.ctx, e.keys.Generation("g2"), "5", 0)
+	e.rdb.Set(e.ctx, e.keys.GenerationOf("g2", "u1"), "5", 0)
 	e.zadd(e.keys.Heap("u1"), once(99, t0, 5)) // an old heap's leftover
 
 	if err := e.c.Rebuild(e.ctx, "u1"); err != nil {
@@ -364,7 +398,7 @@ func TestRebuildWritesHeapAndMetadata(t *testing.T) {
 	e.wantTTL(e.keys.Heap("u1"), testTTL)
 	// The generation the heap recorded outlives it (one with no TTL gets one too): an
 	// expired counter would start again at 1 and could repeat it.
-	e.wantTTL(e.keys.Generation("g2"), testTTL+time.Minute)
+	e.wantTTL(e.keys.GenerationOf("g2", "u1"), testTTL+time.Minute)
 	if !e.l.from.Equal(t0.Add(-testCatchUp)) || !e.l.until.Equal(until) || !slices.Equal(e.l.gotGroups, []string{"g1", "g2"}) {
 		t.Errorf("LoadSource(%v, %v, %v), want groups g1,g2 from the floor to the window's end", e.l.gotGroups, e.l.from, e.l.until)
 	}
@@ -415,19 +449,23 @@ func TestRebuildWritesLargeHeap(t *testing.T) {
 	}
 }
 
+// A user version that moved while a rebuild read MySQL refuses its write; a group
+// generation, on another slot, cannot be checked by the write: the heap is written
+// with the generation read before MySQL, and the next peek finds it stale.
 func TestRebuildRefusesWhenVersionsMoved(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name    string
 		between func(c *Cache) error // lands between the rebuild's reads and its write
 		written bool
+		stale   bool // the next peek finds what was written stale
 	}{
-		{"user version", func(c *Cache) error { return c.InvalidateUser(context.Background(), "u1") }, false},
-		{"group generation", func(c *Cache) error { return c.InvalidateGroup(context.Background(), "g2") }, false},
-		{"absent group generation", func(c *Cache) error { return c.InvalidateGroup(context.Background(), "g1") }, false},
-		{"another group's generation", func(c *Cache) error { return c.InvalidateGroup(context.Background(), "g3") }, true},
-		{"another user's version", func(c *Cache) error { return c.InvalidateUser(context.Background(), "u2") }, true},
-		{"client keys", func(c *Cache) error { return c.KeysChanged(context.Background(), "u1") }, true},
+		{"user version", func(c *Cache) error { return c.InvalidateUser(context.Background(), "u1") }, false, false},
+		{"group generation", func(c *Cache) error { return c.InvalidateGroup(context.Background(), "g2") }, true, true},
+		{"absent group generation", func(c *Cache) error { return c.InvalidateGroup(context.Background(), "g1") }, true, true},
+		{"another group's generation", func(c *Cache) error { return c.InvalidateGroup(context.Background(), "g3") }, true, false},
+		{"another user's version", func(c *Cache) error { return c.InvalidateUser(context.Background(), "u2") }, true, false},
+		{"client keys", func(c *Cache) error { return c.KeysChanged(context.Background(), "u1") }, true, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -436,7 +474,7 @@ func TestRebuildRefusesWhenVersionsMoved(t *testing.T) {
 			e.l.groups = []string{"g1", "g2"}
 			e.l.src = peekSource()
 			e.hset(e.keys.User("u1"), "ver", "2")
-			e.rdb.Set(e.ctx, e.keys.Generation("g2"), "5", 0)
+			e.rdb.Set(e.ctx, e.keys.GenerationOf("g2", "u1"), "5", 0)
 			old := once(99, t0, 5)
 			e.zadd(e.keys.Heap("u1"), old)
 			e.l.onSource = func(int) {
@@ -459,6 +497,13 @@ func TestRebuildRefusesWhenVersionsMoved(t *testing.T) {
 			if tc.written {
 				if h["hver"] != "2" || !slices.Equal(heap, ats(peekOffer())) {
 					t.Fatalf("written rebuild: hash %v, heap %v", h, heap)
+				}
+				res, err := e.c.peek(e.ctx, "u1", "g1,g2", "", e.now, testMaxDue)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := map[bool]string{true: "stale", false: "ok"}[tc.stale]; res[0] != want {
+					t.Fatalf("peek after the rebuild: %v, want %s", res, want)
 				}
 				return
 			}
@@ -725,7 +770,7 @@ func TestInvalidateBumpsAndSetsTTLOnce(t *testing.T) {
 	}
 	e.newer(e.hgetall(user)["ver"], last)
 
-	gen := e.keys.Generation("g1")
+	gen := e.keys.Generation("g1", GenCopies-1)
 	last = 0
 	for i := 1; i <= 2; i++ {
 		if err := e.c.InvalidateGroup(e.ctx, "g1"); err != nil {
@@ -745,8 +790,13 @@ func TestInvalidateBumpsAndSetsTTLOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.wantTTL(gen, testTTL)
-	if e.exists(e.keys.Generation("g2")) {
-		t.Error("an invalidation touched another key")
+	for i := range GenCopies {
+		if !e.exists(e.keys.Generation("g1", i)) {
+			t.Errorf("copy %d of the group's generation did not move", i)
+		}
+		if e.exists(e.keys.Generation("g2", i)) {
+			t.Error("an invalidation touched another key")
+		}
 	}
 }
 

@@ -53,10 +53,9 @@ func killMidRun(t *testing.T, dir string, flushRedis bool) {
 			base = append(base, kv)
 		}
 	}
-	env := append(slices.Clone(base),
+	env := append(slices.Concat(base, testenv.RedisEnv()),
 		"DISPATCH_ADDR=127.0.0.1:0",
 		"DISPATCH_MYSQL_DSN="+dsn,
-		"DISPATCH_REDIS_ADDR="+rdb.Options().Addr,
 		"DISPATCH_REDIS_PREFIX="+prefix,
 		"DISPATCH_ADMIN_TOKEN=kill-test-token",
 		"DISPATCH_SWEEP_INTERVAL=1s",

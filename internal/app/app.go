@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -92,16 +93,32 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (Deps, func(), erro
 	if err != nil {
 		return Deps{}, nil, fmt.Errorf("DISPATCH_MYSQL_DSN: %w", err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: cfg.RedisAddr, DB: cfg.RedisDB, PoolSize: 64})
+	rdb := NewRedis(cfg)
 	if err := rdb.Ping(ctx).Err(); err != nil {
+		rdb.Close()
 		st.Close()
-		return Deps{}, nil, fmt.Errorf("DISPATCH_REDIS_ADDR %s: %w", cfg.RedisAddr, err)
+		return Deps{}, nil, fmt.Errorf("DISPATCH_REDIS_ADDR %s (%s): %w", strings.Join(cfg.RedisAddrs, ","), cfg.RedisMode, err)
 	}
 	closeAll := func() {
 		rdb.Close()
 		st.Close()
 	}
 	return Deps{Store: st, Redis: rdb, Clock: clock.Real{}, Log: log}, closeAll, nil
+}
+
+// NewRedis is the client for cfg's Redis: one server, a cluster (commands go to the
+// primary serving each key's slot) or the master the sentinels name. Nothing is read
+// from replicas: a replica may lag behind an invalidation the caller was told of.
+func NewRedis(cfg Config) redis.UniversalClient {
+	const pool = 64 // per node
+	switch cfg.RedisMode {
+	case RedisCluster:
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.RedisAddrs, PoolSize: pool})
+	case RedisSentinel:
+		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: cfg.RedisMaster,
+			SentinelAddrs: cfg.RedisAddrs, DB: cfg.RedisDB, PoolSize: pool})
+	}
+	return redis.NewClient(&redis.Options{Addr: cfg.RedisAddrs[0], DB: cfg.RedisDB, PoolSize: pool})
 }
 
 // setDefaults fills in the settings a caller left zero (tests build a Config by hand);

@@ -16,7 +16,11 @@ import (
 type Config struct {
 	Addr          string
 	MySQLDSN      string
-	RedisAddr     string
+	// RedisAddrs is one address (standalone) or the seeds of a cluster or the
+	// sentinels; RedisMode says which, RedisMaster names a sentinel's master.
+	RedisAddrs    []string
+	RedisMode     string
+	RedisMaster   string
 	RedisDB       int
 	RedisPrefix   string
 	KafkaBrokers  []string
@@ -58,10 +62,14 @@ func (c *Config) table() config.Table {
 			Value: config.String(&c.Addr, config.Required)},
 		{Env: "DISPATCH_MYSQL_DSN", Flag: "mysql-dsn", Default: "root@tcp(127.0.0.1:3306)/taskd", Usage: "MySQL/MariaDB DSN (go-sql-driver form); the database is created and migrated at start",
 			Value: config.String(&c.MySQLDSN, config.Required)},
-		{Env: "DISPATCH_REDIS_ADDR", Flag: "redis-addr", Default: "127.0.0.1:6379", Usage: "Redis address",
-			Value: config.String(&c.RedisAddr, config.Required)},
-		{Env: "DISPATCH_REDIS_DB", Flag: "redis-db", Default: "0", Usage: "Redis database index",
-			Value: config.Int(&c.RedisDB, config.Between(0, 15))},
+		{Env: "DISPATCH_REDIS_ADDR", Flag: "redis-addr", Default: "127.0.0.1:6379", Usage: "Redis address; with DISPATCH_REDIS_MODE cluster or sentinel, a comma-separated list of the cluster's seed nodes or of the sentinels",
+			Value: config.List(&c.RedisAddrs, c.redisAddrsFitMode)},
+		{Env: "DISPATCH_REDIS_MODE", Flag: "redis-mode", Default: RedisStandalone, Usage: "standalone (one Redis), cluster (Redis Cluster) or sentinel (a master found through the sentinels); nothing is read from replicas",
+			Value: config.String(&c.RedisMode, config.OneOf(RedisStandalone, RedisCluster, RedisSentinel))},
+		{Env: "DISPATCH_REDIS_MASTER_NAME", Flag: "redis-master-name", Usage: "the master's name the sentinels know (DISPATCH_REDIS_MODE=sentinel only)",
+			Value: config.String(&c.RedisMaster, c.masterNameFitsMode)},
+		{Env: "DISPATCH_REDIS_DB", Flag: "redis-db", Default: "0", Usage: "Redis database index (0 with DISPATCH_REDIS_MODE=cluster: a cluster has only database 0)",
+			Value: config.Int(&c.RedisDB, config.Between(0, 15), c.dbFitsMode)},
 		{Env: "DISPATCH_REDIS_PREFIX", Flag: "redis-prefix", Default: "taskd:", Usage: "prefix of every Redis key",
 			Value: config.String(&c.RedisPrefix)},
 		{Env: "DISPATCH_KAFKA_BROKERS", Flag: "kafka-brokers", Usage: "comma-separated Kafka brokers; empty: no Kafka, events stay in MySQL",
@@ -99,6 +107,43 @@ func (c *Config) table() config.Table {
 		{Env: "DISPATCH_KEY_RECHECK", Flag: "key-recheck", Default: "1m", Usage: "how long a cached client key set (or a uid's having none) is trusted before MySQL is asked again: the bound on a revoked key working when Redis could not be told",
 			Value: config.Duration(&c.KeyRecheck, config.Positive)},
 	}
+}
+
+// The values of DISPATCH_REDIS_MODE.
+const (
+	RedisStandalone = "standalone"
+	RedisCluster    = "cluster"
+	RedisSentinel   = "sentinel"
+)
+
+// redisAddrsFitMode refuses no address, and several for one standalone Redis.
+func (c *Config) redisAddrsFitMode(addrs []string) error {
+	switch {
+	case len(addrs) == 0:
+		return errors.New("must name at least one host:port")
+	case len(addrs) > 1 && c.RedisMode == RedisStandalone:
+		return fmt.Errorf("names %d addresses, but DISPATCH_REDIS_MODE is standalone (one Redis); set it to cluster or sentinel", len(addrs))
+	}
+	return nil
+}
+
+// masterNameFitsMode asks for the master's name exactly when the sentinels find it.
+func (c *Config) masterNameFitsMode(name string) error {
+	switch {
+	case c.RedisMode == RedisSentinel && name == "":
+		return errors.New("is required with DISPATCH_REDIS_MODE=sentinel")
+	case c.RedisMode != RedisSentinel && name != "":
+		return fmt.Errorf("is only for DISPATCH_REDIS_MODE=sentinel, and the mode is %s", c.RedisMode)
+	}
+	return nil
+}
+
+// dbFitsMode refuses a database other than 0 on a cluster, which has no other.
+func (c *Config) dbFitsMode(db int) error {
+	if c.RedisMode == RedisCluster && db != 0 {
+		return fmt.Errorf("must be 0 with DISPATCH_REDIS_MODE=cluster (a cluster has only database 0), got %d", db)
+	}
+	return nil
 }
 
 // tokensLongEnough refuses an admin token shorter than 8 characters, without showing it.

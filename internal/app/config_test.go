@@ -46,6 +46,12 @@ func TestLoadConfigRefuses(t *testing.T) {
 		{map[string]string{"DISPATCH_AUTH_FAILURE_RATE": "0"}, nil, "DISPATCH_AUTH_FAILURE_RATE: must be positive, got 0"},
 		{map[string]string{"DISPATCH_ADMIN_TOKEN": "ops=long-enough,short"}, nil, "DISPATCH_ADMIN_TOKEN: each token must be at least 8 characters"},
 		{map[string]string{"DISPATCH_ADDR": " "}, []string{"-addr="}, "DISPATCH_ADDR (flag -addr): required"},
+		{map[string]string{"DISPATCH_REDIS_ADDR": "10.0.0.1:6379,10.0.0.2:6379"}, nil, "DISPATCH_REDIS_ADDR: names 2 addresses, but DISPATCH_REDIS_MODE is standalone (one Redis); set it to cluster or sentinel"},
+		{map[string]string{"DISPATCH_REDIS_ADDR": " , "}, nil, "DISPATCH_REDIS_ADDR: must name at least one host:port"},
+		{map[string]string{"DISPATCH_REDIS_MODE": "replica"}, nil, `DISPATCH_REDIS_MODE: must be one of standalone, cluster, sentinel, got "replica"`},
+		{map[string]string{"DISPATCH_REDIS_MODE": "cluster", "DISPATCH_REDIS_DB": "2"}, nil, "DISPATCH_REDIS_DB: must be 0 with DISPATCH_REDIS_MODE=cluster (a cluster has only database 0), got 2"},
+		{map[string]string{"DISPATCH_REDIS_MODE": "sentinel"}, nil, "DISPATCH_REDIS_MASTER_NAME: is required with DISPATCH_REDIS_MODE=sentinel"},
+		{map[string]string{"DISPATCH_REDIS_MASTER_NAME": "mymaster"}, nil, "DISPATCH_REDIS_MASTER_NAME: is only for DISPATCH_REDIS_MODE=sentinel, and the mode is standalone"},
 		{nil, []string{"-no-such-flag"}, "flag provided but not defined: -no-such-flag (dispatchd -h lists the settings)"},
 	} {
 		_, err := LoadConfig(c.args, func(k string) string { return c.env[k] }, io.Discard)
@@ -55,6 +61,15 @@ func TestLoadConfigRefuses(t *testing.T) {
 	}
 	if _, err := LoadConfig(nil, func(k string) string { return "" }, io.Discard); err != nil {
 		t.Errorf("defaults: %v", err)
+	}
+	for _, env := range []map[string]string{
+		{"DISPATCH_REDIS_MODE": "cluster", "DISPATCH_REDIS_ADDR": "10.0.0.1:7000,10.0.0.2:7000"},
+		{"DISPATCH_REDIS_MODE": "sentinel", "DISPATCH_REDIS_ADDR": "10.0.0.1:26379,10.0.0.2:26379", "DISPATCH_REDIS_MASTER_NAME": "mymaster", "DISPATCH_REDIS_DB": "3"},
+	} {
+		c, err := LoadConfig(nil, func(k string) string { return env[k] }, io.Discard)
+		if err != nil || len(c.RedisAddrs) != 2 {
+			t.Errorf("env %v: %v, addresses %q", env, err, c.RedisAddrs)
+		}
 	}
 }
 

@@ -56,7 +56,7 @@ type env struct {
 	t       testing.TB
 	clock   *clock.Fake
 	store   *store.Store
-	rdb     *redis.Client
+	rdb     redis.UniversalClient
 	prefix  string
 	apps    []*app.App
 	loaders []*countingLoader
