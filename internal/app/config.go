@@ -14,8 +14,8 @@ import (
 // Config is every setting of dispatchd: defaults, then environment, then flags (flags
 // win). Validate says which setting is wrong at start, not at the first request.
 type Config struct {
-	Addr          string
-	MySQLDSN      string
+	Addr     string
+	MySQLDSN string
 	// RedisAddrs is one address (standalone) or the seeds of a cluster or the
 	// sentinels; RedisMode says which, RedisMaster names a sentinel's master.
 	RedisAddrs    []string

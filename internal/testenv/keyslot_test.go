@@ -43,7 +43,7 @@ func TestOneSlotHook(t *testing.T) {
 		{[]any{"evalsha", "sha", 2, "p:{u:1}", "p:{u:1}:heap", "arg"}, false},
 		{[]any{"eval", "src", 3, "p:{u:1}", "p:{u:1}:heap", "p:{g:7:3}:gen"}, true},
 		{[]any{"evalsha", "sha", 1, "p:{g:7:3}:gen", "p:{u:1}"}, false}, // the second is an argument
-		{[]any{"mget", "a", "b"}, false},                                  // not a script
+		{[]any{"mget", "a", "b"}, false},                                // not a script
 	} {
 		rec := &recordTB{TB: t}
 		oneSlotHook{rec}.check(redis.NewCmd(t.Context(), c.args...))
