@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/singleflight"
+	"golang.org/x/time/rate"
 
 	"github.com/taskpull/taskd"
 	"github.com/taskpull/taskd/internal/clock"
@@ -51,6 +52,12 @@ type Config struct {
 	// before it is read from MySQL again: the bound on a revoked key working when the
 	// revocation could not reach Redis.
 	KeyTTL time.Duration
+	// RebuildRate and RebuildBurst bound this node's heap rebuilds (MySQL reads), a
+	// token bucket: so many a second, so many at once. A poll that needs a rebuild
+	// beyond it answers 503 unavailable with a jittered Retry-After, so that a Redis
+	// that lost its data does not send every poll to MySQL at once. Zero: no bound.
+	RebuildRate  float64
+	RebuildBurst int
 	// Metrics records lookups and rebuilds; nil records nothing.
 	Metrics *metrics.Metrics
 }
@@ -77,6 +84,9 @@ func (c *Config) setDefaults() {
 	if c.KeyTTL <= 0 {
 		c.KeyTTL = time.Minute
 	}
+	if c.RebuildBurst <= 0 {
+		c.RebuildBurst = max(1, int(c.RebuildRate))
+	}
 }
 
 // Cache is the Redis side of the per-user heaps, open-dispatch hints and client keys.
@@ -87,6 +97,7 @@ type Cache struct {
 	clock  clock.Clock
 	cfg    Config
 	flight singleflight.Group
+	budget *rate.Limiter // nil: rebuilds are not bounded
 	// groups remembers each user's groups so that the warm peek can name the group
 	// generation keys up front; a wrong guess costs one more round trip, never a wrong
 	// answer (the script compares against the groups the heap was built from).
@@ -96,11 +107,20 @@ type Cache struct {
 // NewCache returns a cache over rdb that rebuilds from loader.
 func NewCache(rdb redis.UniversalClient, loader Loader, clk clock.Clock, cfg Config) *Cache {
 	cfg.setDefaults()
-	return &Cache{rdb: rdb, keys: Keys{Prefix: cfg.Prefix}, loader: loader, clock: clk, cfg: cfg}
+	c := &Cache{rdb: rdb, keys: Keys{Prefix: cfg.Prefix}, loader: loader, clock: clk, cfg: cfg}
+	if cfg.RebuildRate > 0 {
+		c.budget = rate.NewLimiter(rate.Limit(cfg.RebuildRate), cfg.RebuildBurst)
+	}
+	return c
 }
 
 // Keys returns the key builder (tests read the keys it names).
 func (c *Cache) Keys() Keys { return c.keys }
+
+// ErrOverBudget turns a poll away when the node has spent its rebuild budget
+// (Config.RebuildRate): the reply is 503 with a jittered Retry-After.
+var ErrOverBudget = taskd.Errorf(taskd.CodeUnavailable,
+	"this node is rebuilding its caches from MySQL at its bounded rate (DISPATCH_REBUILD_RATE); try again shortly")
 
 // ErrBadKey means the client key is not one of the user's valid keys.
 var ErrBadKey = taskd.Errorf(taskd.CodeUnauthenticated, "invalid or revoked client key")

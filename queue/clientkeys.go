@@ -45,8 +45,15 @@ redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return 1
 `)
 
-// loadKeys installs uid's key hashes from the Loader in Redis.
+// loadKeys installs uid's key hashes from the Loader in Redis. It takes nothing from
+// the rebuild budget (a key set is one indexed read, reloaded every KeyTTL by every
+// active user), but is refused while the budget is spent: after Redis lost its data,
+// a poll turned away costs MySQL nothing.
 func (c *Cache) loadKeys(ctx context.Context, uid string) error {
+	if c.budget != nil && c.budget.Tokens() < 1 {
+		c.cfg.Metrics.OverBudget()
+		return ErrOverBudget
+	}
 	kver, err := c.rdb.HGet(ctx, c.keys.User(uid), "kver").Result()
 	if errors.Is(err, redis.Nil) {
 		kver = "0"

@@ -50,6 +50,10 @@ func (c *Cache) rebuild(ctx context.Context, uid, ver string) (*built, error) {
 		if fresh, err := c.fresh(ctx, uid); err != nil || fresh {
 			return (*built)(nil), err
 		}
+		if c.budget != nil && !c.budget.Allow() {
+			c.cfg.Metrics.OverBudget()
+			return (*built)(nil), ErrOverBudget
+		}
 		return c.build(ctx, uid)
 	})
 	select {

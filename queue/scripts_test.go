@@ -931,3 +931,46 @@ func TestKeysChangedBumpsKverAndDropsSet(t *testing.T) {
 	}
 	e.newer(e.hgetall(user)["kver"], last)
 }
+
+// ---- the rebuild budget (Config.RebuildRate) ----
+
+// Past its budget a node answers cold polls with ErrOverBudget (503) without reading
+// MySQL; warm polls are not counted; a token later, the rebuild goes through.
+func TestRebuildBudget(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.l.src = peekSource()
+	cfg := e.cfg
+	cfg.RebuildRate, cfg.RebuildBurst = 0.5, 2 // a token every 2 s
+	c := NewCache(e.rdb, e.l, e.clk, cfg)
+	for _, uid := range []string{"u1", "u2"} {
+		if _, err := c.Peek(e.ctx, uid, "", e.now); err != nil {
+			t.Fatalf("cold peek of %s within the burst: %v", uid, err)
+		}
+	}
+	if _, err := c.Peek(e.ctx, "u1", "", e.now); err != nil {
+		t.Fatalf("warm peek: %v", err)
+	}
+	_, err := c.Peek(e.ctx, "u3", "", e.now)
+	if !errors.Is(err, ErrOverBudget) || taskd.ErrorCode(err) != taskd.CodeUnavailable {
+		t.Fatalf("cold peek past the budget: %v, want ErrOverBudget (unavailable)", err)
+	}
+	if _, loads, _ := e.l.counts(); loads != 2 {
+		t.Fatalf("%d reads of MySQL, want 2: a poll past the budget must not read it", loads)
+	}
+	if e.exists(e.keys.Lock("u3")) {
+		t.Error("a poll turned away left the rebuild lock behind")
+	}
+	// A key set to load is refused too while the budget is spent, without reading it.
+	e.l.hashes = []string{"h1"}
+	if _, err := c.Peek(e.ctx, "u4", "h1", e.now); !errors.Is(err, ErrOverBudget) {
+		t.Fatalf("a key set to load past the budget: %v, want ErrOverBudget", err)
+	}
+	if _, _, k := e.l.counts(); k != 0 {
+		t.Fatalf("%d key set reads past the budget, want none", k)
+	}
+	// Another node has a budget of its own.
+	if _, err := e.newCache().Peek(e.ctx, "u3", "", e.now); err != nil {
+		t.Fatalf("cold peek on another node: %v", err)
+	}
+}

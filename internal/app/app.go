@@ -68,7 +68,8 @@ func New(cfg Config, deps Deps) *App {
 	})
 	a.guard = authguard.New(cfg.AuthFailureBurst, cfg.AuthFailureRate, nil)
 	a.Cache = queue.NewCache(deps.Redis, loader, deps.Clock,
-		queue.Config{Prefix: cfg.RedisPrefix, CatchUp: cfg.CatchUp, KeyTTL: cfg.KeyRecheck, Metrics: a.metrics})
+		queue.Config{Prefix: cfg.RedisPrefix, CatchUp: cfg.CatchUp, KeyTTL: cfg.KeyRecheck,
+			RebuildRate: cfg.RebuildRate, RebuildBurst: cfg.RebuildBurst, Metrics: a.metrics})
 	a.Keys = clientkey.New(deps.Store, a.Cache, deps.Clock, deps.Log,
 		clientkey.Config{EnrollSecret: cfg.EnrollSecret, KeysPerUID: cfg.KeysPerUID, KeyRecheck: cfg.KeyRecheck})
 	a.Dispatch = dispatch.NewService(deps.Store, a.Cache, deps.Clock, deps.Log,
@@ -138,5 +139,11 @@ func (c *Config) setDefaults() {
 	}
 	if c.KeyRecheck <= 0 {
 		c.KeyRecheck = time.Minute
+	}
+	if c.RebuildRate <= 0 {
+		c.RebuildRate = 1000
+	}
+	if c.RebuildBurst <= 0 {
+		c.RebuildBurst = 1000
 	}
 }

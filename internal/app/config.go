@@ -44,6 +44,10 @@ type Config struct {
 	AuthFailureRate  float64
 	// KeysPerUID caps the live client keys of one uid: issuing one more revokes the oldest.
 	KeysPerUID int
+	// RebuildRate and RebuildBurst bound this node's heap rebuilds from MySQL (a token
+	// bucket); past it a poll answers 503 (queue.Config).
+	RebuildRate  float64
+	RebuildBurst int
 	// KeyRecheck is how long a cached client key set (or the answer that a uid has no
 	// key) is trusted before it is read from MySQL again.
 	KeyRecheck time.Duration
@@ -72,6 +76,10 @@ func (c *Config) table() config.Table {
 			Value: config.Int(&c.RedisDB, config.Between(0, 15), c.dbFitsMode)},
 		{Env: "DISPATCH_REDIS_PREFIX", Flag: "redis-prefix", Default: "taskd:", Usage: "prefix of every Redis key",
 			Value: config.String(&c.RedisPrefix)},
+		{Env: "DISPATCH_REBUILD_RATE", Flag: "rebuild-rate", Default: "1000", Usage: "heap rebuilds from MySQL this node makes per second at most (a token bucket): after Redis lost its data, a poll beyond it answers 503 with a jittered Retry-After instead of querying MySQL; a rebuild is about four queries",
+			Value: config.Float(&c.RebuildRate, config.Positive)},
+		{Env: "DISPATCH_REBUILD_BURST", Flag: "rebuild-burst", Default: "1000", Usage: "heap rebuilds this node makes at once before DISPATCH_REBUILD_RATE applies",
+			Value: config.Int(&c.RebuildBurst, config.Positive)},
 		{Env: "DISPATCH_KAFKA_BROKERS", Flag: "kafka-brokers", Usage: "comma-separated Kafka brokers; empty: no Kafka, events stay in MySQL",
 			Value: config.List(&c.KafkaBrokers)},
 		{Env: "DISPATCH_ES_URLS", Flag: "es-urls", Usage: "comma-separated Elasticsearch URLs; reserved for reading admin events from Elasticsearch, not used by dispatchd yet (logsink reads it)",

@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/taskpull/taskd/internal/app"
+	"github.com/taskpull/taskd/internal/testenv"
 	"github.com/taskpull/taskd/queue"
 )
 
@@ -263,5 +265,53 @@ func TestEnrollRefusesPrefixedUID(t *testing.T) {
 	code, out := e.do(0, "POST", "/v1/enroll", "", map[string]any{"uid": "uid_5", "enroll_secret": "enroll-secret"})
 	if code != 400 {
 		t.Fatalf("enroll uid_5: %d %v", code, out)
+	}
+}
+
+// After Redis lost its data, a node rebuilds heaps at its bounded rate: a poll past the
+// budget answers 503 unavailable with a jittered Retry-After and reads nothing from
+// MySQL; polls of users whose heap is warm go on.
+func TestRebuildBudgetTurnsPollsAway(t *testing.T) {
+	t.Parallel()
+	e := newEnvWith(t, 1, func(c *app.Config) { c.RebuildRate, c.RebuildBurst = 0.001, 3 })
+	e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0.Add(time.Hour))})
+	keys := map[string]string{}
+	for _, uid := range []string{"1", "2", "3", "4"} {
+		keys[uid] = e.key(uid)
+	}
+	for _, uid := range []string{"1", "2", "3"} {
+		if code, out := e.do(0, "POST", "/v1/fetch", keys[uid], nil); code != 200 {
+			t.Fatalf("cold fetch of %s within the burst: %d %v", uid, code, out)
+		}
+	}
+	req, _ := http.NewRequest("POST", e.urls[0]+"/v1/fetch", nil)
+	req.Header.Set("Authorization", "Bearer "+keys["4"])
+	resp, err := e.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body struct {
+		Error struct{ Code, Message string }
+	}
+	json.NewDecoder(resp.Body).Decode(&body)
+	resp.Body.Close()
+	ra, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+	if resp.StatusCode != 503 || body.Error.Code != "unavailable" || ra < 1 || ra > 3 {
+		t.Fatalf("cold fetch past the budget: %d %+v Retry-After %q; want 503 unavailable, 1..3 s",
+			resp.StatusCode, body.Error, resp.Header.Get("Retry-After"))
+	}
+	if n := e.loaders[0].rebuilds.Load(); n != 3 {
+		t.Fatalf("%d heap rebuilds read MySQL, want 3", n)
+	}
+	if code, _ := e.do(0, "POST", "/v1/fetch", keys["1"], nil); code != 200 {
+		t.Fatalf("a warm user's poll past the budget: %d, want 200", code)
+	}
+	// Redis loses everything: the warm user is cold again, and turned away too.
+	testenv.DeletePrefix(t, e.rdb, e.prefix)
+	if code, _ := e.do(0, "POST", "/v1/fetch", keys["1"], nil); code != 503 {
+		t.Fatalf("after Redis lost its data, a poll past the budget: %d, want 503", code)
+	}
+	if n := e.loaders[0].rebuilds.Load(); n != 3 {
+		t.Fatalf("%d heap rebuilds read MySQL, want still 3", n)
 	}
 }

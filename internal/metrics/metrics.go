@@ -24,6 +24,7 @@ type Metrics struct {
 	claimRefusals *prometheus.CounterVec
 	heapLookups   *prometheus.CounterVec
 	rebuilds      prometheus.Histogram
+	overBudget    prometheus.Counter
 	batches       *prometheus.HistogramVec
 	fallbacks     *prometheus.CounterVec
 }
@@ -56,6 +57,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "taskd_quota_claim_conflicts_total",
 			Help: "Claims refused, by reason: exhausted, already_had, gone, user_busy.",
 		}, []string{"reason"}),
+		overBudget: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "taskd_heap_rebuilds_over_budget_total",
+			Help: "Polls answered 503 because this node was over its heap rebuild budget (DISPATCH_REBUILD_RATE), instead of reading MySQL.",
+		}),
 		heapLookups: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "taskd_heap_cache_lookups_total",
 			Help: "Heap cache lookups by result: hit, or miss (cold or stale: rebuilt).",
@@ -76,7 +81,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"kind"}),
 	}
 	reg.MustRegister(m.requests, m.fetches, m.dispatches, m.completions, m.expiries, m.claimRefusals,
-		m.heapLookups, m.rebuilds, m.batches, m.fallbacks,
+		m.heapLookups, m.rebuilds, m.overBudget, m.batches, m.fallbacks,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -200,5 +205,12 @@ func (m *Metrics) Batch(kind string, size int, fellBack bool) {
 func (m *Metrics) Rebuilt(d time.Duration) {
 	if m != nil {
 		m.rebuilds.Observe(d.Seconds())
+	}
+}
+
+// OverBudget records a poll turned away because the node's rebuild budget was spent.
+func (m *Metrics) OverBudget() {
+	if m != nil {
+		m.overBudget.Inc()
 	}
 }
