@@ -122,6 +122,7 @@ func runAgents(ctx context.Context, c *Client, d *Deployed, opts phaseOptions, c
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			c := c.Node(a)
 			rng := mrand.New(mrand.NewPCG(opts.seed, uint64(a)))
 			users := len(d.Keys)
 			u := a

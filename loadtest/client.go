@@ -18,6 +18,7 @@ import (
 // agent routes with a client key.
 type Client struct {
 	base    string
+	nodes   []string // every server's base URL; base is the first
 	admin   string
 	hc      *http.Client
 	timeout time.Duration
@@ -34,7 +35,20 @@ func NewClient(base, adminToken string, conns int, timeout time.Duration) *Clien
 		MaxIdleConnsPerHost: conns,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	return &Client{base: strings.TrimRight(base, "/"), admin: adminToken, hc: &http.Client{Transport: tr}, timeout: timeout}
+	var nodes []string
+	for _, b := range strings.Split(base, ",") {
+		nodes = append(nodes, strings.TrimRight(strings.TrimSpace(b), "/"))
+	}
+	return &Client{base: nodes[0], nodes: nodes, admin: adminToken, hc: &http.Client{Transport: tr}, timeout: timeout}
+}
+
+// Node is the client of the i-th server (modulo their number) of a base that lists
+// several, sharing this client's connections: agent i talks to Node(i), so a run
+// spreads its agents evenly over the servers.
+func (c *Client) Node(i int) *Client {
+	n := *c
+	n.base = c.nodes[i%len(c.nodes)]
+	return &n
 }
 
 // Close drops idle connections.

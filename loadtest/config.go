@@ -99,7 +99,7 @@ func DefaultConfig() Config {
 func (c *Config) table(dispatchToken *string) config.Table {
 	runOnly := func() bool { return c.CheckOnly } // settings a -check-only run does not use
 	return config.Table{
-		{Env: "LOADTEST_URL", Flag: "url", Default: "http://127.0.0.1:8080", Usage: "server base URL",
+		{Env: "LOADTEST_URL", Flag: "url", Default: "http://127.0.0.1:8080", Usage: "server base URL; several, comma-separated, spread the agents over those servers (nodes sharing one MySQL and Redis): setup and the check use the first",
 			Value: config.String(&c.URL, validURL)},
 		{Env: "DISPATCH_ADMIN_TOKEN", Usage: "dispatchd's admin token list: with LOADTEST_ADMIN_TOKEN unset, its first token is the admin token",
 			Value: config.String(dispatchToken)},
@@ -263,8 +263,11 @@ func (c Config) Validate() error {
 
 // validURL refuses what is not http(s)://host[:port][/path].
 func validURL(v string) error {
-	if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("want http://host:port, got %q", v)
+	for _, s := range strings.Split(v, ",") {
+		s = strings.TrimSpace(s)
+		if u, err := url.Parse(s); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("want http://host:port (or several, comma-separated), got %q", s)
+		}
 	}
 	return nil
 }

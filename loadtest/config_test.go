@@ -190,7 +190,7 @@ func TestParseConfigPrecedence(t *testing.T) {
 	}
 	// A flag that comes with its environment variable is named with both.
 	_, err = ParseConfig([]string{"-url", "ftp://x"}, func(string) string { return "" }, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), `LOADTEST_URL (flag -url): want http://host:port, got "ftp://x"`) {
+	if err == nil || !strings.Contains(err.Error(), `LOADTEST_URL (flag -url): want http://host:port (or several, comma-separated), got "ftp://x"`) {
 		t.Errorf("-url ftp://x: %v", err)
 	}
 }
@@ -203,5 +203,22 @@ func TestDefaultConfig(t *testing.T) {
 		SetupConcurrency: 32, Progress: time.Second, Check: true, MaxEvents: 20_000_000}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("DefaultConfig %+v\nwant          %+v", c, want)
+	}
+}
+
+// Several servers in -url: agent i talks to the i-th (modulo), setup to the first.
+func TestClientNodes(t *testing.T) {
+	t.Parallel()
+	c := NewClient("http://10.0.0.1:8080, http://10.0.0.2:8080/", "", 4, time.Second)
+	for i, want := range []string{"http://10.0.0.1:8080", "http://10.0.0.2:8080", "http://10.0.0.1:8080"} {
+		if got := c.Node(i).base; got != want {
+			t.Errorf("Node(%d) = %s, want %s", i, got, want)
+		}
+	}
+	if c.base != "http://10.0.0.1:8080" {
+		t.Errorf("setup's base = %s, want the first", c.base)
+	}
+	if err := validURL("http://a:1,ftp://b"); err == nil {
+		t.Error("a list with a bad URL passed")
 	}
 }

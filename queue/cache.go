@@ -44,6 +44,10 @@ type Config struct {
 	Refresh time.Duration
 	// MaxDue is how many due entries one peek returns.
 	MaxDue int
+	// MaxHeap is how many entries a user's cached heap holds at most, nearest due
+	// first: up to 128, Redis keeps a sorted set in its compact encoding (listpack,
+	// zset-max-listpack-entries), several times smaller than a larger one.
+	MaxHeap int
 	// LockTTL bounds how long one node may hold a user's rebuild lock.
 	LockTTL time.Duration
 	// TTL is how long an idle user's heap stays in Redis.
@@ -74,6 +78,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxDue <= 0 {
 		c.MaxDue = 8
+	}
+	if c.MaxHeap <= 0 {
+		c.MaxHeap = 128
 	}
 	if c.LockTTL <= 0 {
 		c.LockTTL = 3 * time.Second

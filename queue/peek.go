@@ -41,13 +41,18 @@ if ARGV[4] ~= '' and redis.call('SISMEMBER', KEYS[3], ARGV[4]) == 0 then
   if redis.call('EXISTS', KEYS[3]) == 1 then return {'badkey'} end
   return {'nokeys'}
 end
-local h = redis.call('HMGET', KEYS[1], 'ver', 'hver', 'groups', 'gens', 'win', 'open')
+local h = redis.call('HMGET', KEYS[1], 'ver', 'hver', 'groups', 'gens', 'win', 'open', 'cut')
 local ver = h[1] or '0'
 local open = h[6] or ''
 local status = 'ok'
 if not h[2] then
   status = 'cold'
-elseif ver ~= h[2] or tonumber(h[5]) < tonumber(ARGV[2]) then
+elseif ver ~= h[2] then
+  status = 'stale'
+elseif h[7] == '1' then
+  -- A cut heap (the offer's first entries) is good until it is empty.
+  if redis.call('EXISTS', KEYS[2]) == 0 then status = 'stale' end
+elseif tonumber(h[5]) < tonumber(ARGV[2]) then
   status = 'stale'
 elseif stale_below(KEYS[2], ARGV[5]) then
   status = 'stale'

@@ -15,8 +15,16 @@ import (
 
 // Heap metadata lives in the user hash: hver is the user version the heap was built
 // from, groups the comma-joined sorted group ids, gens their generations in the same
-// order, win the Unix time the heap's window ends. open is "-" when the user has no open
-// dispatch, its log id when it has one; absent, it is unknown (ask MySQL).
+// order, win the Unix time the heap's window ends, cut "1" when the heap holds only the
+// first MaxHeap entries of the offer (then win is the due time of the first one left
+// out). open is "-" when the user has no open dispatch, its log id when it has one;
+// absent, it is unknown (ask MySQL).
+//
+// A cut heap is the offer's first entries in heap order, and stays so: a pop removes
+// from the front, and a rotate entry moves to its next occurrence only if it falls
+// before win. So the entries due that a peek returns are the offer's, and so is the
+// next one when the heap holds any entry not yet due; a cut heap is stale once it is
+// empty (the peek script), and a fresh rebuild takes the next ones.
 
 // rebuildTimeout bounds one shared rebuild. It is longer than the lock's TTL on
 // purpose: under load the MySQL reads may queue for a pool connection, and a rebuild
@@ -92,21 +100,21 @@ func (c *Cache) Rebuild(ctx context.Context, uid string) error {
 // other slots, so they are not checked here: a heap written with a generation that has
 // moved since is found stale by the next peek, which compares them.
 //
-// KEYS: user hash, heap. ARGV: ver, groups, gens, win, ttl seconds, then score, member
-// pairs.
+// KEYS: user hash, heap. ARGV: ver, groups, gens, win, ttl seconds, cut ("1" or "0"),
+// then score, member pairs.
 var rebuildScript = redis.NewScript(`
 if (redis.call('HGET', KEYS[1], 'ver') or '0') ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[2])
 local n = #ARGV
-local j = 6
+local j = 7
 while j <= n do
   local last = math.min(j + 999, n)
   redis.call('ZADD', KEYS[2], unpack(ARGV, j, last))
   j = last + 1
 end
-redis.call('HSET', KEYS[1], 'hver', ARGV[1], 'groups', ARGV[2], 'gens', ARGV[3], 'win', ARGV[4])
+redis.call('HSET', KEYS[1], 'hver', ARGV[1], 'groups', ARGV[2], 'gens', ARGV[3], 'win', ARGV[4], 'cut', ARGV[6])
 redis.call('EXPIRE', KEYS[1], ARGV[5])
-if n >= 6 then redis.call('EXPIRE', KEYS[2], ARGV[5]) end
+if n >= 7 then redis.call('EXPIRE', KEYS[2], ARGV[5]) end
 return 1
 `)
 
@@ -163,9 +171,13 @@ func (c *Cache) build(ctx context.Context, uid string) (*built, error) {
 	sort.Slice(entries, func(i, j int) bool { return schedule.Less(entries[i], entries[j]) })
 
 	groups := strings.Join(gids, ",")
-	args := make([]any, 0, 5+2*len(entries))
-	args = append(args, ver, groups, strings.Join(gens, ","), until.Unix(), c.ttl())
-	for _, e := range entries {
+	cached, win, cut := entries, until.Unix(), "0"
+	if len(entries) > c.cfg.MaxHeap {
+		cached, win, cut = entries[:c.cfg.MaxHeap], entries[c.cfg.MaxHeap].DueAt.Unix(), "1"
+	}
+	args := make([]any, 0, 6+2*len(cached))
+	args = append(args, ver, groups, strings.Join(gens, ","), win, c.ttl(), cut)
+	for _, e := range cached {
 		args = append(args, e.DueAt.Unix(), Member(e))
 	}
 	written, err := rebuildScript.Run(ctx, c.rdb, []string{c.keys.User(uid), c.keys.Heap(uid)}, args...).Int()

@@ -367,6 +367,92 @@ func TestPeekServesRebuildOvertakenByGroupEdits(t *testing.T) {
 
 // ---- rebuildScript (build, Rebuild) ----
 
+// A heap holds at most MaxHeap entries, the offer's first in heap order; it is served
+// until it is empty, then rebuilt with what the offer holds then.
+func TestCutHeapServesTheOffersFirstEntries(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.cfg.MaxHeap = 6
+	e.c = e.newCache()
+	var offer []schedule.Entry // ids 1-4 due (the 4th exactly now), 5-10 not yet
+	var src schedule.Source
+	for i := int64(1); i <= 10; i++ {
+		due := t0.Add(time.Duration(i-4) * time.Minute)
+		offer = append(offer, once(i, due, 5))
+		src.Once = append(src.Once, schedule.OnceTask{ID: i, Start: due, Priority: 5})
+	}
+	e.l.src = src
+	v, err := e.c.Peek(e.ctx, "u1", "", e.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkView(t, "cold peek", v, schedule.OpenHint{}, offer[:testMaxDue], &offer[4])
+	if got := e.zrange(e.keys.Heap("u1")); !slices.Equal(got, ats(offer[:6])) {
+		t.Fatalf("cut heap\n got %v\nwant %v", got, ats(offer[:6]))
+	}
+	if h := e.hgetall(e.keys.User("u1")); h["cut"] != "1" || h["win"] != unix(offer[6].DueAt) {
+		t.Fatalf("user hash %v: want cut 1, win the due time of the first entry left out (%s)", h, unix(offer[6].DueAt))
+	}
+	// Served warm while entries remain; the next one is the offer's.
+	if err := e.c.Pop(e.ctx, "u1", offer[:4]); err != nil {
+		t.Fatal(err)
+	}
+	v, err = e.c.Peek(e.ctx, "u1", "", e.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkView(t, "warm peek of what is left", v, schedule.OpenHint{}, nil, &offer[4])
+	if _, loads, _ := e.l.counts(); loads != 1 {
+		t.Fatalf("%d loads, want 1: a cut heap with entries left is served warm", loads)
+	}
+	// Empty: stale, rebuilt from what the offer holds now (the cursor moved on).
+	if err := e.c.Pop(e.ctx, "u1", offer[4:6]); err != nil {
+		t.Fatal(err)
+	}
+	e.l.src.Once = src.Once[6:]
+	v, err = e.c.Peek(e.ctx, "u1", "", e.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkView(t, "peek after the cut heap emptied", v, schedule.OpenHint{}, nil, &offer[6])
+	if _, loads, _ := e.l.counts(); loads != 2 {
+		t.Fatalf("%d loads, want 2: an empty cut heap is rebuilt", loads)
+	}
+	if h := e.hgetall(e.keys.User("u1")); h["cut"] != "0" {
+		t.Fatalf("user hash %v: the rest fits, want cut 0", h)
+	}
+	if got := e.zrange(e.keys.Heap("u1")); !slices.Equal(got, ats(offer[6:])) {
+		t.Fatalf("heap\n got %v\nwant %v", got, ats(offer[6:]))
+	}
+}
+
+// A backlog of more due entries than a heap holds is served from the front, without a
+// rebuild per poll.
+func TestCutHeapOfDueEntries(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.cfg.MaxHeap = 4
+	e.c = e.newCache()
+	var offer []schedule.Entry
+	for i := int64(1); i <= 9; i++ {
+		offer = append(offer, once(i, t0.Add(-time.Minute), 5)) // all due, all at once
+		e.l.src.Once = append(e.l.src.Once, schedule.OnceTask{ID: i, Start: t0.Add(-time.Minute), Priority: 5})
+	}
+	for range 3 {
+		v, err := e.c.Peek(e.ctx, "u1", "", e.now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkView(t, "peek", v, schedule.OpenHint{}, offer[:testMaxDue], nil)
+	}
+	if _, loads, _ := e.l.counts(); loads != 1 {
+		t.Fatalf("%d loads, want 1", loads)
+	}
+	if n := len(e.zrange(e.keys.Heap("u1"))); n != 4 {
+		t.Fatalf("heap of %d entries, want 4", n)
+	}
+}
+
 func TestRebuildWritesHeapAndMetadata(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -381,7 +467,7 @@ func TestRebuildWritesHeapAndMetadata(t *testing.T) {
 	}
 	until := t0.Add(testHorizon + testRefresh)
 	want := map[string]string{"ver": "7", "open": "L2", "kver": "4",
-		"hver": "7", "groups": "g1,g2", "gens": "0,5", "win": unix(until)}
+		"hver": "7", "groups": "g1,g2", "gens": "0,5", "win": unix(until), "cut": "0"}
 	if got := e.hgetall(e.keys.User("u1")); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("user hash\n got %v\nwant %v", got, want)
 	}
@@ -429,6 +515,8 @@ func TestRebuildWritesHeapAndMetadata(t *testing.T) {
 func TestRebuildWritesLargeHeap(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
+	e.cfg.MaxHeap = 2000
+	e.c = e.newCache()
 	const n = 1203
 	var src schedule.Source
 	for i := 1; i <= n; i++ {
