@@ -203,8 +203,13 @@ func sleep(ctx context.Context, d time.Duration) error {
 // loaded on every node, and the whole round trip is sent once more.
 func (c *Cache) roundTrip(ctx context.Context, fill func(redis.Pipeliner), scripts ...*redis.Script) error {
 	for attempt := 0; ; attempt++ {
-		cmds, _ := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error { fill(p); return nil })
+		cmds, failed := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error { fill(p); return nil })
 		var err error
+		if !errors.Is(failed, redis.Nil) {
+			// Set when the round trip itself failed, whose commands may carry no error
+			// of their own (a Redis that cannot be reached).
+			err = failed
+		}
 		noScript := false
 		for _, cmd := range cmds {
 			e := cmd.Err()

@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/internal/clock"
 	"github.com/taskpull/taskd/schedule"
 )
 
@@ -1060,5 +1062,25 @@ func TestRebuildBudget(t *testing.T) {
 	// Another node has a budget of its own.
 	if _, err := e.newCache().Peek(e.ctx, "u3", "", e.now); err != nil {
 		t.Fatalf("cold peek on another node: %v", err)
+	}
+}
+
+// A Redis that cannot be reached makes every round trip unavailable (503), pipelined
+// or not.
+func TestUnreachableRedisIsUnavailable(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	defer rdb.Close()
+	c := NewCache(rdb, &fakeLoader{}, clock.NewFake(t0), Config{Prefix: "unreachable:"})
+	c.groups.Store("u1", "g1") // a pipelined peek: the user's script and a generation
+	ctx := t.Context()
+	for name, err := range map[string]error{
+		"peek":             func() error { _, err := c.Peek(ctx, "u1", "", t0); return err }(),
+		"invalidate group": c.InvalidateGroup(ctx, "g1"),
+		"invalidate user":  c.InvalidateUser(ctx, "u1"),
+	} {
+		if taskd.ErrorCode(err) != taskd.CodeUnavailable {
+			t.Errorf("%s: %v, want unavailable", name, err)
+		}
 	}
 }
