@@ -8,8 +8,13 @@ run: ## run the server on MySQL and Redis on localhost, schema applied at start
 	DISPATCH_ENROLL_SECRET=$${DISPATCH_ENROLL_SECRET:-dev-enroll-secret} \
 	$(GO) run ./cmd/dispatchd
 
-test: ## the whole suite, race detector on, against the real MySQL and Redis
+# The packages whose tests run a second time on a local Redis Cluster (six
+# redis-server processes, started and stopped by rediscluster).
+CLUSTER_PKGS = ./queue ./dispatch ./admin ./clientkey ./internal/app ./loadtest ./cmd/dispatchd
+
+test: ## the whole suite, race detector on, against the real MySQL and Redis, then again on a Redis Cluster where Redis matters
 	$(GO) test -race -count=1 -timeout 20m ./...
+	$(GO) run ./internal/testenv/rediscluster -- $(GO) test -race -count=1 -timeout 20m $(CLUSTER_PKGS)
 
 bench: ## benchmarks (see README: Performance)
 	$(GO) test -run '^$$' -bench . -benchmem ./...

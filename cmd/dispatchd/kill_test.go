@@ -22,13 +22,7 @@ import (
 // and completed dispatches, and every dispatch an agent was handed recorded in MySQL.
 func TestKilledDispatchdKeepsTheQuotaInvariants(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	for _, cmd := range []string{"dispatchd", "loadtest"} {
-		build := exec.Command("go", "build", "-o", filepath.Join(dir, cmd), "../"+cmd)
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", cmd, err, out)
-		}
-	}
+	dir := buildTools(t)
 	for _, flush := range []bool{false, true} {
 		t.Run(fmt.Sprintf("flush redis %v", flush), func(t *testing.T) {
 			t.Parallel()
@@ -45,14 +39,7 @@ func killMidRun(t *testing.T, dir string, flushRedis bool) {
 	}
 	defer st.Close()
 	rdb, prefix := testenv.Redis(t)
-	// The children get only what they need: a DISPATCH_* or LOADTEST_* variable of the
-	// caller's must not change the test.
-	var base []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "DISPATCH_") && !strings.HasPrefix(kv, "LOADTEST_") {
-			base = append(base, kv)
-		}
-	}
+	base := childEnv()
 	env := append(slices.Concat(base, testenv.RedisEnv()),
 		"DISPATCH_ADDR=127.0.0.1:0",
 		"DISPATCH_MYSQL_DSN="+dsn,
@@ -63,26 +50,7 @@ func killMidRun(t *testing.T, dir string, flushRedis bool) {
 		"DISPATCH_MYSQL_CONNS=8",
 		"DISPATCH_REQUEST_TIMEOUT=30s",
 	)
-	start := func() (*exec.Cmd, string) {
-		t.Helper()
-		var stdout, stderr testenv.SyncBuffer
-		cmd := exec.Command(filepath.Join(dir, "dispatchd"))
-		cmd.Env, cmd.Stdout, cmd.Stderr = env, &stdout, &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			if _, addr, ok := strings.Cut(stdout.String(), "dispatchd listening on "); ok {
-				return cmd, "http://" + strings.TrimSpace(addr)
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("dispatchd did not start:\n%s", stderr.String())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
+	start := func() (*exec.Cmd, string) { return startProcess(t, dir, env) }
 	server, url := start()
 
 	runID := "kill" + testenv.Suffix()
@@ -141,5 +109,53 @@ func killMidRun(t *testing.T, dir string, flushRedis bool) {
 	}
 	if !strings.Contains(string(out), "PASS") {
 		t.Fatalf("check did not pass:\n%s", out)
+	}
+}
+
+// buildTools builds dispatchd and the load tester into a directory of t's own.
+func buildTools(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, cmd := range []string{"dispatchd", "loadtest"} {
+		build := exec.Command("go", "build", "-o", filepath.Join(dir, cmd), "../"+cmd)
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", cmd, err, out)
+		}
+	}
+	return dir
+}
+
+// childEnv is the environment of the test's children: the caller's without its
+// DISPATCH_* and LOADTEST_* variables, which must not change the test.
+func childEnv() []string {
+	var base []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DISPATCH_") && !strings.HasPrefix(kv, "LOADTEST_") {
+			base = append(base, kv)
+		}
+	}
+	return base
+}
+
+// startProcess starts the dispatchd built in dir with env, killed when t ends, and
+// returns it once it listens, with its base URL.
+func startProcess(t *testing.T, dir string, env []string) (*exec.Cmd, string) {
+	t.Helper()
+	var stdout, stderr testenv.SyncBuffer
+	cmd := exec.Command(filepath.Join(dir, "dispatchd"))
+	cmd.Env, cmd.Stdout, cmd.Stderr = env, &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, addr, ok := strings.Cut(stdout.String(), "dispatchd listening on "); ok {
+			return cmd, "http://" + strings.TrimSpace(addr)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dispatchd did not start:\n%s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
