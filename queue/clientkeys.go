@@ -24,7 +24,7 @@ func (c *Cache) VerifyKey(ctx context.Context, uid, keyHash string) error {
 		if member[1] {
 			return ErrBadKey
 		}
-		if err := c.loadKeys(ctx, uid); err != nil {
+		if err := c.loadKeys(ctx, uid, false); err != nil {
 			return err
 		}
 	}
@@ -47,10 +47,11 @@ return 1
 
 // loadKeys installs uid's key hashes from the Loader in Redis. It takes nothing from
 // the rebuild budget (a key set is one indexed read, reloaded every KeyTTL by every
-// active user), but is refused while the budget is spent: after Redis lost its data,
-// a poll turned away costs MySQL nothing.
-func (c *Cache) loadKeys(ctx context.Context, uid string) error {
-	if c.budget != nil && c.budget.Tokens() < 1 {
+// active user), but with bounded, for a user whose heap needs a rebuild too, it is
+// refused while the budget is spent: after Redis lost its data, a poll turned away
+// costs MySQL nothing.
+func (c *Cache) loadKeys(ctx context.Context, uid string, bounded bool) error {
+	if bounded && c.budget != nil && c.budget.Tokens() < 1 {
 		c.cfg.Metrics.OverBudget()
 		return ErrOverBudget
 	}

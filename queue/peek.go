@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -20,9 +21,11 @@ import (
 //
 // KEYS: user hash, heap, client key set. ARGV: now, horizon (the heap must cover up to
 // it), max entries, the key hash ("" to skip the check), the catch-up floor (an entry
-// older than it makes the heap stale: the cursor never lags more). Returns {status, open,
-// groups, ver} with status one of cold, stale, badkey, nokeys, or {"ok", open, groups,
-// ver, due (member, score, ...), next (member, score), gens}.
+// older than it makes the heap stale: the cursor never lags more). Returns {"badkey"};
+// {"nokeys", heap status}; {status, open, groups, ver} with status cold or stale; or
+// {"ok", open, groups, ver, due (member, score, ...), next (member, score), gens, cut},
+// where cut is the window's end of a cut heap holding no entry not yet due (the next
+// due time is then the first entry left out's), else "".
 var peekScript = redis.NewScript(`
 -- An occurrence older than the catch-up floor makes the heap stale; a waiting dispatch
 -- of the user (member <p>|d|<log_id>) does not: it stays until taken, however old.
@@ -37,11 +40,12 @@ local function stale_below(heap, floor)
     offset = offset + 32
   end
 end
+local nokeys = false
 if ARGV[4] ~= '' and redis.call('SISMEMBER', KEYS[3], ARGV[4]) == 0 then
   if redis.call('EXISTS', KEYS[3]) == 1 then return {'badkey'} end
-  return {'nokeys'}
+  nokeys = true
 end
-local h = redis.call('HMGET', KEYS[1], 'ver', 'hver', 'groups', 'gens', 'win', 'open', 'cut')
+local h = redis.call('HMGET', KEYS[1], 'ver', 'hver', 'groups', 'gens', 'win', 'open', 'cut', 'exp')
 local ver = h[1] or '0'
 local open = h[6] or ''
 local status = 'ok'
@@ -50,17 +54,20 @@ if not h[2] then
 elseif ver ~= h[2] then
   status = 'stale'
 elseif h[7] == '1' then
-  -- A cut heap (the offer's first entries) is good until it is empty.
-  if redis.call('EXISTS', KEYS[2]) == 0 then status = 'stale' end
+  -- A cut heap (the offer's first entries) is good until it is empty, or as old as a
+  -- whole one may get.
+  if tonumber(h[8] or '0') < tonumber(ARGV[1]) or redis.call('EXISTS', KEYS[2]) == 0 then status = 'stale' end
 elseif tonumber(h[5]) < tonumber(ARGV[2]) then
   status = 'stale'
-elseif stale_below(KEYS[2], ARGV[5]) then
-  status = 'stale'
 end
+if status == 'ok' and stale_below(KEYS[2], ARGV[5]) then status = 'stale' end
+if nokeys then return {'nokeys', status} end
 if status ~= 'ok' then return {status, open, h[3] or '', ver} end
 local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[3]))
 local nxt = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. ARGV[1], '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-return {status, open, h[3], ver, due, nxt, h[4]}
+local cut = ''
+if h[7] == '1' and #nxt == 0 then cut = h[5] end
+return {status, open, h[3], ver, due, nxt, h[4], cut}
 `)
 
 // peek runs peekScript for uid and, in the same round trip, reads the generations of
@@ -94,7 +101,7 @@ func (c *Cache) peek(ctx context.Context, uid, groups, keyHash string, now time.
 	if res[6] != joinGenerations(gens) {
 		return []any{"stale", res[1], res[2], res[3]}, nil
 	}
-	return res[:6], nil
+	return append(res[:6:6], res[7]), nil
 }
 
 // Peek checks keyHash (unless empty) and returns the user's open dispatch hint and the
@@ -122,7 +129,9 @@ func (c *Cache) Peek(ctx context.Context, uid, keyHash string, now time.Time) (s
 		case "badkey":
 			return schedule.View{}, ErrBadKey
 		case "nokeys":
-			if err := c.loadKeys(ctx, uid); err != nil {
+			// Only a user whose heap needs a rebuild too is turned away when the
+			// rebuild budget is spent: a warm user's key set expires every KeyTTL.
+			if err := c.loadKeys(ctx, uid, res[1] != "ok"); err != nil {
 				return schedule.View{}, err
 			}
 		case "groups":
@@ -139,7 +148,12 @@ func (c *Cache) Peek(ctx context.Context, uid, keyHash string, now time.Time) (s
 					return b.view(res[1].(string), now, c.cfg.MaxDue), nil
 				}
 			}
+			prev := b
 			b, err = c.rebuild(ctx, uid, res[3].(string))
+			if errors.Is(err, ErrOverBudget) && prev != nil {
+				// An offer read from MySQL during this request is in hand.
+				return prev.view(res[1].(string), now, c.cfg.MaxDue), nil
+			}
 			if err != nil {
 				return schedule.View{}, err
 			}
@@ -201,6 +215,14 @@ func parseView(res []any) (schedule.View, error) {
 			return schedule.View{}, err
 		}
 		v.Next = &e
+	} else if cut := res[6].(string); cut != "" {
+		// A cut heap holds nothing not yet due: the next due time is the first entry
+		// left out's (an entry with no task: a time only).
+		win, err := strconv.ParseInt(cut, 10, 64)
+		if err != nil {
+			return schedule.View{}, fmt.Errorf("heap window %q: %w", cut, err)
+		}
+		v.Next = &schedule.Entry{DueAt: time.Unix(win, 0)}
 	}
 	return v, nil
 }

@@ -16,8 +16,8 @@ import (
 // Heap metadata lives in the user hash: hver is the user version the heap was built
 // from, groups the comma-joined sorted group ids, gens their generations in the same
 // order, win the Unix time the heap's window ends, cut "1" when the heap holds only the
-// first MaxHeap entries of the offer (then win is the due time of the first one left
-// out). open is "-" when the user has no open dispatch, its log id when it has one;
+// first entries of the offer (at most MaxHeap; then win is the due time of the first
+// one left out, and exp the time the heap is stale at, as a whole one would be). open is "-" when the user has no open dispatch, its log id when it has one;
 // absent, it is unknown (ask MySQL).
 //
 // A cut heap is the offer's first entries in heap order, and stays so: a pop removes
@@ -44,6 +44,9 @@ func (c *Cache) rebuild(ctx context.Context, uid, ver string) (*built, error) {
 		// first caller's request.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rebuildTimeout)
 		defer cancel()
+		if c.overBudget() {
+			return (*built)(nil), ErrOverBudget
+		}
 		token := randomToken()
 		ok, err := c.rdb.SetNX(ctx, c.keys.Lock(uid), token, c.cfg.LockTTL).Result()
 		if err != nil {
@@ -70,6 +73,17 @@ func (c *Cache) rebuild(ctx context.Context, uid, ver string) (*built, error) {
 	case <-ctx.Done():
 		return nil, unavailable("rebuild", ctx.Err())
 	}
+}
+
+// overBudget reports (and counts) that the rebuild budget is spent: checked before
+// the rebuild lock is taken, so that a poll turned away costs Redis little; the token
+// itself is taken once the heap is found to need the rebuild.
+func (c *Cache) overBudget() bool {
+	if c.budget == nil || c.budget.Tokens() >= 1 {
+		return false
+	}
+	c.cfg.Metrics.OverBudget()
+	return true
 }
 
 // fresh reports whether uid's heap is valid now (the peek script's verdict).
@@ -101,20 +115,20 @@ func (c *Cache) Rebuild(ctx context.Context, uid string) error {
 // moved since is found stale by the next peek, which compares them.
 //
 // KEYS: user hash, heap. ARGV: ver, groups, gens, win, ttl seconds, cut ("1" or "0"),
-// then score, member pairs.
+// exp, then score, member pairs.
 var rebuildScript = redis.NewScript(`
 if (redis.call('HGET', KEYS[1], 'ver') or '0') ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[2])
 local n = #ARGV
-local j = 7
+local j = 8
 while j <= n do
   local last = math.min(j + 999, n)
   redis.call('ZADD', KEYS[2], unpack(ARGV, j, last))
   j = last + 1
 end
-redis.call('HSET', KEYS[1], 'hver', ARGV[1], 'groups', ARGV[2], 'gens', ARGV[3], 'win', ARGV[4], 'cut', ARGV[6])
+redis.call('HSET', KEYS[1], 'hver', ARGV[1], 'groups', ARGV[2], 'gens', ARGV[3], 'win', ARGV[4], 'cut', ARGV[6], 'exp', ARGV[7])
 redis.call('EXPIRE', KEYS[1], ARGV[5])
-if n >= 7 then redis.call('EXPIRE', KEYS[2], ARGV[5]) end
+if n >= 8 then redis.call('EXPIRE', KEYS[2], ARGV[5]) end
 return 1
 `)
 
@@ -171,12 +185,12 @@ func (c *Cache) build(ctx context.Context, uid string) (*built, error) {
 	sort.Slice(entries, func(i, j int) bool { return schedule.Less(entries[i], entries[j]) })
 
 	groups := strings.Join(gids, ",")
-	cached, win, cut := entries, until.Unix(), "0"
+	cached, win, isCut := entries, until.Unix(), "0"
 	if len(entries) > c.cfg.MaxHeap {
-		cached, win, cut = entries[:c.cfg.MaxHeap], entries[c.cfg.MaxHeap].DueAt.Unix(), "1"
+		cached, win, isCut = cutOffer(entries, c.cfg.MaxHeap)
 	}
-	args := make([]any, 0, 6+2*len(cached))
-	args = append(args, ver, groups, strings.Join(gens, ","), win, c.ttl(), cut)
+	args := make([]any, 0, 7+2*len(cached))
+	args = append(args, ver, groups, strings.Join(gens, ","), win, c.ttl(), isCut, now.Add(c.cfg.Refresh).Unix())
 	for _, e := range cached {
 		args = append(args, e.DueAt.Unix(), Member(e))
 	}
@@ -187,6 +201,23 @@ func (c *Cache) build(ctx context.Context, uid string) (*built, error) {
 	c.groups.Store(uid, groups)
 	c.cfg.Metrics.Rebuilt(time.Since(started))
 	return &built{entries: entries, written: written == 1}, nil
+}
+
+// cutOffer is the first entries of entries (in heap order, more than max of them) that a cut
+// heap holds, and its window's end: the due time of the first entry left out. The
+// entries due in the window's last second are left out too (unless that leaves none),
+// so that a rotate entry moving to that second, which a cut heap drops, cannot come
+// after entries it precedes.
+func cutOffer(entries []schedule.Entry, max int) (cached []schedule.Entry, win int64, flag string) {
+	win = entries[max].DueAt.Unix()
+	n := max
+	for n > 0 && entries[n-1].DueAt.Unix() == win {
+		n--
+	}
+	if n == 0 {
+		n = max
+	}
+	return entries[:n], win, "1"
 }
 
 // unlockScript releases the rebuild lock only if it is still ours.

@@ -70,7 +70,7 @@ func TestPeekScriptOKReturnsDueUpToMaxAndNext(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(res) != 6 || res[0] != "ok" || res[1] != "L9" || res[2] != "g1,g2" || res[3] != "3" {
+		if len(res) != 7 || res[0] != "ok" || res[1] != "L9" || res[2] != "g1,g2" || res[3] != "3" || res[6] != "" {
 			t.Fatalf("max %d: peek = %v, want ok, L9, g1,g2, 3, due, next", tc.max, res)
 		}
 		v, err := parseView(res)
@@ -112,8 +112,13 @@ func TestPeekScriptStatuses(t *testing.T) {
 		{name: "key check skipped", key: "", want: []any{"ok"},
 			setup: func(e *env) { e.rdb.Del(e.ctx, e.keys.ClientKeys("u1")) }},
 		{name: "badkey", key: "hX", want: []any{"badkey"}},
-		{name: "nokeys", key: "h1", want: []any{"nokeys"},
+		{name: "nokeys", key: "h1", want: []any{"nokeys", "ok"},
 			setup: func(e *env) { e.rdb.Del(e.ctx, e.keys.ClientKeys("u1")) }},
+		{name: "nokeys, heap stale", key: "h1", want: []any{"nokeys", "stale"},
+			setup: func(e *env) {
+				e.rdb.Del(e.ctx, e.keys.ClientKeys("u1"))
+				e.rdb.HIncrBy(e.ctx, e.keys.User("u1"), "ver", 1)
+			}},
 		{name: "empty set marked loaded is badkey", key: "h1", want: []any{"badkey"},
 			setup: func(e *env) { e.rdb.SRem(e.ctx, e.keys.ClientKeys("u1"), "h1") }},
 		{name: "cold: no heap metadata", want: []any{"cold", "L9", "g1,g2", "3"},
@@ -175,7 +180,7 @@ func TestPeekScriptStatuses(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.want[0] == "ok" {
-				if res[0] != "ok" || len(res) != 6 {
+				if res[0] != "ok" || len(res) != 7 {
 					t.Fatalf("peek = %v, want ok", res)
 				}
 				return
@@ -428,6 +433,70 @@ func TestCutHeapServesTheOffersFirstEntries(t *testing.T) {
 	}
 }
 
+// A cut heap is stale, like a whole one, once it holds an occurrence older than the
+// catch-up floor, or is as old as a whole heap may get (Refresh).
+func TestCutHeapGoesStale(t *testing.T) {
+	t.Parallel()
+	for _, later := range []time.Duration{testCatchUp + time.Minute, testRefresh + time.Second} {
+		t.Run(later.String(), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.cfg.MaxHeap = 2
+			e.c = e.newCache()
+			for i := int64(1); i <= 4; i++ {
+				e.l.src.Once = append(e.l.src.Once, schedule.OnceTask{ID: i, Start: t0.Add(time.Duration(i) * 20 * time.Minute), Priority: 5})
+			}
+			if _, err := e.c.Peek(e.ctx, "u1", "", e.now); err != nil {
+				t.Fatal(err)
+			}
+			e.clk.Advance(later)
+			if _, err := e.c.Peek(e.ctx, "u1", "", e.now.Add(later)); err != nil {
+				t.Fatal(err)
+			}
+			if _, loads, _ := e.l.counts(); loads != 2 {
+				t.Fatalf("%d loads, want 2: the cut heap was not found stale %v later", loads, later)
+			}
+		})
+	}
+}
+
+// A cut heap keeps no entry due in its window's last second, where a rotate entry
+// moving there would be dropped and come after entries it precedes.
+func TestCutOfferLeavesTheLastSecondOut(t *testing.T) {
+	t.Parallel()
+	at := func(m int) time.Time { return t0.Add(time.Duration(m) * time.Minute) }
+	es := []schedule.Entry{once(1, at(1), 5), once(2, at(2), 5), once(3, at(3), 5), once(4, at(3), 4), once(5, at(4), 5)}
+	if cached, win, _ := cutOffer(es, 3); len(cached) != 2 || win != at(3).Unix() {
+		t.Errorf("cut at 3 of %v: %d entries, window to %d; want 2, %d", ats(es), len(cached), win, at(3).Unix())
+	}
+	same := []schedule.Entry{once(1, at(1), 5), once(2, at(1), 5), once(3, at(1), 5)}
+	if cached, win, _ := cutOffer(same, 2); len(cached) != 2 || win != at(1).Unix() {
+		t.Errorf("all in one second: %d entries, want the first 2 (window %d)", len(cached), win)
+	}
+}
+
+// A warm user's key set, expired, is loaded whatever the rebuild budget says: only a
+// poll that needs a rebuild too is turned away.
+func TestExpiredKeySetOfAWarmUserIgnoresTheBudget(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.l.src = peekSource()
+	e.l.hashes = []string{"h1"}
+	cfg := e.cfg
+	cfg.RebuildRate, cfg.RebuildBurst = 0.001, 1
+	c := NewCache(e.rdb, e.l, e.clk, cfg)
+	if _, err := c.Peek(e.ctx, "u1", "h1", e.now); err != nil { // the one token
+		t.Fatal(err)
+	}
+	e.rdb.Del(e.ctx, e.keys.ClientKeys("u1"))
+	if _, err := c.Peek(e.ctx, "u1", "h1", e.now); err != nil {
+		t.Fatalf("a warm user's poll with its key set expired, budget spent: %v", err)
+	}
+	if err := c.VerifyKey(e.ctx, "u1", "h1"); err != nil {
+		t.Fatalf("a complete's key check, budget spent: %v", err)
+	}
+}
+
 // A backlog of more due entries than a heap holds is served from the front, without a
 // rebuild per poll.
 func TestCutHeapOfDueEntries(t *testing.T) {
@@ -445,7 +514,8 @@ func TestCutHeapOfDueEntries(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		checkView(t, "peek", v, schedule.OpenHint{}, offer[:testMaxDue], nil)
+		// Next: the due time of the first entry left out (a time, no task).
+		checkView(t, "peek", v, schedule.OpenHint{}, offer[:testMaxDue], &schedule.Entry{DueAt: t0.Add(-time.Minute)})
 	}
 	if _, loads, _ := e.l.counts(); loads != 1 {
 		t.Fatalf("%d loads, want 1", loads)
@@ -469,7 +539,7 @@ func TestRebuildWritesHeapAndMetadata(t *testing.T) {
 	}
 	until := t0.Add(testHorizon + testRefresh)
 	want := map[string]string{"ver": "7", "open": "L2", "kver": "4",
-		"hver": "7", "groups": "g1,g2", "gens": "0,5", "win": unix(until), "cut": "0"}
+		"hver": "7", "groups": "g1,g2", "gens": "0,5", "win": unix(until), "cut": "0", "exp": unix(t0.Add(testRefresh))}
 	if got := e.hgetall(e.keys.User("u1")); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("user hash\n got %v\nwant %v", got, want)
 	}
@@ -960,13 +1030,13 @@ func TestLoadKeysRefusedWhenKverMoved(t *testing.T) {
 			}
 		}
 	}
-	if err := e.c.loadKeys(e.ctx, "u1"); err != nil {
+	if err := e.c.loadKeys(e.ctx, "u1", false); err != nil {
 		t.Fatal(err)
 	}
 	if e.exists(set) {
 		t.Fatalf("a load overtaken by a key change wrote %v", e.smembers(set))
 	}
-	if err := e.c.loadKeys(e.ctx, "u1"); err != nil {
+	if err := e.c.loadKeys(e.ctx, "u1", false); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.smembers(set); len(got) != 2 || !got["h1"] {

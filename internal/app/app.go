@@ -119,7 +119,11 @@ func NewRedis(cfg Config) redis.UniversalClient {
 		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: cfg.RedisMaster,
 			SentinelAddrs: cfg.RedisAddrs, DB: cfg.RedisDB, PoolSize: pool})
 	}
-	return redis.NewClient(&redis.Options{Addr: cfg.RedisAddrs[0], DB: cfg.RedisDB, PoolSize: pool})
+	addr := "127.0.0.1:6379" // a Config built by hand, not validated
+	if len(cfg.RedisAddrs) > 0 {
+		addr = cfg.RedisAddrs[0]
+	}
+	return redis.NewClient(&redis.Options{Addr: addr, DB: cfg.RedisDB, PoolSize: pool})
 }
 
 // setDefaults fills in the settings a caller left zero (tests build a Config by hand);
