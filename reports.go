@@ -12,9 +12,10 @@ import (
 // TaskFilter narrows a task list. Zero values match everything (but deleted tasks,
 // which match only Status == StatusDeleted).
 type TaskFilter struct {
-	Executor string
-	Kind     Kind
-	Status   Status
+	Executor   string
+	Kind       Kind
+	Status     Status
+	TemplateID int64
 }
 
 // EventFilter narrows an event list.

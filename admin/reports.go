@@ -158,7 +158,7 @@ func (h *Handlers) ListTasks() http.Handler {
 	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
 		q := r.URL.Query()
 		var f taskd.TaskFilter
-		err := known(q, "executor", "kind", "status", "limit", "cursor")
+		err := known(q, "executor", "kind", "status", "template_id", "limit", "cursor")
 		if err == nil && q.Get("executor") != "" {
 			var e taskd.Executor
 			e, err = taskd.ParseExecutor(q.Get("executor"))
@@ -166,6 +166,11 @@ func (h *Handlers) ListTasks() http.Handler {
 		}
 		if err == nil && q.Get("kind") != "" {
 			f.Kind, err = taskd.ParseKind(q.Get("kind"))
+		}
+		if err == nil && q.Get("template_id") != "" {
+			if f.TemplateID, err = strconv.ParseInt(q.Get("template_id"), 10, 64); err != nil || f.TemplateID < 1 {
+				err = taskd.Errorf(taskd.CodeInvalid, "template_id: must be a template id (a positive integer)")
+			}
 		}
 		if err == nil {
 			switch q.Get("status") {

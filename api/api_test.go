@@ -181,7 +181,7 @@ var contractBodies = map[string]struct{ request, response string }{
 
 // contractQuery is the query parameters API.md lists for each list route.
 var contractQuery = map[string][]string{
-	"GET /v1/admin/tasks":    {"executor", "kind", "status", "limit", "cursor"},
+	"GET /v1/admin/tasks":    {"executor", "kind", "status", "limit", "cursor", "template_id" /* an addition */},
 	"GET /v1/admin/schedule": {"executor", "from", "to"},
 	"GET /v1/admin/events":   {"uid", "task_id", "type", "from", "to", "limit", "cursor"},
 	"GET /v1/admin/stats":    {"from", "to"},

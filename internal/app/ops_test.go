@@ -15,13 +15,15 @@ import (
 )
 
 // Every route the server serves is in the OpenAPI document, and every path in the
-// document is served.
+// document is served. The console's pages (/console/) are HTML for browsers, not API.
 func TestOpenAPIDocumentCoversEveryRoute(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 1)
 	var served []string
 	err := chi.Walk(e.apps[0].Handler().(chi.Routes), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
-		served = append(served, strings.ToUpper(method)+" "+strings.TrimSuffix(route, "/"))
+		if !strings.HasPrefix(route, "/console/") {
+			served = append(served, strings.ToUpper(method)+" "+strings.TrimSuffix(route, "/"))
+		}
 		return nil
 	})
 	if err != nil {

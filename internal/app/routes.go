@@ -16,6 +16,7 @@ import (
 	"github.com/taskpull/taskd/clientkey"
 	"github.com/taskpull/taskd/dispatch"
 	"github.com/taskpull/taskd/internal/authguard"
+	"github.com/taskpull/taskd/internal/console"
 	"github.com/taskpull/taskd/internal/web"
 )
 
@@ -41,6 +42,10 @@ func (a *App) routes() http.Handler {
 	r.Get("/readyz", a.handleReady())
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(a.Registry, promhttp.HandlerOpts{}))
 	r.Method(http.MethodGet, "/openapi.json", api.Handler())
+	// The console calls the admin API through this very router, in process.
+	r.Mount("/console", console.New(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.handler.ServeHTTP(w, r)
+	}), log).Routes())
 
 	keys := clientkey.NewHandlers(a.Keys, log)
 	client := dispatch.NewHandlers(a.Dispatch, log)

@@ -24,6 +24,10 @@ func (s *Store) ListTasks(ctx context.Context, f taskd.TaskFilter, after taskd.T
 			q += " AND executor = ?"
 			args = append(args, f.Executor)
 		}
+		if f.TemplateID != 0 {
+			q += " AND template_id = ?"
+			args = append(args, f.TemplateID)
+		}
 		if f.Status != 0 {
 			q += " AND status = ?"
 			args = append(args, f.Status)

@@ -1,0 +1,353 @@
+// Package console is the web console at /console/: server-rendered pages that do
+// everything through the public admin API. Each page calls the API's own handler in
+// process with the signed-in admin token, so validation, errors and the audit log are
+// the API's, and the console can do nothing a curl user cannot.
+//
+// The session is the admin token in an HttpOnly, SameSite=Strict cookie scoped to
+// /console/; every form that changes something carries a CSRF token derived from it
+// (an HMAC keyed by the token, so it needs no server state and works on every node).
+// A token the API refuses (wrong, or revoked since) ends the session with a message.
+// The pages send a Content-Security-Policy that allows scripts from the console's own
+// files only; html/template escapes every value that came from users.
+package console
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+)
+
+//go:embed templates/*.html
+var templateFiles embed.FS
+
+//go:embed static
+var staticFiles embed.FS
+
+// cookieName is the session cookie: the admin token, HttpOnly, scoped to /console/.
+const cookieName = "taskd_console"
+
+// csp forbids inline script and every source but the console's own.
+const csp = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+	"object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+
+// Console serves the pages.
+type Console struct {
+	admin http.Handler
+	log   *slog.Logger
+	pages map[string]*template.Template
+}
+
+// New returns the console over api, the server's own handler (the /v1/admin routes
+// are called through it).
+func New(api http.Handler, log *slog.Logger) *Console {
+	c := &Console{admin: api, log: log, pages: map[string]*template.Template{}}
+	funcs := template.FuncMap{
+		"json":    prettyJSON,
+		"time":    showTime,
+		"fieldOf": fieldOf,
+		"list":    func(s ...string) []string { return s },
+	}
+	names, err := fs.Glob(templateFiles, "templates/*.html")
+	if err != nil {
+		panic(err)
+	}
+	for _, name := range names {
+		page := strings.TrimSuffix(strings.TrimPrefix(name, "templates/"), ".html")
+		if page == "layout" {
+			continue
+		}
+		c.pages[page] = template.Must(template.New("layout.html").Funcs(funcs).
+			ParseFS(templateFiles, "templates/layout.html", name))
+	}
+	return c
+}
+
+// Routes is the console's router, to be mounted at /console.
+func (c *Console) Routes() http.Handler {
+	r := chi.NewRouter()
+	r.Use(secureHeaders)
+	static, _ := fs.Sub(staticFiles, "static")
+	r.Get("/static/*", http.StripPrefix("/console/static/", http.FileServerFS(static)).ServeHTTP)
+	r.Get("/signin", c.signInPage)
+	r.Post("/signin", c.signIn)
+	r.Group(func(r chi.Router) {
+		r.Use(c.session)
+		r.Post("/signout", c.signOut)
+		r.Get("/", c.dashboard)
+		r.Get("/templates", c.templates)
+		r.Post("/templates", c.createTemplate)
+		r.Post("/templates/{id}/delete", c.deleteTemplate)
+		r.Get("/tasks", c.tasks)
+		r.Get("/tasks/new", c.newTask)
+		r.Post("/tasks", c.createTask)
+		r.Get("/tasks/{kind}/{id}", c.task)
+		r.Post("/tasks/{kind}/{id}/status", c.setStatus)
+		r.Post("/tasks/{kind}/{id}/delete", c.deleteTask)
+		r.Get("/audit", c.audit)
+		r.Get("/events", c.events)
+	})
+	return r
+}
+
+func secureHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", csp)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "same-origin")
+		h.Set("Cache-Control", "no-store")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// ---- the session ----
+
+// session admits a request with a session cookie (and, on a POST, its CSRF token);
+// without one it sends the browser to sign in.
+func (c *Console) session(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ck, err := r.Cookie(cookieName)
+		if err != nil || ck.Value == "" {
+			http.Redirect(w, r, "/console/signin", http.StatusSeeOther)
+			return
+		}
+		if r.Method == http.MethodPost && !hmac.Equal([]byte(r.PostFormValue("csrf")), []byte(csrfToken(ck.Value))) {
+			c.render(w, r, http.StatusForbidden, "error", "Refused", map[string]any{
+				"Message": "This form is out of date or did not come from the console (CSRF check). Go back, reload the page and try again."})
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, ck.Value)))
+	})
+}
+
+// csrfToken is what every state-changing form of a session must carry.
+func csrfToken(token string) string {
+	m := hmac.New(sha256.New, []byte(token))
+	m.Write([]byte("taskd console csrf"))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+func setSession(w http.ResponseWriter, r *http.Request, token string, maxAge int) {
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: token, Path: "/console/", MaxAge: maxAge,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+}
+
+func (c *Console) signInPage(w http.ResponseWriter, r *http.Request) {
+	c.render(w, r, http.StatusOK, "signin", "Sign in", map[string]any{"Message": signInMessages[r.URL.Query().Get("m")]})
+}
+
+var signInMessages = map[string]string{
+	"refused": "Your admin token was not accepted: it is wrong, or it has been revoked. Sign in again.",
+	"out":     "You are signed out.",
+}
+
+func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
+	token := strings.TrimSpace(r.PostFormValue("token"))
+	if token == "" {
+		c.render(w, r, http.StatusBadRequest, "signin", "Sign in", map[string]any{"Message": "Enter an admin token."})
+		return
+	}
+	res := c.call(r, token, http.MethodGet, "/v1/admin/templates", nil)
+	switch {
+	case res.status == http.StatusUnauthorized || res.status == http.StatusForbidden:
+		c.render(w, r, http.StatusUnauthorized, "signin", "Sign in", map[string]any{
+			"Message": "That token was not accepted: it is not an admin token, or it has been revoked."})
+		return
+	case res.status != http.StatusOK:
+		c.render(w, r, res.status, "signin", "Sign in", map[string]any{"Message": res.message()})
+		return
+	}
+	setSession(w, r, token, int((12 * time.Hour).Seconds()))
+	http.Redirect(w, r, "/console/", http.StatusSeeOther)
+}
+
+func (c *Console) signOut(w http.ResponseWriter, r *http.Request) {
+	setSession(w, r, "", -1)
+	http.Redirect(w, r, "/console/signin?m=out", http.StatusSeeOther)
+}
+
+// ---- the admin API, called in process ----
+
+// tokenKey holds the session's admin token in a request's context.
+type tokenKey struct{}
+
+// sessionToken is the signed-in admin token of r, or "".
+func sessionToken(r *http.Request) string {
+	t, _ := r.Context().Value(tokenKey{}).(string)
+	return t
+}
+
+// result is an API reply.
+type result struct {
+	status int
+	body   []byte
+}
+
+// apiError is the API's error shape.
+type apiError struct {
+	Error struct {
+		Code    string          `json:"code"`
+		Message string          `json:"message"`
+		Details json.RawMessage `json:"details"`
+	} `json:"error"`
+}
+
+func (res result) ok() bool { return res.status >= 200 && res.status < 300 }
+
+// message is the API's error message, or the status.
+func (res result) message() string {
+	var e apiError
+	if json.Unmarshal(res.body, &e) == nil && e.Error.Message != "" {
+		return e.Error.Message
+	}
+	return fmt.Sprintf("the server answered %d %s", res.status, http.StatusText(res.status))
+}
+
+// decode reads the reply into v.
+func (res result) decode(v any) error { return json.Unmarshal(res.body, &v) }
+
+// call sends one request to the admin API with token, as the browser's address (so a
+// wrong token counts against it like any other).
+func (c *Console) call(r *http.Request, token, method, path string, body any) result {
+	var rd io.Reader
+	if body != nil {
+		buf, err := json.Marshal(body)
+		if err != nil {
+			return result{status: http.StatusInternalServerError, body: []byte(`{"error":{"message":"` + err.Error() + `"}}`)}
+		}
+		rd = bytes.NewReader(buf)
+	}
+	// A context without the console's route: the API's router routes the call afresh.
+	ctx := context.WithValue(r.Context(), chi.RouteCtxKey, nil)
+	req, err := http.NewRequestWithContext(ctx, method, path, rd)
+	if err != nil {
+		return result{status: http.StatusBadRequest}
+	}
+	req.RemoteAddr = r.RemoteAddr
+	req.Header.Set("Authorization", "Bearer "+token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	rec := &recorder{header: http.Header{}}
+	c.admin.ServeHTTP(rec, req)
+	return result{status: rec.status, body: rec.body.Bytes()}
+}
+
+// api is call with the session's token; a token the API refuses ends the session and
+// sends the browser to sign in (ok false: the reply is written).
+func (c *Console) api(w http.ResponseWriter, r *http.Request, method, path string, body any) (result, bool) {
+	res := c.call(r, sessionToken(r), method, path, body)
+	if res.status == http.StatusUnauthorized {
+		setSession(w, r, "", -1)
+		http.Redirect(w, r, "/console/signin?m=refused", http.StatusSeeOther)
+		return res, false
+	}
+	return res, true
+}
+
+// recorder is the response the in-process API call writes.
+type recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+func (r *recorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+}
+func (r *recorder) Write(p []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	return r.body.Write(p)
+}
+
+// ---- rendering ----
+
+// view is what every page template gets.
+type view struct {
+	Title    string
+	CSRF     string
+	SignedIn bool
+	Nav      string
+	Data     map[string]any
+}
+
+func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, page, title string, data map[string]any) {
+	v := view{Title: title, Nav: page, Data: data}
+	if token := sessionToken(r); token != "" {
+		v.SignedIn, v.CSRF = true, csrfToken(token)
+	}
+	var buf bytes.Buffer
+	if err := c.pages[page].Execute(&buf, v); err != nil {
+		c.log.Error("console: render", "page", page, "err", err)
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	w.Write(buf.Bytes())
+}
+
+// prettyJSON shows v as indented JSON, with <, > and & as themselves: the template
+// escapes them for HTML, so a param holding <script> reads as it was written.
+func prettyJSON(v any) string {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return fmt.Sprint(v)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// showTime shows an RFC 3339 time of the API as UTC, minutes and seconds.
+func showTime(s any) string {
+	str, _ := s.(string)
+	t, err := time.Parse(time.RFC3339Nano, str)
+	if err != nil {
+		return str
+	}
+	return t.UTC().Format("2006-01-02 15:04:05") + " UTC"
+}
+
+// field is one labelled input of a form, with its value and error.
+type field struct{ Name, Label, Type, Value, Error string }
+
+func fieldOf(name, label, typ string, form, errs map[string]string) field {
+	return field{Name: name, Label: label, Type: typ, Value: form[name], Error: errs[name]}
+}
+
+// inputTime is an RFC 3339 time in a datetime-local input's form (UTC).
+func inputTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04") }
+
+// query builds path?values, leaving out empty values.
+func query(path string, kv ...string) string {
+	q := url.Values{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i+1] != "" {
+			q.Set(kv[i], kv[i+1])
+		}
+	}
+	if len(q) == 0 {
+		return path
+	}
+	return path + "?" + q.Encode()
+}

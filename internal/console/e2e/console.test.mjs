@@ -1,0 +1,206 @@
+// Browser tests of the console: playwright-core driving Debian's chromium against a
+// running dispatchd. Run by `go test ./internal/console` (console_browser_test.go),
+// which starts the server and sets BASE_URL, TOKEN and SHOTS (where screenshots go).
+// Each step throws on a failure; the exit status is what the Go test checks.
+import { chromium } from 'playwright-core';
+import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+
+const base = process.env.BASE_URL;
+const token = process.env.TOKEN;
+const shots = process.env.SHOTS;
+if (!base || !token) throw new Error('BASE_URL and TOKEN must be set');
+if (shots) mkdirSync(shots, { recursive: true });
+
+// api calls the server's admin or agent API directly, as an outside client would.
+async function api(method, path, body, bearer = token) {
+  const res = await fetch(base + path, {
+    method,
+    headers: { Authorization: 'Bearer ' + bearer, 'Content-Type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  return { status: res.status, body: text ? JSON.parse(text) : null };
+}
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update'],
+});
+const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+const page = await context.newPage();
+const errors = [];
+page.on('pageerror', (e) => errors.push(e.message));
+// A CSP violation is reported as a console error; failed loads of pages that answer an
+// error status on purpose (401, 400, 422) are not errors of the page.
+page.on('console', (m) => { if (m.type() === 'error' && !m.text().startsWith('Failed to load resource')) errors.push(m.text()); });
+page.on('requestfailed', (r) => errors.push('request failed: ' + r.url()));
+const shot = async (name) => { if (shots) await page.screenshot({ path: `${shots}/${name}.png`, fullPage: true }); };
+const steps = [];
+async function step(name, fn) {
+  try {
+    await fn();
+    steps.push(name);
+    console.log('ok   ' + name);
+  } catch (e) {
+    console.log('FAIL ' + name + ': ' + e.message);
+    await page.screenshot({ path: `${shots || '/tmp'}/failed.png`, fullPage: true }).catch(() => {});
+    throw e;
+  }
+}
+
+try {
+  await step('a wrong token is refused with a clear message', async () => {
+    const res = await page.goto(base + '/console/');
+    assert.match(page.url(), /\/console\/signin$/);
+    assert.match(res.headers()['content-security-policy'], /script-src 'self'/);
+    await shot('signin');
+    await page.getByLabel('Admin token').fill('not-a-token');
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('alert').filter({ hasText: 'not accepted' }).waitFor();
+  });
+
+  await step('sign in with the admin token', async () => {
+    await page.getByLabel('Admin token').fill(token);
+    await page.keyboard.press('Enter'); // the keyboard alone
+    await page.getByRole('heading', { name: 'Dashboard' }).waitFor();
+    const cookie = (await context.cookies()).find((c) => c.name === 'taskd_console');
+    assert.ok(cookie.httpOnly, 'session cookie is HttpOnly');
+    assert.equal(cookie.sameSite, 'Strict');
+    await shot('dashboard');
+  });
+
+  let templateId;
+  await step('create a template through the form', async () => {
+    await page.getByRole('navigation').getByRole('link', { name: 'Templates' }).click();
+    await page.getByLabel('Name').fill('crawl');
+    await page.getByLabel('JSON Schema of the task params').fill(JSON.stringify({
+      type: 'object', required: ['url'],
+      properties: { url: { type: 'string', title: 'URL' }, depth: { type: 'integer', minimum: 1 } },
+    }, null, 2));
+    await page.getByRole('button', { name: 'Create template' }).click();
+    const row = page.getByRole('row').filter({ hasText: 'crawl' });
+    await row.waitFor();
+    templateId = Number((await row.getByRole('cell').first().textContent()).trim());
+    assert.ok(templateId > 0);
+    await shot('templates');
+  });
+
+  await step('a schema that is not JSON is shown at its field', async () => {
+    await page.getByLabel('Name').fill('broken');
+    await page.getByLabel('JSON Schema of the task params').fill('{"type": ');
+    await page.getByRole('button', { name: 'Create template' }).click();
+    await page.locator('#schema-error').filter({ hasText: 'Not JSON' }).waitFor();
+    assert.equal(await page.getByLabel('JSON Schema of the task params').getAttribute('aria-invalid'), 'true');
+  });
+
+  let taskPath;
+  await step('a 422 is shown at the params field', async () => {
+    await page.goto(base + '/console/tasks/new?template=' + templateId);
+    await page.getByLabel('Executor (uid_42 or gid_ops)').fill('uid_7');
+    const start = new Date(Date.now() - 60_000).toISOString().slice(0, 16);
+    await page.getByLabel('Start (UTC)').fill(start);
+    await page.getByLabel('Params (JSON)').fill('{"url": "http://example.com", "depth": 0}');
+    await page.getByRole('button', { name: 'Create task' }).click();
+    const err = page.locator('#params-error');
+    await err.waitFor();
+    assert.match(await err.textContent(), /\/depth: minimum/);
+    assert.equal(await page.getByLabel('Params (JSON)').getAttribute('aria-invalid'), 'true');
+    await shot('new-task-422');
+  });
+
+  await step('params with <script> are shown as text', async () => {
+    await page.getByLabel('Params (JSON)').fill('{"url": "<script>window.__xss = 1</script>", "depth": 2}');
+    await page.getByRole('button', { name: 'Create task' }).click();
+    await page.locator('#task-status').waitFor();
+    taskPath = new URL(page.url()).pathname;
+    assert.match(await page.locator('#task-params').textContent(), /<script>window.__xss = 1<\/script>/);
+    assert.equal(await page.evaluate(() => window.__xss), undefined);
+    await shot('task');
+  });
+  const taskId = taskPath.split('/').slice(-2).join(':');
+
+  await step('an agent fetches it over the API and the dispatch event appears', async () => {
+    const key = await api('POST', '/v1/admin/clients/7/keys');
+    assert.equal(key.status, 201);
+    const got = await api('POST', '/v1/fetch', {}, key.body.client_key);
+    assert.equal(got.status, 200);
+    assert.equal(got.body.task.task_id, taskId);
+    await page.getByRole('link', { name: 'Events of this task' }).click();
+    await page.getByRole('row').filter({ hasText: 'dispatch' }).filter({ hasText: taskId }).waitFor();
+    await shot('events');
+  });
+
+  await step('pause it and see the audit entry', async () => {
+    await page.goto(base + taskPath);
+    await page.getByRole('button', { name: 'Pause' }).click();
+    await page.locator('#task-status').filter({ hasText: 'paused' }).waitFor();
+    await page.getByRole('navigation').getByRole('link', { name: 'Audit log' }).click();
+    const first = page.getByRole('row').nth(1);
+    assert.match(await first.textContent(), new RegExp(taskId));
+    assert.match(await first.textContent(), /ops/); // the actor: the token's name
+    await shot('audit');
+  });
+
+  await step('a form without its CSRF token is refused', async () => {
+    const res = await page.request.post(base + taskPath + '/delete', { form: { csrf: 'forged' }, maxRedirects: 0 });
+    assert.equal(res.status(), 403);
+    const task = await api('GET', '/v1/admin/tasks/' + taskId.replace(':', '/'));
+    assert.equal(task.body.status, 'paused');
+  });
+
+  await step('page through 250 tasks', async () => {
+    const bulk = await api('POST', '/v1/admin/templates', { name: 'bulk', schema: { type: 'object' } });
+    const start = new Date(Date.now() + 3600_000).toISOString().replace(/\.\d+Z$/, 'Z');
+    for (let i = 0; i < 250; i += 25) {
+      await Promise.all(Array.from({ length: 25 }, (_, j) => api('POST', '/v1/admin/tasks/once',
+        { executor: 'uid_' + (i + j), start_time: start, template_id: bulk.body.id, params: {} })
+        .then((r) => assert.equal(r.status, 201))));
+    }
+    await page.goto(base + '/console/tasks');
+    await page.getByLabel('Template id').fill(String(bulk.body.id));
+    await page.getByRole('button', { name: 'Filter' }).click();
+    const seen = new Set();
+    for (let pages = 1; ; pages++) {
+      await page.getByRole('table').waitFor();
+      for (const link of await page.locator('tbody a').allTextContents()) seen.add(link);
+      if (pages === 1) await shot('tasks');
+      const next = page.getByRole('link', { name: 'Next page' });
+      if (await next.count() === 0) break;
+      assert.ok(pages < 10, 'paging does not end');
+      await next.click();
+    }
+    assert.equal(seen.size, 250);
+  });
+
+  await step('readable at 390 px wide', async () => {
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.goto(base + '/console/tasks');
+    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    assert.ok(overflow <= 0, `the page is ${overflow}px wider than the screen`);
+    await shot('tasks-390');
+    await page.setViewportSize({ width: 1280, height: 900 });
+  });
+
+  await step('a revoked or wrong session returns to sign-in with a message', async () => {
+    const url = new URL(base);
+    await context.addCookies([{ name: 'taskd_console', value: 'revoked-token', domain: url.hostname, path: '/console/', httpOnly: true, sameSite: 'Strict' }]);
+    await page.goto(base + '/console/tasks');
+    assert.match(page.url(), /\/console\/signin\?m=refused$/);
+    await page.getByRole('alert').filter({ hasText: 'revoked' }).waitFor();
+  });
+
+  await step('sign out', async () => {
+    await page.getByLabel('Admin token').fill(token);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.getByText('You are signed out.').waitFor();
+    await page.goto(base + '/console/');
+    assert.match(page.url(), /\/console\/signin$/);
+  });
+
+  assert.deepEqual(errors, [], 'no script errors or CSP violations in the pages');
+  console.log(`PASS ${steps.length} steps`);
+} finally {
+  await browser.close();
+}
