@@ -479,3 +479,29 @@ func TestQuotaCutKeepsClaimsAndOpenDispatchSurvivesLeavingTheGroup(t *testing.T)
 	e.mustComplete(keys[0], open[0].LogID) // an open dispatch may still be completed
 	e.checkClaims()
 }
+
+// GET /v1/admin/tasks?template_id= lists the tasks of one template (an addition to the
+// contract), of both kinds; a value that is not a template id is a 400.
+func TestTaskListByTemplate(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	t1, t2 := e.template(), e.template()
+	start := ts(t0.Add(time.Hour))
+	want := []any{
+		e.task("once", map[string]any{"executor": "uid_1", "start_time": start, "template_id": t1}),
+		e.task("rotate", map[string]any{"executor": "gid_g", "start_time": start, "template_id": t1, "space_minutes": 5}),
+	}
+	e.task("once", map[string]any{"executor": "uid_1", "start_time": start, "template_id": t2})
+	var got []any
+	for _, task := range e.admin("GET", fmt.Sprintf("/v1/admin/tasks?template_id=%d", t1), nil)["tasks"].([]any) {
+		got = append(got, task.(map[string]any)["task_id"])
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("tasks of template %d: %v, want %v", t1, got, want)
+	}
+	for _, bad := range []string{"abc", "0", "-3"} {
+		if code, out := e.do(0, "GET", "/v1/admin/tasks?template_id="+bad, adminToken, nil); code != 400 {
+			t.Errorf("template_id=%s: %d %v, want 400", bad, code, out)
+		}
+	}
+}
