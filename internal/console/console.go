@@ -98,6 +98,7 @@ func (c *Console) Routes() http.Handler {
 		r.Get("/tasks/{kind}/{id}", c.task)
 		r.Post("/tasks/{kind}/{id}/status", c.setStatus)
 		r.Post("/tasks/{kind}/{id}/delete", c.deleteTask)
+		r.Get("/schedule", c.schedule)
 		r.Get("/audit", c.audit)
 		r.Get("/events", c.events)
 	})

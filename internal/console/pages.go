@@ -299,6 +299,48 @@ func (c *Console) deleteTask(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/console/tasks", http.StatusSeeOther)
 }
 
+// ---- schedule ----
+
+// schedule is one executor's occurrences from an hour ago (what is due and may still
+// be taken: the default catch-up) to 7 days ahead, by day, with each occurrence's
+// quota claimed and remaining.
+func (c *Console) schedule(w http.ResponseWriter, r *http.Request) {
+	executor := strings.TrimSpace(r.URL.Query().Get("executor"))
+	data := map[string]any{"Executor": executor}
+	if executor == "" {
+		c.render(w, r, http.StatusOK, "schedule", "Schedule", data)
+		return
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	res, ok := c.api(w, r, http.MethodGet, query("/v1/admin/schedule", "executor", executor,
+		"from", now.Add(-time.Hour).Format(time.RFC3339), "to", now.Add(7*24*time.Hour).Format(time.RFC3339)), nil)
+	if !ok {
+		return
+	}
+	if !res.ok() {
+		data["Error"] = res.message()
+		c.render(w, r, res.status, "schedule", "Schedule", data)
+		return
+	}
+	var body struct{ Occurrences []map[string]any }
+	res.decode(&body)
+	type day struct {
+		Day         string
+		Occurrences []map[string]any
+	}
+	var days []day
+	for _, o := range body.Occurrences {
+		at, _ := time.Parse(time.RFC3339, o["due_at"].(string))
+		d := at.UTC().Format("Monday 2 January")
+		if len(days) == 0 || days[len(days)-1].Day != d {
+			days = append(days, day{Day: d})
+		}
+		days[len(days)-1].Occurrences = append(days[len(days)-1].Occurrences, o)
+	}
+	data["Days"], data["Count"] = days, len(body.Occurrences)
+	c.render(w, r, http.StatusOK, "schedule", "Schedule of "+executor, data)
+}
+
 // ---- audit and events ----
 
 func (c *Console) audit(w http.ResponseWriter, r *http.Request) {

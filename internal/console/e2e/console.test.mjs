@@ -120,12 +120,21 @@ try {
   });
   const taskId = taskPath.split('/').slice(-2).join(':');
 
+  await step('see the task on the schedule', async () => {
+    await page.getByRole('link', { name: 'Schedule of uid_7' }).click();
+    const row = page.getByRole('row').filter({ hasText: taskId });
+    await row.waitFor();
+    assert.match(await row.textContent(), /0\s*1$/); // claimed 0, remaining 1
+    await shot('schedule');
+  });
+
   await step('an agent fetches it over the API and the dispatch event appears', async () => {
     const key = await api('POST', '/v1/admin/clients/7/keys');
     assert.equal(key.status, 201);
     const got = await api('POST', '/v1/fetch', {}, key.body.client_key);
     assert.equal(got.status, 200);
     assert.equal(got.body.task.task_id, taskId);
+    await page.goto(base + taskPath);
     await page.getByRole('link', { name: 'Events of this task' }).click();
     await page.getByRole('row').filter({ hasText: 'dispatch' }).filter({ hasText: taskId }).waitFor();
     await shot('events');
