@@ -96,6 +96,8 @@ func (c *Console) Routes() http.Handler {
 		r.Get("/tasks/new", c.newTask)
 		r.Post("/tasks", c.createTask)
 		r.Get("/tasks/{kind}/{id}", c.task)
+		r.Get("/tasks/{kind}/{id}/edit", c.editTask)
+		r.Post("/tasks/{kind}/{id}", c.replaceTask)
 		r.Post("/tasks/{kind}/{id}/status", c.setStatus)
 		r.Post("/tasks/{kind}/{id}/delete", c.deleteTask)
 		r.Get("/schedule", c.schedule)

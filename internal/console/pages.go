@@ -2,8 +2,11 @@ package console
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -148,84 +151,193 @@ func (c *Console) task(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, http.StatusOK, "task", "Task "+chi.URLParam(r, "kind")+":"+chi.URLParam(r, "id"), map[string]any{"Task": t})
 }
 
-// newTask is the form of a new task; its fields are the API's.
-func (c *Console) newTask(w http.ResponseWriter, r *http.Request) {
-	c.taskForm(w, r, http.StatusOK, map[string]any{
-		"Form": map[string]string{"kind": "once", "template_id": r.URL.Query().Get("template"), "priority": "5",
-			"dispatch_times": "1", "mode": "once_per_user", "start_time": inputTime(time.Now().Add(time.Minute)),
-			"params": "{}"},
-	})
+// taskForm is the state of the task form: the task's fields (the API's names, as
+// the form holds them), the errors by field (params' by JSON pointer, under "p:"), the
+// template whose schema generates the params fields, and whether params are edited as
+// raw JSON.
+type taskForm struct {
+	Kind     string // once or rotate; fixed when editing
+	ID       string // the id of the task being edited
+	Editing  string // the task key being edited ("" for a new task)
+	Form     map[string]string
+	Errors   map[string]string
+	Template map[string]any
+	Params   map[string]any // the params the fields show
+	Raw      bool
 }
 
-func (c *Console) taskForm(w http.ResponseWriter, r *http.Request, status int, data map[string]any) {
+// newTask is the form of a new task.
+func (c *Console) newTask(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	tf := taskForm{Kind: "once", Errors: map[string]string{}, Raw: q.Get("raw") == "1",
+		Form: map[string]string{"template_id": q.Get("template"), "priority": "5", "dispatch_times": "1",
+			"mode": "once_per_user", "start_time": inputTime(time.Now().Add(time.Minute)), "params": "{}"}}
+	if q.Get("kind") == "rotate" {
+		tf.Kind = "rotate"
+	}
+	c.renderTaskForm(w, r, http.StatusOK, tf)
+}
+
+// editTask is the form of an existing task, filled from it.
+func (c *Console) editTask(w http.ResponseWriter, r *http.Request) {
+	kind, id := chi.URLParam(r, "kind"), chi.URLParam(r, "id")
+	res, ok := c.api(w, r, http.MethodGet, "/v1/admin/tasks/"+kind+"/"+id, nil)
+	if !ok {
+		return
+	}
+	if !res.ok() {
+		c.render(w, r, res.status, "error", "Task", map[string]any{"Message": res.message()})
+		return
+	}
+	var t map[string]any
+	res.decode(&t)
+	form := map[string]string{}
+	for _, k := range taskFields {
+		switch v := t[k].(type) {
+		case nil:
+		case string:
+			form[k] = v
+		case float64:
+			form[k] = strconv.FormatFloat(v, 'f', -1, 64)
+		}
+	}
+	for _, k := range []string{"start_time", "end_time"} {
+		if at, err := time.Parse(time.RFC3339, form[k]); err == nil {
+			form[k] = inputTime(at)
+		}
+	}
+	params, _ := json.Marshal(t["params"])
+	form["params"] = string(params)
+	pm, _ := t["params"].(map[string]any)
+	tf := taskForm{Kind: kind, ID: id, Editing: kind + ":" + id, Form: form, Errors: map[string]string{}, Params: pm,
+		Raw: r.URL.Query().Get("raw") == "1"}
+	c.renderTaskForm(w, r, http.StatusOK, tf)
+}
+
+// renderTaskForm shows tf with the templates to choose from and, unless tf.Raw or
+// the template's schema cannot be edited field by field, the params as fields.
+func (c *Console) renderTaskForm(w http.ResponseWriter, r *http.Request, status int, tf taskForm) {
 	res, ok := c.api(w, r, http.MethodGet, "/v1/admin/templates", nil)
 	if !ok {
 		return
 	}
 	var body struct{ Templates []map[string]any }
 	res.decode(&body)
-	data["Templates"] = body.Templates
-	c.render(w, r, status, "newtask", "New task", data)
+	if tf.Template == nil {
+		for _, t := range body.Templates {
+			if fmt.Sprint(t["id"]) == tf.Form["template_id"] || (tf.Form["template_id"] == "" && tf.Template == nil) {
+				tf.Template = t
+			}
+		}
+	}
+	data := map[string]any{"Templates": body.Templates, "Task": tf}
+	schema, _ := tf.Template["schema"].(map[string]any)
+	if !tf.Raw && formable(schema) {
+		perrs := map[string]string{}
+		for k, v := range tf.Errors {
+			if p, ok := strings.CutPrefix(k, "p:"); ok {
+				perrs[p] = v
+			}
+		}
+		data["ParamFields"] = paramFields(schema, "", tf.Params, perrs)
+	}
+	title := "New task"
+	if tf.Editing != "" {
+		title = "Edit task " + tf.Editing
+	}
+	c.render(w, r, status, "newtask", title, data)
 }
 
 // taskFields are the form fields of a task, in the API's names.
-var taskFields = []string{"kind", "executor", "start_time", "template_id", "params", "priority",
+var taskFields = []string{"executor", "start_time", "template_id", "params", "priority",
 	"dispatch_times", "mode", "status", "space_minutes", "end_time", "lease_seconds", "max_attempts"}
 
 func (c *Console) createTask(w http.ResponseWriter, r *http.Request) {
-	form := map[string]string{}
-	for _, k := range taskFields {
-		form[k] = strings.TrimSpace(r.PostFormValue(k))
+	kind := "once"
+	if r.PostFormValue("kind") == "rotate" {
+		kind = "rotate"
 	}
-	errs := map[string]string{}
-	body := map[string]any{"executor": form["executor"], "mode": form["mode"]}
-	if form["status"] != "" {
-		body["status"] = form["status"]
+	c.submitTask(w, r, taskForm{Kind: kind}, http.MethodPost, "/v1/admin/tasks/"+kind)
+}
+
+func (c *Console) replaceTask(w http.ResponseWriter, r *http.Request) {
+	kind, id := chi.URLParam(r, "kind"), chi.URLParam(r, "id")
+	c.submitTask(w, r, taskForm{Kind: kind, ID: id, Editing: kind + ":" + id}, http.MethodPut, "/v1/admin/tasks/"+kind+"/"+id)
+}
+
+// submitTask sends the task form to the API (method, path) and shows the task, or
+// the form again with each error at its field.
+func (c *Console) submitTask(w http.ResponseWriter, r *http.Request, tf taskForm, method, path string) {
+	tf.Form, tf.Errors, tf.Raw = map[string]string{}, map[string]string{}, r.PostFormValue("raw") == "1"
+	for _, k := range taskFields {
+		tf.Form[k] = strings.TrimSpace(r.PostFormValue(k))
+	}
+	body := map[string]any{"executor": tf.Form["executor"], "mode": tf.Form["mode"]}
+	if tf.Form["status"] != "" {
+		body["status"] = tf.Form["status"]
 	}
 	for _, k := range []string{"start_time", "end_time"} {
-		if form[k] == "" {
+		if tf.Form[k] == "" {
 			continue
 		}
-		t, err := time.Parse("2006-01-02T15:04", form[k])
+		t, err := time.Parse("2006-01-02T15:04", tf.Form[k])
 		if err != nil {
-			errs[k] = "Enter a date and time (UTC)."
+			tf.Errors[k] = "Enter a date and time (UTC)."
 			continue
 		}
 		body[k] = t.UTC().Format(time.RFC3339)
 	}
 	for _, k := range []string{"template_id", "priority", "dispatch_times", "space_minutes", "lease_seconds", "max_attempts"} {
-		if form[k] == "" {
+		if tf.Form[k] == "" {
 			continue
 		}
-		n, err := strconv.ParseInt(form[k], 10, 64)
+		n, err := strconv.ParseInt(tf.Form[k], 10, 64)
 		if err != nil {
-			errs[k] = "Enter a whole number."
+			tf.Errors[k] = "Enter a whole number."
 			continue
 		}
 		body[k] = n
 	}
-	var params json.RawMessage
-	if err := json.Unmarshal([]byte(form["params"]), &params); err != nil {
-		errs["params"] = "Not JSON: " + err.Error()
-	} else {
-		body["params"] = params
+	// The params: from the fields the template's schema generated, or as raw JSON.
+	var schema map[string]any
+	if tf.Form["template_id"] != "" {
+		res, ok := c.api(w, r, http.MethodGet, "/v1/admin/templates/"+url.PathEscape(tf.Form["template_id"]), nil)
+		if !ok {
+			return
+		}
+		if res.ok() {
+			res.decode(&tf.Template)
+			schema, _ = tf.Template["schema"].(map[string]any)
+		}
 	}
-	data := map[string]any{"Form": form, "Errors": errs}
-	if len(errs) > 0 {
-		c.taskForm(w, r, http.StatusBadRequest, data)
+	if !tf.Raw && formable(schema) {
+		perrs := map[string]string{}
+		tf.Params = readParams(schema, "", r.PostForm, perrs)
+		for p, msg := range perrs {
+			tf.Errors["p:"+p] = msg
+		}
+		body["params"] = tf.Params
+		raw, _ := json.Marshal(tf.Params)
+		tf.Form["params"] = string(raw)
+	} else {
+		var params map[string]any
+		if err := json.Unmarshal([]byte(tf.Form["params"]), &params); err != nil {
+			tf.Errors["params"] = "Not a JSON object: " + err.Error()
+		} else {
+			body["params"], tf.Params = params, params
+		}
+	}
+	if len(tf.Errors) > 0 {
+		c.renderTaskForm(w, r, http.StatusBadRequest, tf)
 		return
 	}
-	kind := form["kind"]
-	if kind != "rotate" {
-		kind = "once"
-	}
-	res, ok := c.api(w, r, http.MethodPost, "/v1/admin/tasks/"+kind, body)
+	res, ok := c.api(w, r, method, path, body)
 	if !ok {
 		return
 	}
 	if !res.ok() {
-		fieldErrors(res, errs)
-		c.taskForm(w, r, res.status, data)
+		fieldErrors(res, tf)
+		c.renderTaskForm(w, r, res.status, tf)
 		return
 	}
 	var t struct {
@@ -237,39 +349,35 @@ func (c *Console) createTask(w http.ResponseWriter, r *http.Request) {
 }
 
 // fieldErrors puts an API error next to the field it names: a 422's schema errors at
-// params (with the place in the params each concerns), a 400's "field: ..." at that
+// the params fields they concern (or at the raw params), a 400's "field: ..." at that
 // field, anything else above the form.
-func fieldErrors(res result, errs map[string]string) {
+func fieldErrors(res result, tf taskForm) {
 	var e apiError
 	json.Unmarshal(res.body, &e)
 	if e.Error.Code == "params_invalid" {
-		var out struct {
-			Errors []struct {
-				InstanceLocation string `json:"instanceLocation"`
-				Error            string `json:"error"`
-			} `json:"errors"`
-		}
-		json.Unmarshal(e.Error.Details, &out)
+		errs := schemaErrors(e.Error.Details)
 		var lines []string
-		for _, d := range out.Errors {
-			at := d.InstanceLocation
-			if at == "" {
-				at = "(the params)"
+		for at, msg := range errs {
+			tf.Errors["p:"+at] = msg
+			where := at
+			if where == "" {
+				where = "(the params)"
 			}
-			lines = append(lines, at+": "+d.Error)
+			lines = append(lines, where+": "+msg)
 		}
+		sort.Strings(lines)
 		if len(lines) == 0 {
 			lines = append(lines, e.Error.Message)
 		}
-		errs["params"] = strings.Join(lines, "; ")
+		tf.Errors["params"] = strings.Join(lines, "; ")
 		return
 	}
 	msg := res.message()
 	if field, rest, ok := strings.Cut(msg, ":"); ok && slices.Contains(taskFields, field) {
-		errs[field] = strings.TrimSpace(rest)
+		tf.Errors[field] = strings.TrimSpace(rest)
 		return
 	}
-	errs["form"] = msg
+	tf.Errors["form"] = msg
 }
 
 // setStatus pauses or resumes a task (a merge patch of its status).

@@ -95,22 +95,31 @@ try {
   });
 
   let taskPath;
-  await step('a 422 is shown at the params field', async () => {
-    await page.goto(base + '/console/tasks/new?template=' + templateId);
+  await step('a 422 is shown at its field of the form generated from the schema', async () => {
+    await page.getByRole('row').filter({ hasText: 'crawl' }).getByRole('link', { name: 'New task' }).click();
     await page.getByLabel('Executor (uid_42 or gid_ops)').fill('uid_7');
     const start = new Date(Date.now() - 60_000).toISOString().slice(0, 16);
     await page.getByLabel('Start (UTC)').fill(start);
-    await page.getByLabel('Params (JSON)').fill('{"url": "http://example.com", "depth": 0}');
+    await page.getByLabel('URL (required)').fill('http://example.com');
+    await page.getByLabel('depth').fill('0');
     await page.getByRole('button', { name: 'Create task' }).click();
-    const err = page.locator('#params-error');
+    const err = page.locator('#p-depth-error');
     await err.waitFor();
-    assert.match(await err.textContent(), /\/depth: minimum/);
-    assert.equal(await page.getByLabel('Params (JSON)').getAttribute('aria-invalid'), 'true');
+    assert.match(await err.textContent(), /minimum/);
+    assert.equal(await page.getByLabel('depth').getAttribute('aria-invalid'), 'true');
+    assert.equal(await page.getByLabel('URL (required)').inputValue(), 'http://example.com', 'what was typed stays');
     await shot('new-task-422');
   });
 
+  await step('a required param left empty is shown at its field', async () => {
+    await page.getByLabel('URL (required)').fill('');
+    await page.getByLabel('depth').fill('2');
+    await page.getByRole('button', { name: 'Create task' }).click();
+    await page.locator('#p-url-error').filter({ hasText: 'Required' }).waitFor();
+  });
+
   await step('params with <script> are shown as text', async () => {
-    await page.getByLabel('Params (JSON)').fill('{"url": "<script>window.__xss = 1</script>", "depth": 2}');
+    await page.getByLabel('URL (required)').fill('<script>window.__xss = 1</script>');
     await page.getByRole('button', { name: 'Create task' }).click();
     await page.locator('#task-status').waitFor();
     taskPath = new URL(page.url()).pathname;
@@ -138,6 +147,24 @@ try {
     await page.getByRole('link', { name: 'Events of this task' }).click();
     await page.getByRole('row').filter({ hasText: 'dispatch' }).filter({ hasText: taskId }).waitFor();
     await shot('events');
+  });
+
+  await step('edit it through the generated form, and as raw JSON', async () => {
+    await page.goto(base + taskPath);
+    await page.getByRole('link', { name: 'Edit' }).click();
+    assert.equal(await page.getByLabel('URL (required)').inputValue(), '<script>window.__xss = 1</script>');
+    await page.getByLabel('depth').fill('3');
+    await page.getByLabel('Priority (1-9)').fill('7');
+    await page.getByRole('button', { name: 'Save task' }).click();
+    await page.locator('#task-params').filter({ hasText: '"depth": 3' }).waitFor();
+    await page.getByRole('link', { name: 'Edit' }).click();
+    await page.getByRole('link', { name: 'Edit the params as raw JSON instead' }).click();
+    await page.getByLabel('Params (JSON)').fill('{"url": "http://example.org", "depth": 4}');
+    await page.getByRole('button', { name: 'Save task' }).click();
+    await page.locator('#task-params').filter({ hasText: 'example.org' }).waitFor();
+    const task = await api('GET', '/v1/admin/tasks/' + taskId.replace(':', '/'));
+    assert.equal(task.body.priority, 7);
+    assert.deepEqual(task.body.params, { url: 'http://example.org', depth: 4 });
   });
 
   await step('pause it and see the audit entry', async () => {
