@@ -178,6 +178,35 @@ try {
     await shot('audit');
   });
 
+  await step('groups: add members, remove one', async () => {
+    await page.getByRole('navigation').getByRole('link', { name: 'Groups' }).click();
+    await page.getByLabel('Group id').fill('crawlers');
+    await page.getByRole('button', { name: 'Show members' }).click();
+    await page.getByLabel('Add users (ids, separated by commas, spaces or lines)').fill('7, 8\n9');
+    await page.getByRole('button', { name: 'Add to gid_crawlers' }).click();
+    await page.getByRole('cell', { name: 'uid_9', exact: true }).waitFor();
+    await page.getByRole('button', { name: 'Remove uid_8 from the group' }).click();
+    await page.getByRole('cell', { name: 'uid_7', exact: true }).waitFor();
+    assert.equal(await page.getByRole('cell', { name: 'uid_8', exact: true }).count(), 0);
+    const members = await api('GET', '/v1/admin/groups/crawlers/members');
+    assert.deepEqual(members.body.uids.sort(), ['7', '9']);
+    await shot('groups');
+  });
+
+  await step('clients: issue a key, shown once; revoke it', async () => {
+    await page.getByRole('navigation').getByRole('link', { name: 'Clients' }).click();
+    await page.getByLabel('User id').fill('9');
+    await page.getByRole('button', { name: 'Show' }).click();
+    await page.getByRole('button', { name: 'Issue a key for uid_9' }).click();
+    const key = await page.getByLabel('Client key').inputValue();
+    assert.match(key, /^9\./);
+    await shot('clients');
+    assert.equal((await api('POST', '/v1/fetch', {}, key)).status, 200);
+    await page.getByRole('button', { name: 'Revoke every key of uid_9' }).click();
+    await page.locator('#revoked').waitFor();
+    assert.equal((await api('POST', '/v1/fetch', {}, key)).status, 401);
+  });
+
   await step('a form without its CSRF token is refused', async () => {
     const res = await page.request.post(base + taskPath + '/delete', { form: { csrf: 'forged' }, maxRedirects: 0 });
     assert.equal(res.status(), 403);

@@ -1,0 +1,110 @@
+package console
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+)
+
+// ---- groups and their members ----
+
+// groups shows one group's members (the API lists members by group; groups exist
+// through their members and their tasks).
+func (c *Console) groups(w http.ResponseWriter, r *http.Request) {
+	c.groupPage(w, r, http.StatusOK, strings.TrimSpace(r.URL.Query().Get("gid")), map[string]any{})
+}
+
+func (c *Console) groupPage(w http.ResponseWriter, r *http.Request, status int, gid string, data map[string]any) {
+	data["Gid"] = gid
+	if gid != "" {
+		res, ok := c.api(w, r, http.MethodGet, "/v1/admin/groups/"+url.PathEscape(gid)+"/members", nil)
+		if !ok {
+			return
+		}
+		if !res.ok() {
+			data["Error"] = res.message()
+		} else {
+			var body struct{ UIDs []string }
+			res.decode(&body)
+			data["Members"] = body.UIDs
+		}
+	}
+	c.render(w, r, status, "groups", "Groups", data)
+}
+
+// splitIDs reads ids separated by commas, spaces or new lines.
+func splitIDs(s string) []string {
+	return strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\r' || r == '\t' })
+}
+
+func (c *Console) addMembers(w http.ResponseWriter, r *http.Request) {
+	gid := chi.URLParam(r, "gid")
+	uids := splitIDs(r.PostFormValue("uids"))
+	res, ok := c.api(w, r, http.MethodPost, "/v1/admin/groups/"+url.PathEscape(gid)+"/members", map[string]any{"uids": uids})
+	if !ok {
+		return
+	}
+	if !res.ok() {
+		c.groupPage(w, r, res.status, gid, map[string]any{"UIDsError": res.message(), "UIDs": r.PostFormValue("uids")})
+		return
+	}
+	http.Redirect(w, r, query("/console/groups", "gid", gid), http.StatusSeeOther)
+}
+
+func (c *Console) removeMember(w http.ResponseWriter, r *http.Request) {
+	gid, uid := chi.URLParam(r, "gid"), chi.URLParam(r, "uid")
+	res, ok := c.api(w, r, http.MethodDelete, "/v1/admin/groups/"+url.PathEscape(gid)+"/members/"+url.PathEscape(uid), nil)
+	if !ok {
+		return
+	}
+	if !res.ok() {
+		c.groupPage(w, r, res.status, gid, map[string]any{"Error": "User " + uid + " was not removed: " + res.message()})
+		return
+	}
+	http.Redirect(w, r, query("/console/groups", "gid", gid), http.StatusSeeOther)
+}
+
+// ---- clients: their keys ----
+
+func (c *Console) clients(w http.ResponseWriter, r *http.Request) {
+	c.render(w, r, http.StatusOK, "clients", "Clients", map[string]any{"UID": strings.TrimSpace(r.URL.Query().Get("uid"))})
+}
+
+// issueKey issues a client key and shows it, once: the server keeps only its hash.
+func (c *Console) issueKey(w http.ResponseWriter, r *http.Request) {
+	uid := chi.URLParam(r, "uid")
+	res, ok := c.api(w, r, http.MethodPost, "/v1/admin/clients/"+url.PathEscape(uid)+"/keys", nil)
+	if !ok {
+		return
+	}
+	data := map[string]any{"UID": uid}
+	if !res.ok() {
+		data["Error"] = res.message()
+		c.render(w, r, res.status, "clients", "Clients", data)
+		return
+	}
+	var body struct {
+		ClientKey string `json:"client_key"`
+	}
+	res.decode(&body)
+	data["Key"] = body.ClientKey
+	c.render(w, r, http.StatusOK, "clients", "Clients", data)
+}
+
+func (c *Console) revokeKeys(w http.ResponseWriter, r *http.Request) {
+	uid := chi.URLParam(r, "uid")
+	res, ok := c.api(w, r, http.MethodDelete, "/v1/admin/clients/"+url.PathEscape(uid)+"/keys", nil)
+	if !ok {
+		return
+	}
+	data := map[string]any{"UID": uid}
+	if !res.ok() {
+		data["Error"] = res.message()
+		c.render(w, r, res.status, "clients", "Clients", data)
+		return
+	}
+	data["Revoked"] = true
+	c.render(w, r, http.StatusOK, "clients", "Clients", data)
+}
