@@ -107,6 +107,7 @@ func (c *Console) Routes() http.Handler {
 		r.Get("/clients", c.clients)
 		r.Post("/clients/{uid}/keys", c.issueKey)
 		r.Post("/clients/{uid}/keys/delete", c.revokeKeys)
+		r.Get("/stats", c.stats)
 		r.Get("/audit", c.audit)
 		r.Get("/events", c.events)
 	})

@@ -143,6 +143,8 @@ try {
     const got = await api('POST', '/v1/fetch', {}, key.body.client_key);
     assert.equal(got.status, 200);
     assert.equal(got.body.task.task_id, taskId);
+    const done = await api('POST', '/v1/complete', { log_id: got.body.task.log_id, result: 'success' }, key.body.client_key);
+    assert.equal(done.status, 200);
     await page.goto(base + taskPath);
     await page.getByRole('link', { name: 'Events of this task' }).click();
     await page.getByRole('row').filter({ hasText: 'dispatch' }).filter({ hasText: taskId }).waitFor();
@@ -176,6 +178,19 @@ try {
     assert.match(await first.textContent(), new RegExp(taskId));
     assert.match(await first.textContent(), /ops/); // the actor: the token's name
     await shot('audit');
+  });
+
+  await step('statistics: charts and the per-task table', async () => {
+    await page.getByRole('navigation').getByRole('link', { name: 'Statistics' }).click();
+    const row = page.getByRole('row').filter({ hasText: taskId });
+    await row.waitFor();
+    assert.match(await row.textContent(), new RegExp(taskId + '\\s*1\\s*1\\s*0')); // dispatched, completed, failed
+    assert.equal(await page.getByRole('img', { name: /Dispatches and completions per hour/ }).count(), 1);
+    assert.equal(await page.getByRole('img', { name: /Latency/ }).count(), 1);
+    await page.getByRole('link', { name: 'last 7 days' }).click();
+    await page.getByRole('img', { name: /per 12 hours, last 7 days/ }).waitFor();
+    await page.getByRole('link', { name: 'last 24 hours' }).click();
+    await shot('stats');
   });
 
   await step('groups: add members, remove one', async () => {
