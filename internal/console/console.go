@@ -99,6 +99,7 @@ func (c *Console) Routes() http.Handler {
 		r.Get("/tasks/{kind}/{id}/edit", c.editTask)
 		r.Post("/tasks/{kind}/{id}", c.replaceTask)
 		r.Post("/tasks/{kind}/{id}/status", c.setStatus)
+		r.Get("/tasks/{kind}/{id}/delete", c.confirmDeleteTask)
 		r.Post("/tasks/{kind}/{id}/delete", c.deleteTask)
 		r.Get("/schedule", c.schedule)
 		r.Get("/groups", c.groups)

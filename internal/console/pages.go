@@ -395,6 +395,27 @@ func (c *Console) setStatus(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/console/tasks/"+chi.URLParam(r, "kind")+"/"+chi.URLParam(r, "id"), http.StatusSeeOther)
 }
 
+// confirmDeleteTask asks before a task is deleted (no script: a page of its own).
+func (c *Console) confirmDeleteTask(w http.ResponseWriter, r *http.Request) {
+	kind, id := chi.URLParam(r, "kind"), chi.URLParam(r, "id")
+	res, ok := c.api(w, r, http.MethodGet, "/v1/admin/tasks/"+kind+"/"+id, nil)
+	if !ok {
+		return
+	}
+	if !res.ok() {
+		c.render(w, r, res.status, "error", "Task", map[string]any{"Message": res.message()})
+		return
+	}
+	var t map[string]any
+	res.decode(&t)
+	c.render(w, r, http.StatusOK, "confirm", "Delete task "+kind+":"+id+"?", map[string]any{
+		"Action": "/console/tasks/" + kind + "/" + id + "/delete", "Back": "/console/tasks/" + kind + "/" + id,
+		"Button": "Delete task " + kind + ":" + id,
+		"Text":   "The task stops being offered at once, on every node; its dispatches and events stay. It is listed under the status \"deleted\" and cannot be restored.",
+		"Task":   t,
+	})
+}
+
 func (c *Console) deleteTask(w http.ResponseWriter, r *http.Request) {
 	res, ok := c.api(w, r, http.MethodDelete, "/v1/admin/tasks/"+chi.URLParam(r, "kind")+"/"+chi.URLParam(r, "id"), nil)
 	if !ok {

@@ -229,6 +229,19 @@ try {
     assert.equal(task.body.status, 'paused');
   });
 
+  await step('delete a task after confirming', async () => {
+    const t = await api('POST', '/v1/admin/tasks/once', { executor: 'uid_5', start_time: new Date(Date.now() + 3600_000).toISOString().replace(/\.\d+Z$/, 'Z'), template_id: templateId, params: { url: 'http://x' } });
+    await page.goto(base + '/console/tasks/once/' + t.body.id);
+    await page.getByRole('link', { name: 'Delete' }).click();
+    await page.getByRole('link', { name: 'Cancel' }).click();
+    assert.equal((await api('GET', '/v1/admin/tasks/once/' + t.body.id)).body.status, 'active', 'cancel deletes nothing');
+    await page.getByRole('link', { name: 'Delete' }).click();
+    await page.getByRole('button', { name: 'Delete task once:' + t.body.id }).click();
+    await page.getByRole('heading', { name: 'Tasks' }).waitFor();
+    const deleted = await api('GET', '/v1/admin/tasks?status=deleted&limit=500');
+    assert.ok(deleted.body.tasks.some((d) => d.id === t.body.id), 'the task is listed as deleted');
+  });
+
   await step('page through 250 tasks', async () => {
     const bulk = await api('POST', '/v1/admin/templates', { name: 'bulk', schema: { type: 'object' } });
     const start = new Date(Date.now() + 3600_000).toISOString().replace(/\.\d+Z$/, 'Z');
