@@ -46,6 +46,17 @@ type StoredEvent struct {
 	At      time.Time `json:"at"`
 }
 
+// Overview is the state of the dispatch pipeline at a glance: dispatches open, waiting
+// for a retry and dead (attempts used up), and the events not yet relayed to Kafka
+// (with the time the oldest was written: the pipeline's lag).
+type Overview struct {
+	OpenDispatches int        `json:"open_dispatches"`
+	RetryWaiting   int        `json:"retry_waiting"`
+	Dead           int        `json:"dead"`
+	OutboxPending  int        `json:"outbox_pending"`
+	OutboxOldestAt *time.Time `json:"outbox_oldest_at"`
+}
+
 // TaskStats is what happened to one task in a time range.
 type TaskStats struct {
 	TaskID       string `json:"task_id"`

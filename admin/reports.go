@@ -313,6 +313,21 @@ func (h *Handlers) Stats() http.Handler {
 	})
 }
 
+// Overview is GET /v1/admin/overview (an addition to API.md): open, retry-waiting and
+// dead dispatches, and the events waiting to be relayed.
+func (h *Handlers) Overview() http.Handler {
+	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
+		if err := known(r.URL.Query()); err != nil {
+			return 0, nil, err
+		}
+		o, err := h.svc.Overview(r.Context())
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, o, nil
+	})
+}
+
 // Audit is GET /v1/admin/audit.
 func (h *Handlers) Audit() http.Handler {
 	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {

@@ -93,6 +93,7 @@ var contract = []endpoint{
 // endpoints).
 var additions = []endpoint{
 	{"GET", "/openapi.json", authNone, false, false, []int{200}},
+	{"GET", "/v1/admin/overview", authAdmin, false, false, []int{200, 400, 500, 503}},
 }
 
 func expectedCodes(e endpoint) []int {

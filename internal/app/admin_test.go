@@ -505,3 +505,27 @@ func TestTaskListByTemplate(t *testing.T) {
 		}
 	}
 }
+
+// GET /v1/admin/overview (an addition) counts the open dispatches as they open and
+// close; without Kafka no event waits in the outbox.
+func TestOverview(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0.Add(-time.Minute))})
+	overview := func() map[string]any { return e.admin("GET", "/v1/admin/overview", nil) }
+	if o := overview(); o["open_dispatches"] != 0.0 || o["outbox_pending"] != 0.0 || o["outbox_oldest_at"] != nil {
+		t.Fatalf("before any dispatch: %v", o)
+	}
+	k := e.key("1")
+	r := mustFetch(t, e, k)
+	if o := overview(); o["open_dispatches"] != 1.0 || o["dead"] != 0.0 || o["retry_waiting"] != 0.0 {
+		t.Fatalf("with one dispatch open: %v", o)
+	}
+	e.mustComplete(k, r.LogID)
+	if o := overview(); o["open_dispatches"] != 0.0 {
+		t.Fatalf("after the complete: %v", o)
+	}
+	if code, _ := e.do(0, "GET", "/v1/admin/overview?x=1", adminToken, nil); code != 400 {
+		t.Fatalf("an unknown parameter: %d, want 400", code)
+	}
+}

@@ -79,6 +79,7 @@ func (a *App) routes() http.Handler {
 		r.Method(http.MethodGet, "/schedule", h.Schedule())
 		r.Method(http.MethodGet, "/events", h.Events())
 		r.Method(http.MethodGet, "/stats", h.Stats())
+		r.Method(http.MethodGet, "/overview", h.Overview())
 		r.Method(http.MethodGet, "/audit", h.Audit())
 	})
 	return r

@@ -43,7 +43,18 @@ func (c *Console) dashboard(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	c.render(w, r, http.StatusOK, "dashboard", "Dashboard", map[string]any{"Hour": hour, "Day": day, "Now": now})
+	res, ok := c.api(w, r, http.MethodGet, "/v1/admin/overview", nil)
+	if !ok {
+		return
+	}
+	var overview map[string]any
+	res.decode(&overview)
+	lag := ""
+	if at, err := time.Parse(time.RFC3339Nano, fmt.Sprint(overview["outbox_oldest_at"])); err == nil {
+		lag = now.Sub(at).Round(time.Second).String()
+	}
+	c.render(w, r, http.StatusOK, "dashboard", "Dashboard", map[string]any{"Hour": hour, "Day": day, "Now": now,
+		"Overview": overview, "Lag": lag})
 }
 
 // ---- templates ----

@@ -179,6 +179,43 @@ func (s *Store) Events(ctx context.Context, f taskd.EventFilter, after *taskd.Ev
 	return out, mysqlErr("events", rows.Err())
 }
 
+// Overview counts the open, retry-waiting and dead dispatches (through the state
+// index) and the events waiting in the outbox.
+func (s *Store) Overview(ctx context.Context) (taskd.Overview, error) {
+	var o taskd.Overview
+	rows, err := s.db.QueryContext(ctx, `SELECT state, COUNT(*) FROM dispatch WHERE state IN (1, 2, 6) GROUP BY state`)
+	if err != nil {
+		return o, mysqlErr("overview", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var state, n int
+		if err := rows.Scan(&state, &n); err != nil {
+			return o, mysqlErr("overview", err)
+		}
+		switch state {
+		case 1:
+			o.OpenDispatches = n
+		case 2:
+			o.RetryWaiting = n
+		case 6:
+			o.Dead = n
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return o, mysqlErr("overview", err)
+	}
+	var oldest sql.NullTime
+	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*), MIN(created_at) FROM event_outbox`).Scan(&o.OutboxPending, &oldest); err != nil {
+		return o, mysqlErr("overview", err)
+	}
+	if oldest.Valid {
+		t := oldest.Time.UTC()
+		o.OutboxOldestAt = &t
+	}
+	return o, nil
+}
+
 // Stats summarises every task with activity in [from, to): dispatches made in the
 // range, open ones included (and their redos), completions (success), failures,
 // expiries and dead occurrences that happened in it, completion latency percentiles, and the quota claimed and remaining over the

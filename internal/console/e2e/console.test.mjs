@@ -143,6 +143,8 @@ try {
     const got = await api('POST', '/v1/fetch', {}, key.body.client_key);
     assert.equal(got.status, 200);
     assert.equal(got.body.task.task_id, taskId);
+    await page.goto(base + '/console/');
+    assert.equal((await page.locator('#open-dispatches').textContent()).trim(), '1', 'the dashboard counts the open dispatch');
     const done = await api('POST', '/v1/complete', { log_id: got.body.task.log_id, result: 'success' }, key.body.client_key);
     assert.equal(done.status, 200);
     await page.goto(base + taskPath);
