@@ -305,8 +305,14 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, pag
 	if token := sessionToken(r); token != "" {
 		v.SignedIn, v.CSRF = true, csrfToken(token)
 	}
+	tmpl, found := c.pages[page]
+	if !found {
+		c.log.Error("console: no such page", "page", page)
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
 	var buf bytes.Buffer
-	if err := c.pages[page].Execute(&buf, v); err != nil {
+	if err := tmpl.Execute(&buf, v); err != nil {
 		c.log.Error("console: render", "page", page, "err", err)
 		http.Error(w, "internal error", http.StatusInternalServerError)
 		return
