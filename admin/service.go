@@ -268,13 +268,13 @@ func (s *Service) Events(ctx context.Context, f taskd.EventFilter, after *taskd.
 }
 
 // Stats summarises every task with activity in [from, to).
+func (s *Service) Stats(ctx context.Context, from, to time.Time) ([]taskd.TaskStats, error) {
+	return s.store.Stats(ctx, from, to)
+}
+
 // Overview is the dispatch pipeline at a glance.
 func (s *Service) Overview(ctx context.Context) (taskd.Overview, error) {
 	return s.store.Overview(ctx)
-}
-
-func (s *Service) Stats(ctx context.Context, from, to time.Time) ([]taskd.TaskStats, error) {
-	return s.store.Stats(ctx, from, to)
 }
 
 // AuditPage returns up to limit audit entries in [from, to) after the entry afterID.

@@ -155,7 +155,10 @@ func csrfToken(token string) string {
 
 func setSession(w http.ResponseWriter, r *http.Request, token string, maxAge int) {
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: token, Path: "/console/", MaxAge: maxAge,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+		HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		// Secure over TLS, here or at a proxy in front that says so (a header a client
+		// could forge only makes the cookie stricter).
+		Secure: r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")})
 }
 
 func (c *Console) signInPage(w http.ResponseWriter, r *http.Request) {
@@ -176,7 +179,9 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 	res := c.call(r, token, http.MethodGet, "/v1/admin/templates", nil)
 	switch {
 	case res.status == http.StatusUnauthorized || res.status == http.StatusForbidden:
-		c.render(w, r, http.StatusUnauthorized, "signin", "Sign in", map[string]any{
+		// 400, not 401: the API call has counted the failure against this address
+		// already (one wrong token, one count).
+		c.render(w, r, http.StatusBadRequest, "signin", "Sign in", map[string]any{
 			"Message": "That token was not accepted: it is not an admin token, or it has been revoked."})
 		return
 	case res.status != http.StatusOK:
@@ -229,8 +234,15 @@ func (res result) message() string {
 	return fmt.Sprintf("the server answered %d %s", res.status, http.StatusText(res.status))
 }
 
-// decode reads the reply into v.
-func (res result) decode(v any) error { return json.Unmarshal(res.body, &v) }
+// decode reads the reply into v, numbers as json.Number: exact however large, and
+// shown as written (a float64 of a million prints as 1e+06).
+func (res result) decode(v any) error { return decodeJSON(res.body, v) }
+
+func decodeJSON(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	return dec.Decode(v)
+}
 
 // call sends one request to the admin API with token, as the browser's address (so a
 // wrong token counts against it like any other).
@@ -269,6 +281,24 @@ func (c *Console) api(w http.ResponseWriter, r *http.Request, method, path strin
 		return res, false
 	}
 	return res, true
+}
+
+// fetch GETs path into v; on an error reply it shows the error page and returns false
+// (as does a refused session, which goes back to sign-in).
+func (c *Console) fetch(w http.ResponseWriter, r *http.Request, path string, v any) bool {
+	res, ok := c.api(w, r, http.MethodGet, path, nil)
+	if !ok {
+		return false
+	}
+	if !res.ok() {
+		c.render(w, r, res.status, "error", "Error", map[string]any{"Message": res.message()})
+		return false
+	}
+	if err := res.decode(v); err != nil {
+		c.render(w, r, http.StatusInternalServerError, "error", "Error", map[string]any{"Message": "The server's reply could not be read: " + err.Error()})
+		return false
+	}
+	return true
 }
 
 // recorder is the response the in-process API call writes.
@@ -352,8 +382,17 @@ func fieldOf(name, label, typ string, form, errs map[string]string) field {
 	return field{Name: name, Label: label, Type: typ, Value: form[name], Error: errs[name]}
 }
 
-// inputTime is an RFC 3339 time in a datetime-local input's form (UTC).
-func inputTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04") }
+// inputTime is a time in a datetime-local input's form (UTC, to the second).
+func inputTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05") }
+
+// parseInputTime reads a datetime-local value, with or without seconds, as UTC.
+func parseInputTime(s string) (time.Time, error) {
+	t, err := time.Parse("2006-01-02T15:04:05", s)
+	if err != nil {
+		t, err = time.Parse("2006-01-02T15:04", s)
+	}
+	return t, err
+}
 
 // query builds path?values, leaving out empty values.
 func query(path string, kv ...string) string {

@@ -20,17 +20,14 @@ const pageSize = 50
 func (c *Console) dashboard(w http.ResponseWriter, r *http.Request) {
 	now := time.Now().UTC()
 	totals := func(from time.Time) (map[string]float64, bool) {
-		res, ok := c.api(w, r, http.MethodGet, query("/v1/admin/stats", "from", from.Format(time.RFC3339)), nil)
-		if !ok {
+		var body struct{ Tasks []map[string]any }
+		if !c.fetch(w, r, query("/v1/admin/stats", "from", from.Format(time.RFC3339)), &body) {
 			return nil, false
 		}
-		var body struct{ Tasks []map[string]any }
-		res.decode(&body)
 		sum := map[string]float64{}
 		for _, t := range body.Tasks {
 			for _, k := range []string{"dispatched", "completed", "failed", "expired", "redo"} {
-				n, _ := t[k].(float64)
-				sum[k] += n
+				sum[k] += num(t[k])
 			}
 		}
 		return sum, true
@@ -43,12 +40,10 @@ func (c *Console) dashboard(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	res, ok := c.api(w, r, http.MethodGet, "/v1/admin/overview", nil)
-	if !ok {
+	var overview map[string]any
+	if !c.fetch(w, r, "/v1/admin/overview", &overview) {
 		return
 	}
-	var overview map[string]any
-	res.decode(&overview)
 	lag := ""
 	if at, err := time.Parse(time.RFC3339Nano, fmt.Sprint(overview["outbox_oldest_at"])); err == nil {
 		lag = now.Sub(at).Round(time.Second).String()
@@ -64,12 +59,10 @@ func (c *Console) templates(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) templatesPage(w http.ResponseWriter, r *http.Request, status int, data map[string]any) {
-	res, ok := c.api(w, r, http.MethodGet, "/v1/admin/templates", nil)
-	if !ok {
+	var body struct{ Templates []map[string]any }
+	if !c.fetch(w, r, "/v1/admin/templates", &body) {
 		return
 	}
-	var body struct{ Templates []map[string]any }
-	res.decode(&body)
 	data["Templates"] = body.Templates
 	if _, set := data["Schema"]; !set {
 		data["Schema"] = "{\n  \"type\": \"object\",\n  \"required\": [\"url\"],\n  \"properties\": {\n    \"url\": {\"type\": \"string\", \"title\": \"URL\"}\n  }\n}"
@@ -104,7 +97,7 @@ func (c *Console) createTemplate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) deleteTemplate(w http.ResponseWriter, r *http.Request) {
-	res, ok := c.api(w, r, http.MethodDelete, "/v1/admin/templates/"+chi.URLParam(r, "id"), nil)
+	res, ok := c.api(w, r, http.MethodDelete, "/v1/admin/templates/"+url.PathEscape(chi.URLParam(r, "id")), nil)
 	if !ok {
 		return
 	}
@@ -149,16 +142,10 @@ func (c *Console) tasks(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) task(w http.ResponseWriter, r *http.Request) {
-	res, ok := c.api(w, r, http.MethodGet, "/v1/admin/tasks/"+chi.URLParam(r, "kind")+"/"+chi.URLParam(r, "id"), nil)
-	if !ok {
-		return
-	}
-	if !res.ok() {
-		c.render(w, r, res.status, "error", "Task", map[string]any{"Message": res.message()})
-		return
-	}
 	var t map[string]any
-	res.decode(&t)
+	if !c.fetch(w, r, taskPath(r), &t) {
+		return
+	}
 	c.render(w, r, http.StatusOK, "task", "Task "+chi.URLParam(r, "kind")+":"+chi.URLParam(r, "id"), map[string]any{"Task": t})
 }
 
@@ -192,24 +179,18 @@ func (c *Console) newTask(w http.ResponseWriter, r *http.Request) {
 // editTask is the form of an existing task, filled from it.
 func (c *Console) editTask(w http.ResponseWriter, r *http.Request) {
 	kind, id := chi.URLParam(r, "kind"), chi.URLParam(r, "id")
-	res, ok := c.api(w, r, http.MethodGet, "/v1/admin/tasks/"+kind+"/"+id, nil)
-	if !ok {
-		return
-	}
-	if !res.ok() {
-		c.render(w, r, res.status, "error", "Task", map[string]any{"Message": res.message()})
-		return
-	}
 	var t map[string]any
-	res.decode(&t)
+	if !c.fetch(w, r, taskPath(r), &t) {
+		return
+	}
 	form := map[string]string{}
 	for _, k := range taskFields {
 		switch v := t[k].(type) {
 		case nil:
 		case string:
 			form[k] = v
-		case float64:
-			form[k] = strconv.FormatFloat(v, 'f', -1, 64)
+		case json.Number:
+			form[k] = v.String()
 		}
 	}
 	for _, k := range []string{"start_time", "end_time"} {
@@ -228,12 +209,10 @@ func (c *Console) editTask(w http.ResponseWriter, r *http.Request) {
 // renderTaskForm shows tf with the templates to choose from and, unless tf.Raw or
 // the template's schema cannot be edited field by field, the params as fields.
 func (c *Console) renderTaskForm(w http.ResponseWriter, r *http.Request, status int, tf taskForm) {
-	res, ok := c.api(w, r, http.MethodGet, "/v1/admin/templates", nil)
-	if !ok {
+	var body struct{ Templates []map[string]any }
+	if !c.fetch(w, r, "/v1/admin/templates", &body) {
 		return
 	}
-	var body struct{ Templates []map[string]any }
-	res.decode(&body)
 	if tf.Template == nil {
 		for _, t := range body.Templates {
 			if fmt.Sprint(t["id"]) == tf.Form["template_id"] || (tf.Form["template_id"] == "" && tf.Template == nil) {
@@ -261,7 +240,18 @@ func (c *Console) renderTaskForm(w http.ResponseWriter, r *http.Request, status 
 
 // taskFields are the form fields of a task, in the API's names.
 var taskFields = []string{"executor", "start_time", "template_id", "params", "priority",
-	"dispatch_times", "mode", "status", "space_minutes", "end_time", "lease_seconds", "max_attempts"}
+	"dispatch_times", "mode", "status", "space_minutes", "end_time", "lease_seconds", "max_attempts",
+	"retry_backoff_seconds"}
+
+// shownFields are the task fields the form shows an error beside; another field's
+// error goes above the form.
+var shownFields = []string{"executor", "start_time", "params", "priority", "dispatch_times", "space_minutes",
+	"end_time", "lease_seconds", "max_attempts", "retry_backoff_seconds"}
+
+// taskPath is the API path of the task r names, its parts escaped.
+func taskPath(r *http.Request) string {
+	return "/v1/admin/tasks/" + url.PathEscape(chi.URLParam(r, "kind")) + "/" + url.PathEscape(chi.URLParam(r, "id"))
+}
 
 func (c *Console) createTask(w http.ResponseWriter, r *http.Request) {
 	kind := "once"
@@ -273,7 +263,7 @@ func (c *Console) createTask(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) replaceTask(w http.ResponseWriter, r *http.Request) {
 	kind, id := chi.URLParam(r, "kind"), chi.URLParam(r, "id")
-	c.submitTask(w, r, taskForm{Kind: kind, ID: id, Editing: kind + ":" + id}, http.MethodPut, "/v1/admin/tasks/"+kind+"/"+id)
+	c.submitTask(w, r, taskForm{Kind: kind, ID: id, Editing: kind + ":" + id}, http.MethodPut, taskPath(r))
 }
 
 // submitTask sends the task form to the API (method, path) and shows the task, or
@@ -291,14 +281,14 @@ func (c *Console) submitTask(w http.ResponseWriter, r *http.Request, tf taskForm
 		if tf.Form[k] == "" {
 			continue
 		}
-		t, err := time.Parse("2006-01-02T15:04", tf.Form[k])
+		t, err := parseInputTime(tf.Form[k])
 		if err != nil {
 			tf.Errors[k] = "Enter a date and time (UTC)."
 			continue
 		}
 		body[k] = t.UTC().Format(time.RFC3339)
 	}
-	for _, k := range []string{"template_id", "priority", "dispatch_times", "space_minutes", "lease_seconds", "max_attempts"} {
+	for _, k := range []string{"template_id", "priority", "dispatch_times", "space_minutes", "lease_seconds", "max_attempts", "retry_backoff_seconds"} {
 		if tf.Form[k] == "" {
 			continue
 		}
@@ -332,7 +322,7 @@ func (c *Console) submitTask(w http.ResponseWriter, r *http.Request, tf taskForm
 		tf.Form["params"] = string(raw)
 	} else {
 		var params map[string]any
-		if err := json.Unmarshal([]byte(tf.Form["params"]), &params); err != nil {
+		if err := decodeJSON([]byte(tf.Form["params"]), &params); err != nil {
 			tf.Errors["params"] = "Not a JSON object: " + err.Error()
 		} else {
 			body["params"], tf.Params = params, params
@@ -384,7 +374,7 @@ func fieldErrors(res result, tf taskForm) {
 		return
 	}
 	msg := res.message()
-	if field, rest, ok := strings.Cut(msg, ":"); ok && slices.Contains(taskFields, field) {
+	if field, rest, ok := strings.Cut(msg, ":"); ok && slices.Contains(shownFields, field) {
 		tf.Errors[field] = strings.TrimSpace(rest)
 		return
 	}
@@ -393,9 +383,8 @@ func fieldErrors(res result, tf taskForm) {
 
 // setStatus pauses or resumes a task (a merge patch of its status).
 func (c *Console) setStatus(w http.ResponseWriter, r *http.Request) {
-	path := "/v1/admin/tasks/" + chi.URLParam(r, "kind") + "/" + chi.URLParam(r, "id")
 	status := r.PostFormValue("status")
-	res, ok := c.api(w, r, http.MethodPatch, path, map[string]any{"status": status})
+	res, ok := c.api(w, r, http.MethodPatch, taskPath(r), map[string]any{"status": status})
 	if !ok {
 		return
 	}
@@ -409,18 +398,13 @@ func (c *Console) setStatus(w http.ResponseWriter, r *http.Request) {
 // confirmDeleteTask asks before a task is deleted (no script: a page of its own).
 func (c *Console) confirmDeleteTask(w http.ResponseWriter, r *http.Request) {
 	kind, id := chi.URLParam(r, "kind"), chi.URLParam(r, "id")
-	res, ok := c.api(w, r, http.MethodGet, "/v1/admin/tasks/"+kind+"/"+id, nil)
-	if !ok {
-		return
-	}
-	if !res.ok() {
-		c.render(w, r, res.status, "error", "Task", map[string]any{"Message": res.message()})
-		return
-	}
 	var t map[string]any
-	res.decode(&t)
+	if !c.fetch(w, r, taskPath(r), &t) {
+		return
+	}
 	c.render(w, r, http.StatusOK, "confirm", "Delete task "+kind+":"+id+"?", map[string]any{
-		"Action": "/console/tasks/" + kind + "/" + id + "/delete", "Back": "/console/tasks/" + kind + "/" + id,
+		"Action": "/console/tasks/" + url.PathEscape(kind) + "/" + url.PathEscape(id) + "/delete",
+		"Back":   "/console/tasks/" + url.PathEscape(kind) + "/" + url.PathEscape(id),
 		"Button": "Delete task " + kind + ":" + id,
 		"Text":   "The task stops being offered at once, on every node; its dispatches and events stay. It is listed under the status \"deleted\" and cannot be restored.",
 		"Task":   t,
@@ -428,7 +412,7 @@ func (c *Console) confirmDeleteTask(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) deleteTask(w http.ResponseWriter, r *http.Request) {
-	res, ok := c.api(w, r, http.MethodDelete, "/v1/admin/tasks/"+chi.URLParam(r, "kind")+"/"+chi.URLParam(r, "id"), nil)
+	res, ok := c.api(w, r, http.MethodDelete, taskPath(r), nil)
 	if !ok {
 		return
 	}
@@ -462,8 +446,12 @@ func (c *Console) schedule(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, res.status, "schedule", "Schedule", data)
 		return
 	}
-	var body struct{ Occurrences []map[string]any }
+	var body struct {
+		Occurrences []map[string]any
+		Truncated   bool
+	}
 	res.decode(&body)
+	data["Truncated"] = body.Truncated
 	type day struct {
 		Day         string
 		Occurrences []map[string]any
@@ -485,15 +473,13 @@ func (c *Console) schedule(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) audit(w http.ResponseWriter, r *http.Request) {
 	cursor := r.URL.Query().Get("cursor")
-	res, ok := c.api(w, r, http.MethodGet, query("/v1/admin/audit", "limit", strconv.Itoa(pageSize), "cursor", cursor), nil)
-	if !ok {
-		return
-	}
 	var body struct {
 		Entries    []map[string]any
 		NextCursor string `json:"next_cursor"`
 	}
-	res.decode(&body)
+	if !c.fetch(w, r, query("/v1/admin/audit", "limit", strconv.Itoa(pageSize), "cursor", cursor), &body) {
+		return
+	}
 	data := map[string]any{"Entries": body.Entries}
 	if body.NextCursor != "" {
 		data["Next"] = query("/console/audit", "cursor", body.NextCursor)

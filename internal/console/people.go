@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/taskpull/taskd"
 )
 
 // ---- groups and their members ----
@@ -17,6 +18,11 @@ func (c *Console) groups(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) groupPage(w http.ResponseWriter, r *http.Request, status int, gid string, data map[string]any) {
+	if gid != "" && !taskd.ValidID(gid) {
+		data["Error"] = "A group id is 1 to 64 letters, digits, - or _, without the gid_ prefix."
+		c.render(w, r, http.StatusBadRequest, "groups", "Groups", data)
+		return
+	}
 	data["Gid"] = gid
 	if gid != "" {
 		res, ok := c.api(w, r, http.MethodGet, "/v1/admin/groups/"+url.PathEscape(gid)+"/members", nil)
@@ -69,7 +75,13 @@ func (c *Console) removeMember(w http.ResponseWriter, r *http.Request) {
 // ---- clients: their keys ----
 
 func (c *Console) clients(w http.ResponseWriter, r *http.Request) {
-	c.render(w, r, http.StatusOK, "clients", "Clients", map[string]any{"UID": strings.TrimSpace(r.URL.Query().Get("uid"))})
+	uid := strings.TrimSpace(r.URL.Query().Get("uid"))
+	if uid != "" && !taskd.ValidID(uid) {
+		c.render(w, r, http.StatusBadRequest, "clients", "Clients", map[string]any{
+			"Error": "A user id is 1 to 64 letters, digits, - or _, without the uid_ prefix."})
+		return
+	}
+	c.render(w, r, http.StatusOK, "clients", "Clients", map[string]any{"UID": uid})
 }
 
 // issueKey issues a client key and shows it, once: the server keeps only its hash.

@@ -23,7 +23,7 @@ type paramField struct {
 	ID       string // the HTML id
 	Label    string
 	Hint     string
-	Kind     string // text, select, number, integer, checkbox, json, group
+	Kind     string // text, select, number, integer, checkbox, boolean (optional: unset, true, false), json, group
 	Required bool
 	Enum     []string
 	Min, Max string
@@ -67,7 +67,7 @@ func paramFields(schema map[string]any, path string, values map[string]any, errs
 	for _, name := range names {
 		sub, _ := props[name].(map[string]any)
 		p := path + "/" + escapePointer(name)
-		f := paramField{Path: p, Name: "p:" + p, ID: "p" + strings.ReplaceAll(p, "/", "-"), Label: name,
+		f := paramField{Path: p, Name: "p:" + p, ID: htmlID(p), Label: name,
 			Required: required[name], Error: errs[p]}
 		if t, ok := sub["title"].(string); ok && t != "" {
 			f.Label = t
@@ -94,9 +94,15 @@ func paramFields(schema map[string]any, path string, values map[string]any, errs
 			if present {
 				f.Value = fmt.Sprint(v)
 			}
-		case sub["type"] == "boolean":
+		case sub["type"] == "boolean" && f.Required:
 			f.Kind = "checkbox"
 			f.Checked = v == true
+		case sub["type"] == "boolean":
+			// Optional: unset stays unset, so that an edit adds no false of its own.
+			f.Kind = "boolean"
+			if b, ok := v.(bool); ok {
+				f.Value = strconv.FormatBool(b)
+			}
 		default:
 			f.Kind = "json"
 			if present {
@@ -153,7 +159,16 @@ func readParams(schema map[string]any, path string, form url.Values, errs map[st
 			}
 			out[name] = n
 		case sub["type"] == "boolean":
-			out[name] = form.Get("p:"+p) == "on"
+			switch form.Get("p:" + p) {
+			case "on", "true": // a required one's checkbox, an optional one's select
+				out[name] = true
+			case "false":
+				out[name] = false
+			case "":
+				if requiredIn(schema, name) {
+					out[name] = false // an unchecked box
+				}
+			}
 		default:
 			if raw == "" {
 				continue
@@ -167,6 +182,35 @@ func readParams(schema map[string]any, path string, form url.Values, errs map[st
 		}
 	}
 	return out
+}
+
+// requiredIn reports whether name is a required property of schema.
+func requiredIn(schema map[string]any, name string) bool {
+	req, _ := schema["required"].([]any)
+	for _, r := range req {
+		if r == name {
+			return true
+		}
+	}
+	return false
+}
+
+// htmlID is an HTML id for the field at JSON pointer p: letters and digits kept, each
+// / a -, anything else _ and its code, so that no two paths share an id.
+func htmlID(p string) string {
+	var b strings.Builder
+	b.WriteString("p")
+	for _, r := range p {
+		switch {
+		case r == '/':
+			b.WriteByte('-')
+		case r < 128 && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'):
+			b.WriteRune(r)
+		default:
+			fmt.Fprintf(&b, "_%x_", r)
+		}
+	}
+	return b.String()
 }
 
 // escapePointer escapes a property name for a JSON pointer (RFC 6901).

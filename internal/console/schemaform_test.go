@@ -8,8 +8,9 @@ import (
 	"testing"
 )
 
-const nestedSchema = `{"type": "object", "required": ["url", "mode"],
+const nestedSchema = `{"type": "object", "required": ["url", "mode", "agree"],
   "properties": {
+    "agree": {"type": "boolean"},
     "url": {"type": "string", "title": "URL", "description": "where to start"},
     "mode": {"type": "string", "enum": ["fast", "deep"]},
     "depth": {"type": "integer", "minimum": 1, "maximum": 9},
@@ -32,7 +33,7 @@ func schemaOf(t *testing.T, s string) map[string]any {
 // what the form sends reads back as the same params.
 func TestParamFieldsRoundTrip(t *testing.T) {
 	schema := schemaOf(t, nestedSchema)
-	params := map[string]any{"url": "http://x", "mode": "deep", "depth": float64(3), "ratio": 0.5, "dry": true,
+	params := map[string]any{"agree": false, "url": "http://x", "mode": "deep", "depth": float64(3), "ratio": 0.5, "dry": true,
 		"tags": []any{"a", "b"}, "opts": map[string]any{"a/b": float64(2), "note": "<b>"}}
 	fields := paramFields(schema, "", params, map[string]string{"/opts/a~1b": "bad"})
 	var got []string
@@ -45,10 +46,11 @@ func TestParamFieldsRoundTrip(t *testing.T) {
 	}
 	walk(fields)
 	want := []string{
+		`p:/agree checkbox agree req=true val="" chk=false err=""`,
 		`p:/mode select mode req=true val="deep" chk=false err=""`,
 		`p:/url text URL req=true val="http://x" chk=false err=""`,
 		`p:/depth integer depth req=false val="3" chk=false err=""`,
-		`p:/dry checkbox dry req=false val="" chk=true err=""`,
+		`p:/dry boolean dry req=false val="true" chk=false err=""`,
 		`p:/opts group opts req=false val="" chk=false err=""`,
 		`p:/opts/a~1b integer a/b req=true val="2" chk=false err="bad"`,
 		`p:/opts/note text note req=false val="<b>" chk=false err=""`,
@@ -60,7 +62,7 @@ func TestParamFieldsRoundTrip(t *testing.T) {
 	}
 
 	form := url.Values{"p:/url": {"http://x"}, "p:/mode": {"deep"}, "p:/depth": {"3"}, "p:/ratio": {"0.5"},
-		"p:/dry": {"on"}, "p:/tags": {`["a","b"]`}, "p:/opts/a~1b": {"2"}, "p:/opts/note": {"<b>"}}
+		"p:/dry": {"true"}, "p:/tags": {`["a","b"]`}, "p:/opts/a~1b": {"2"}, "p:/opts/note": {"<b>"}}
 	errs := map[string]string{}
 	back := readParams(schema, "", form, errs)
 	a, _ := json.Marshal(back)
@@ -68,12 +70,15 @@ func TestParamFieldsRoundTrip(t *testing.T) {
 	if len(errs) > 0 || string(a) != string(b) {
 		t.Fatalf("read back %s (errors %v), want %s", a, errs, b)
 	}
-	// Empty optional fields are left out, an unchecked box is false, bad values are
-	// errors at their fields.
+	// Empty optional fields are left out (an optional boolean not set too), a required
+	// box unchecked is false, bad values are errors at their fields.
 	errs = map[string]string{}
-	back = readParams(schema, "", url.Values{"p:/depth": {"two"}, "p:/tags": {"[1"}}, errs)
-	if fmt.Sprint(back) != "map[dry:false]" || errs["/depth"] == "" || errs["/tags"] == "" {
+	back = readParams(schema, "", url.Values{"p:/depth": {"two"}, "p:/tags": {"[1"}, "p:/dry": {""}}, errs)
+	if fmt.Sprint(back) != "map[agree:false]" || errs["/depth"] == "" || errs["/tags"] == "" {
 		t.Fatalf("read %v, errors %v", back, errs)
+	}
+	if htmlID("/a-b") == htmlID("/a/b") || htmlID("/a b") == htmlID("/a_b") || htmlID("/depth") != "p-depth" {
+		t.Fatalf("ids: %s %s %s %s %s", htmlID("/a-b"), htmlID("/a/b"), htmlID("/a b"), htmlID("/a_b"), htmlID("/depth"))
 	}
 }
 

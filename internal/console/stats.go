@@ -1,6 +1,7 @@
 package console
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"sort"
@@ -43,13 +44,9 @@ func (c *Console) stats(w http.ResponseWriter, r *http.Request) {
 	now := time.Now().UTC().Truncate(time.Second).Add(time.Second) // the periods end after this second
 	from := now.Add(-rng.Span)
 	fetch := func(from, to time.Time) ([]map[string]any, bool) {
-		res, ok := c.api(w, r, http.MethodGet, query("/v1/admin/stats", "from", from.Format(time.RFC3339), "to", to.Format(time.RFC3339)), nil)
-		if !ok {
-			return nil, false
-		}
 		var body struct{ Tasks []map[string]any }
-		res.decode(&body)
-		return body.Tasks, true
+		ok := c.fetch(w, r, query("/v1/admin/stats", "from", from.Format(time.RFC3339), "to", to.Format(time.RFC3339)), &body)
+		return body.Tasks, ok
 	}
 	tasks, ok := fetch(from, now)
 	if !ok {
@@ -98,13 +95,13 @@ func statsOf(at time.Time, tasks []map[string]any) bucketStats {
 		b.Failed += num(t["failed"])
 		b.Expired += num(t["expired"])
 		b.Redo += num(t["redo"])
-		if p50, ok := t["latency_ms_p50"].(float64); ok {
+		if p50, ok := numOK(t["latency_ms_p50"]); ok {
 			n := max(num(t["completed"]), 1)
 			weighted += p50 * n
 			weight += n
 			b.HasLatency = true
 		}
-		if p95, ok := t["latency_ms_p95"].(float64); ok && p95 > b.P95 {
+		if p95, ok := numOK(t["latency_ms_p95"]); ok && p95 > b.P95 {
 			b.P95 = p95
 		}
 	}
@@ -114,9 +111,21 @@ func statsOf(at time.Time, tasks []map[string]any) bucketStats {
 	return b
 }
 
+// num is a number of an API reply (json.Number, or float64 in tests), 0 if none.
 func num(v any) float64 {
-	f, _ := v.(float64)
+	f, _ := numOK(v)
 	return f
+}
+
+func numOK(v any) (float64, bool) {
+	switch n := v.(type) {
+	case float64:
+		return n, true
+	case json.Number:
+		f, err := n.Float64()
+		return f, err == nil
+	}
+	return 0, false
 }
 
 func showDuration(d time.Duration) string {

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"sort"
 	"strings"
 	"time"
@@ -205,8 +206,13 @@ func (s *Store) Overview(ctx context.Context) (taskd.Overview, error) {
 	if err := rows.Err(); err != nil {
 		return o, mysqlErr("overview", err)
 	}
+	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM event_outbox`).Scan(&o.OutboxPending); err != nil {
+		return o, mysqlErr("overview", err)
+	}
+	// The oldest by the primary key (ids grow with time), not a scan for MIN(created_at).
 	var oldest sql.NullTime
-	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*), MIN(created_at) FROM event_outbox`).Scan(&o.OutboxPending, &oldest); err != nil {
+	err = s.db.QueryRowContext(ctx, `SELECT created_at FROM event_outbox ORDER BY id LIMIT 1`).Scan(&oldest)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return o, mysqlErr("overview", err)
 	}
 	if oldest.Valid {

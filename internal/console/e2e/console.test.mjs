@@ -171,6 +171,23 @@ try {
     assert.deepEqual(task.body.params, { url: 'http://example.org', depth: 4 });
   });
 
+  await step('an edit keeps large numbers, seconds and the retry backoff', async () => {
+    const created = await api('POST', '/v1/admin/tasks/once', { executor: 'uid_8', start_time: '2030-01-02T03:04:35Z',
+      template_id: templateId, params: { url: 'http://x', depth: 1000000 }, dispatch_times: 1000000,
+      lease_seconds: 60, max_attempts: 3, retry_backoff_seconds: 30 });
+    assert.equal(created.status, 201);
+    await page.goto(base + '/console/tasks/once/' + created.body.id);
+    assert.match(await page.locator('dl').textContent(), /1000000 \(once_per_user\)/);
+    await page.getByRole('link', { name: 'Edit' }).click();
+    assert.equal(await page.getByLabel('depth').inputValue(), '1000000');
+    await page.getByLabel('Priority (1-9)').fill('6');
+    await page.getByRole('button', { name: 'Save task' }).click();
+    await page.locator('#task-status').waitFor();
+    const t = (await api('GET', '/v1/admin/tasks/once/' + created.body.id)).body;
+    assert.deepEqual([t.priority, t.start_time, t.dispatch_times, t.retry_backoff_seconds, t.max_attempts, t.params.depth],
+      [6, '2030-01-02T03:04:35Z', 1000000, 30, 3, 1000000]);
+  });
+
   await step('pause it and see the audit entry', async () => {
     await page.goto(base + taskPath);
     await page.getByRole('button', { name: 'Pause' }).click();
