@@ -48,7 +48,7 @@ func TestRunServesAndShutsDown(t *testing.T) {
 		"DISPATCH_REDIS_PREFIX": prefix,
 		"DISPATCH_ADMIN_TOKEN":  "a-long-admin-token",
 	}
-	addr, stop := startDispatchd(t, env)
+	addr, stop := startDispatchd(t, withTestRedis(env))
 	for _, path := range []string{"/healthz", "/readyz"} {
 		resp, err := http.Get("http://" + addr + path)
 		if err != nil {
@@ -91,6 +91,16 @@ func TestRunServesAndShutsDown(t *testing.T) {
 	if err := <-shutdown; err != nil {
 		t.Fatalf("run: %v", err)
 	}
+}
+
+// withTestRedis adds to env the settings that reach the test Redis (standalone or the
+// cluster of TASKD_TEST_REDIS_CLUSTER), where testenv.Redis cleans up.
+func withTestRedis(env map[string]string) map[string]string {
+	for _, kv := range testenv.RedisEnv() {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	return env
 }
 
 // startDispatchd runs the binary's run with env on its own goroutine and returns the

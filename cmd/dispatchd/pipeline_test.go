@@ -45,7 +45,7 @@ func TestEventPipelineEndToEnd(t *testing.T) {
 		"DISPATCH_KAFKA_TOPIC":         topic,
 		"DISPATCH_RELAY_POLL_INTERVAL": "20ms",
 	}
-	addr, stopDispatchd := startDispatchd(t, env)
+	addr, stopDispatchd := startDispatchd(t, withTestRedis(env))
 	base := "http://" + addr
 
 	cfg := logsink.DefaultConfig()
