@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/taskpull/taskd/internal/testenv"
 )
 
@@ -19,8 +21,16 @@ import (
 func TestOutageWarningsAreCollapsed(t *testing.T) {
 	t.Parallel()
 	dsn := testenv.MySQLDSN(t)
+	// A proxy in front of one standalone Redis it can cut: this test runs on the
+	// standalone Redis even when the others run on a cluster, and cleans up there.
+	standalone := testenv.StandaloneRedisAddr()
 	_, prefix := testenv.Redis(t)
-	redis := newCuttableProxy(t, "127.0.0.1:6379")
+	t.Cleanup(func() {
+		rdb := goredis.NewClient(&goredis.Options{Addr: standalone})
+		defer rdb.Close()
+		testenv.DeletePrefix(t, rdb, prefix)
+	})
+	redis := newCuttableProxy(t, standalone)
 	env := map[string]string{
 		"DISPATCH_ADDR":         "127.0.0.1:0",
 		"DISPATCH_MYSQL_DSN":    dsn,

@@ -95,7 +95,7 @@ func RedisClient(t testing.TB) redis.UniversalClient {
 	if seeds := RedisCluster(); seeds != "" {
 		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(seeds, ","), PoolSize: 32})
 	} else {
-		rdb = redis.NewClient(&redis.Options{Addr: env("TASKD_TEST_REDIS_ADDR", "127.0.0.1:6379"), PoolSize: 128})
+		rdb = redis.NewClient(&redis.Options{Addr: StandaloneRedisAddr(), PoolSize: 128})
 	}
 	rdb.AddHook(oneSlotHook{t})
 	if err := rdb.Ping(context.Background()).Err(); err != nil {
@@ -218,11 +218,15 @@ func KeySlot(key string) int {
 	return int(crc % 16384)
 }
 
+// StandaloneRedisAddr is the standalone test Redis's address, whether or not the tests
+// run on a cluster (TASKD_TEST_REDIS_ADDR, default 127.0.0.1:6379).
+func StandaloneRedisAddr() string { return env("TASKD_TEST_REDIS_ADDR", "127.0.0.1:6379") }
+
 // RedisEnv is the dispatchd settings (KEY=value) that reach the test Redis: the
 // standalone one, or the cluster TASKD_TEST_REDIS_CLUSTER names.
 func RedisEnv() []string {
 	if seeds := RedisCluster(); seeds != "" {
 		return []string{"DISPATCH_REDIS_MODE=cluster", "DISPATCH_REDIS_ADDR=" + seeds}
 	}
-	return []string{"DISPATCH_REDIS_ADDR=" + env("TASKD_TEST_REDIS_ADDR", "127.0.0.1:6379")}
+	return []string{"DISPATCH_REDIS_ADDR=" + StandaloneRedisAddr()}
 }
