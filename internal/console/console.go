@@ -15,6 +15,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
@@ -161,8 +162,22 @@ func setSession(w http.ResponseWriter, r *http.Request, token string, maxAge int
 		Secure: r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")})
 }
 
+// signInCookie carries the sign-in form's own CSRF token (double submit): a form
+// posted from another site cannot sign the browser in under a token of its choosing.
+const signInCookie = "taskd_console_signin"
+
 func (c *Console) signInPage(w http.ResponseWriter, r *http.Request) {
-	c.render(w, r, http.StatusOK, "signin", "Sign in", map[string]any{"Message": signInMessages[r.URL.Query().Get("m")]})
+	c.signInForm(w, r, http.StatusOK, signInMessages[r.URL.Query().Get("m")])
+}
+
+// signInForm shows the sign-in form with a fresh CSRF token.
+func (c *Console) signInForm(w http.ResponseWriter, r *http.Request, status int, message string) {
+	b := make([]byte, 16)
+	rand.Read(b)
+	token := hex.EncodeToString(b)
+	http.SetCookie(w, &http.Cookie{Name: signInCookie, Value: token, Path: "/console/signin", MaxAge: 3600,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")})
+	c.render(w, r, status, "signin", "Sign in", map[string]any{"Message": message, "SignInToken": token})
 }
 
 var signInMessages = map[string]string{
@@ -171,9 +186,14 @@ var signInMessages = map[string]string{
 }
 
 func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
+	ck, err := r.Cookie(signInCookie)
+	if err != nil || ck.Value == "" || !hmac.Equal([]byte(ck.Value), []byte(r.PostFormValue("signin"))) {
+		c.signInForm(w, r, http.StatusBadRequest, "This sign-in form is out of date or did not come from the console; sign in again.")
+		return
+	}
 	token := strings.TrimSpace(r.PostFormValue("token"))
 	if token == "" {
-		c.render(w, r, http.StatusBadRequest, "signin", "Sign in", map[string]any{"Message": "Enter an admin token."})
+		c.signInForm(w, r, http.StatusBadRequest, "Enter an admin token.")
 		return
 	}
 	res := c.call(r, token, http.MethodGet, "/v1/admin/templates", nil)
@@ -181,11 +201,10 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 	case res.status == http.StatusUnauthorized || res.status == http.StatusForbidden:
 		// 400, not 401: the API call has counted the failure against this address
 		// already (one wrong token, one count).
-		c.render(w, r, http.StatusBadRequest, "signin", "Sign in", map[string]any{
-			"Message": "That token was not accepted: it is not an admin token, or it has been revoked."})
+		c.signInForm(w, r, http.StatusBadRequest, "That token was not accepted: it is not an admin token, or it has been revoked.")
 		return
 	case res.status != http.StatusOK:
-		c.render(w, r, res.status, "signin", "Sign in", map[string]any{"Message": res.message()})
+		c.signInForm(w, r, res.status, res.message())
 		return
 	}
 	setSession(w, r, token, int((12 * time.Hour).Seconds()))

@@ -74,6 +74,10 @@ func (c *Console) removeMember(w http.ResponseWriter, r *http.Request) {
 
 // ---- clients: their keys ----
 
+// issuedCookie hands a newly issued client key from the POST that issued it to the
+// page it redirects to, once: reloading that page shows it no more and issues nothing.
+const issuedCookie = "taskd_console_issued"
+
 func (c *Console) clients(w http.ResponseWriter, r *http.Request) {
 	uid := strings.TrimSpace(r.URL.Query().Get("uid"))
 	if uid != "" && !taskd.ValidID(uid) {
@@ -81,7 +85,14 @@ func (c *Console) clients(w http.ResponseWriter, r *http.Request) {
 			"Error": "A user id is 1 to 64 letters, digits, - or _, without the uid_ prefix."})
 		return
 	}
-	c.render(w, r, http.StatusOK, "clients", "Clients", map[string]any{"UID": uid})
+	data := map[string]any{"UID": uid, "Revoked": r.URL.Query().Get("revoked") == "1"}
+	if ck, err := r.Cookie(issuedCookie); err == nil {
+		if owner, key, ok := strings.Cut(ck.Value, " "); ok && owner == uid {
+			data["Key"] = key
+		}
+		http.SetCookie(w, &http.Cookie{Name: issuedCookie, Path: "/console/clients", MaxAge: -1})
+	}
+	c.render(w, r, http.StatusOK, "clients", "Clients", data)
 }
 
 // issueKey issues a client key and shows it, once: the server keeps only its hash.
@@ -101,8 +112,9 @@ func (c *Console) issueKey(w http.ResponseWriter, r *http.Request) {
 		ClientKey string `json:"client_key"`
 	}
 	res.decode(&body)
-	data["Key"] = body.ClientKey
-	c.render(w, r, http.StatusOK, "clients", "Clients", data)
+	http.SetCookie(w, &http.Cookie{Name: issuedCookie, Value: uid + " " + body.ClientKey, Path: "/console/clients",
+		MaxAge: 60, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	http.Redirect(w, r, query("/console/clients", "uid", uid), http.StatusSeeOther)
 }
 
 func (c *Console) revokeKeys(w http.ResponseWriter, r *http.Request) {
@@ -117,6 +129,5 @@ func (c *Console) revokeKeys(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, res.status, "clients", "Clients", data)
 		return
 	}
-	data["Revoked"] = true
-	c.render(w, r, http.StatusOK, "clients", "Clients", data)
+	http.Redirect(w, r, query("/console/clients", "uid", uid, "revoked", "1"), http.StatusSeeOther)
 }

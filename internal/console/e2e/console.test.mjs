@@ -235,10 +235,18 @@ try {
     const key = await page.getByLabel('Client key').inputValue();
     assert.match(key, /^9\./);
     await shot('clients');
+    await page.reload(); // shows the key no more, and issues no other
+    assert.equal(await page.getByLabel('Client key').count(), 0);
     assert.equal((await api('POST', '/v1/fetch', {}, key)).status, 200);
     await page.getByRole('button', { name: 'Revoke every key of uid_9' }).click();
     await page.locator('#revoked').waitFor();
     assert.equal((await api('POST', '/v1/fetch', {}, key)).status, 401);
+  });
+
+  await step('a sign-in form without its CSRF token is refused', async () => {
+    const res = await page.request.post(base + '/console/signin', { form: { token, signin: 'forged' }, maxRedirects: 0 });
+    assert.equal(res.status(), 400);
+    assert.match(await res.text(), /out of date/);
   });
 
   await step('a form without its CSRF token is refused', async () => {
