@@ -46,10 +46,14 @@ type StoredEvent struct {
 	At      time.Time `json:"at"`
 }
 
-// Overview is the state of the dispatch pipeline at a glance: dispatches open, waiting
+// Overview is the state of the dispatch pipeline at a glance: tasks due, dispatches open, waiting
 // for a retry and dead (attempts used up), and the events not yet relayed to Kafka
 // (with the time the oldest was written: the pipeline's lag).
 type Overview struct {
+	// DueNow and DueNextHour count the active tasks with an occurrence due in the last
+	// hour, and in the next (quota left or not).
+	DueNow         int        `json:"due_now"`
+	DueNextHour    int        `json:"due_next_hour"`
 	OpenDispatches int        `json:"open_dispatches"`
 	RetryWaiting   int        `json:"retry_waiting"`
 	Dead           int        `json:"dead"`

@@ -34,7 +34,7 @@ type Store interface {
 	Claims(ctx context.Context, tasks []taskd.TaskKey, from, to time.Time) (map[string]int, error)
 	Events(ctx context.Context, f taskd.EventFilter, after *taskd.EventCursor, limit int) ([]taskd.StoredEvent, error)
 	Stats(ctx context.Context, from, to time.Time) ([]taskd.TaskStats, error)
-	Overview(ctx context.Context) (taskd.Overview, error)
+	Overview(ctx context.Context, now time.Time) (taskd.Overview, error)
 	AuditPage(ctx context.Context, from, to time.Time, afterID int64, limit int) ([]taskd.AuditEntry, error)
 }
 

@@ -274,7 +274,7 @@ func (s *Service) Stats(ctx context.Context, from, to time.Time) ([]taskd.TaskSt
 
 // Overview is the dispatch pipeline at a glance.
 func (s *Service) Overview(ctx context.Context) (taskd.Overview, error) {
-	return s.store.Overview(ctx)
+	return s.store.Overview(ctx, s.now())
 }
 
 // AuditPage returns up to limit audit entries in [from, to) after the entry afterID.

@@ -506,13 +506,27 @@ func TestTaskListByTemplate(t *testing.T) {
 	}
 }
 
-// GET /v1/admin/overview (an addition) counts the open dispatches as they open and
-// close; without Kafka no event waits in the outbox.
+// GET /v1/admin/overview (an addition) counts the active tasks due in the last and the
+// next hour, and the open dispatches as they open and close; without Kafka no event
+// waits in the outbox.
 func TestOverview(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 1)
 	e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0.Add(-time.Minute))})
+	e.task("once", map[string]any{"executor": "uid_2", "start_time": ts(t0.Add(30 * time.Minute))})
+	e.task("once", map[string]any{"executor": "uid_2", "start_time": ts(t0.Add(-2 * time.Hour))})                      // past the hour
+	e.task("once", map[string]any{"executor": "uid_2", "start_time": ts(t0.Add(10 * time.Minute)), "status": "paused"}) // not active
+	// Every 50 minutes from 170 minutes ago: 20 minutes ago, and in 30 minutes.
+	e.task("rotate", map[string]any{"executor": "gid_g", "start_time": ts(t0.Add(-3*time.Hour + 10*time.Minute)), "space_minutes": 50})
+	// Every 2 hours from 90 minutes ago: none in the last hour, one in 30 minutes.
+	e.task("rotate", map[string]any{"executor": "gid_g", "start_time": ts(t0.Add(-90 * time.Minute)), "space_minutes": 120})
+	// Ended 10 minutes ago: one in the last hour, none after.
+	e.task("rotate", map[string]any{"executor": "gid_g", "start_time": ts(t0.Add(-30 * time.Minute)), "space_minutes": 15,
+		"end_time": ts(t0.Add(-10 * time.Minute))})
 	overview := func() map[string]any { return e.admin("GET", "/v1/admin/overview", nil) }
+	if o := overview(); o["due_now"] != 3.0 || o["due_next_hour"] != 3.0 {
+		t.Fatalf("due now %v, in the next hour %v; want 3 and 3", o["due_now"], o["due_next_hour"])
+	}
 	if o := overview(); o["open_dispatches"] != 0.0 || o["outbox_pending"] != 0.0 || o["outbox_oldest_at"] != nil {
 		t.Fatalf("before any dispatch: %v", o)
 	}

@@ -180,10 +180,49 @@ func (s *Store) Events(ctx context.Context, f taskd.EventFilter, after *taskd.Ev
 	return out, mysqlErr("events", rows.Err())
 }
 
-// Overview counts the open, retry-waiting and dead dispatches (through the state
-// index) and the events waiting in the outbox.
-func (s *Store) Overview(ctx context.Context) (taskd.Overview, error) {
+// Overview counts the active tasks due in the hour before now and the hour after, the
+// open, retry-waiting and dead dispatches (through the state index) and the events
+// waiting in the outbox.
+func (s *Store) Overview(ctx context.Context, now time.Time) (taskd.Overview, error) {
 	var o taskd.Overview
+	from, to := now.Add(-time.Hour), now.Add(time.Hour)
+	err := s.db.QueryRowContext(ctx, `SELECT COUNT(CASE WHEN start_time <= ? THEN 1 END), COUNT(CASE WHEN start_time > ? THEN 1 END)
+		FROM task_once WHERE status = ? AND start_time > ? AND start_time <= ?`,
+		now, now, taskd.StatusActive, from, to).Scan(&o.DueNow, &o.DueNextHour)
+	if err != nil {
+		return o, mysqlErr("overview", err)
+	}
+	rotates, err := s.db.QueryContext(ctx, `SELECT start_time, space_minutes, end_time FROM task_rotate
+		WHERE status = ? AND start_time <= ? AND (end_time IS NULL OR end_time > ?)`, taskd.StatusActive, to, from)
+	if err != nil {
+		return o, mysqlErr("overview", err)
+	}
+	defer rotates.Close()
+	for rotates.Next() {
+		var start time.Time
+		var space int
+		var end sql.NullTime
+		if err := rotates.Scan(&start, &space, &end); err != nil {
+			return o, mysqlErr("overview", err)
+		}
+		within := func(a, b time.Time) bool { // an occurrence in (a, b]?
+			first := start
+			if !start.After(a) {
+				period := time.Duration(space) * time.Minute
+				first = start.Add((a.Sub(start)/period + 1) * period)
+			}
+			return !first.After(b) && (!end.Valid || !first.After(end.Time))
+		}
+		if within(from, now) {
+			o.DueNow++
+		}
+		if within(now, to) {
+			o.DueNextHour++
+		}
+	}
+	if err := rotates.Err(); err != nil {
+		return o, mysqlErr("overview", err)
+	}
 	rows, err := s.db.QueryContext(ctx, `SELECT state, COUNT(*) FROM dispatch WHERE state IN (1, 2, 6) GROUP BY state`)
 	if err != nil {
 		return o, mysqlErr("overview", err)

@@ -145,6 +145,7 @@ try {
     assert.equal(got.body.task.task_id, taskId);
     await page.goto(base + '/console/');
     assert.equal((await page.locator('#open-dispatches').textContent()).trim(), '1', 'the dashboard counts the open dispatch');
+    assert.equal((await page.locator('#due-now').textContent()).trim(), '1', 'the task due a minute ago');
     const done = await api('POST', '/v1/complete', { log_id: got.body.task.log_id, result: 'success' }, key.body.client_key);
     assert.equal(done.status, 200);
     await page.goto(base + taskPath);

@@ -1,0 +1,1 @@
+ALTER TABLE task_once DROP KEY idx_status_start;
