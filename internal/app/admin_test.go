@@ -514,7 +514,7 @@ func TestOverview(t *testing.T) {
 	e := newEnv(t, 1)
 	e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0.Add(-time.Minute))})
 	e.task("once", map[string]any{"executor": "uid_2", "start_time": ts(t0.Add(30 * time.Minute))})
-	e.task("once", map[string]any{"executor": "uid_2", "start_time": ts(t0.Add(-2 * time.Hour))})                      // past the hour
+	e.task("once", map[string]any{"executor": "uid_2", "start_time": ts(t0.Add(-2 * time.Hour))})                       // past the hour
 	e.task("once", map[string]any{"executor": "uid_2", "start_time": ts(t0.Add(10 * time.Minute)), "status": "paused"}) // not active
 	// Every 50 minutes from 170 minutes ago: 20 minutes ago, and in 30 minutes.
 	e.task("rotate", map[string]any{"executor": "gid_g", "start_time": ts(t0.Add(-3*time.Hour + 10*time.Minute)), "space_minutes": 50})
