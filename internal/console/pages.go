@@ -24,7 +24,7 @@ func (c *Console) dashboard(w http.ResponseWriter, r *http.Request) {
 		if !c.fetch(w, r, query("/v1/admin/stats", "from", from.Format(time.RFC3339)), &body) {
 			return nil, false
 		}
-		sum := map[string]float64{}
+		sum := map[string]float64{"dispatched": 0, "completed": 0, "failed": 0, "expired": 0, "redo": 0}
 		for _, t := range body.Tasks {
 			for _, k := range []string{"dispatched", "completed", "failed", "expired", "redo"} {
 				sum[k] += num(t[k])

@@ -64,6 +64,7 @@ try {
     await page.getByLabel('Admin token').fill(token);
     await page.keyboard.press('Enter'); // the keyboard alone
     await page.getByRole('heading', { name: 'Dashboard' }).waitFor();
+    await page.getByRole('row', { name: /Last 24 hours/ }).waitFor(); // zeros too, not an empty table
     const cookie = (await context.cookies()).find((c) => c.name === 'taskd_console');
     assert.ok(cookie.httpOnly, 'session cookie is HttpOnly');
     assert.equal(cookie.sameSite, 'Strict');
