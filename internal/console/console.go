@@ -140,7 +140,7 @@ func (c *Console) session(next http.Handler) http.Handler {
 		}
 		if r.Method == http.MethodPost && !hmac.Equal([]byte(r.PostFormValue("csrf")), []byte(csrfToken(ck.Value))) {
 			c.render(w, r, http.StatusForbidden, "error", "Refused", map[string]any{
-				"Message": "This form is out of date or did not come from the console (CSRF check). Go back, reload the page and try again."})
+				"Error": "This form is out of date or did not come from the console (CSRF check). Go back, reload the page and try again."})
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, ck.Value)))
@@ -302,6 +302,23 @@ func (c *Console) api(w http.ResponseWriter, r *http.Request, method, path strin
 	return res, true
 }
 
+// change sends a call that changes something; on an error reply it shows page with
+// data and the API's message as data["Error"], and returns false (as on a refused
+// session, which goes back to sign-in).
+func (c *Console) change(w http.ResponseWriter, r *http.Request, method, path string, body any,
+	page, title string, data map[string]any) (result, bool) {
+	res, ok := c.api(w, r, method, path, body)
+	if !ok {
+		return res, false
+	}
+	if !res.ok() {
+		data["Error"] = res.message()
+		c.render(w, r, res.status, page, title, data)
+		return res, false
+	}
+	return res, true
+}
+
 // fetch GETs path into v; on an error reply it shows the error page and returns false
 // (as does a refused session, which goes back to sign-in).
 func (c *Console) fetch(w http.ResponseWriter, r *http.Request, path string, v any) bool {
@@ -310,11 +327,11 @@ func (c *Console) fetch(w http.ResponseWriter, r *http.Request, path string, v a
 		return false
 	}
 	if !res.ok() {
-		c.render(w, r, res.status, "error", "Error", map[string]any{"Message": res.message()})
+		c.render(w, r, res.status, "error", "Error", map[string]any{"Error": res.message()})
 		return false
 	}
 	if err := res.decode(v); err != nil {
-		c.render(w, r, http.StatusInternalServerError, "error", "Error", map[string]any{"Message": "The server's reply could not be read: " + err.Error()})
+		c.render(w, r, http.StatusInternalServerError, "error", "Error", map[string]any{"Error": "The server's reply could not be read: " + err.Error()})
 		return false
 	}
 	return true

@@ -384,15 +384,10 @@ func fieldErrors(res result, tf taskForm) {
 // setStatus pauses or resumes a task (a merge patch of its status).
 func (c *Console) setStatus(w http.ResponseWriter, r *http.Request) {
 	status := r.PostFormValue("status")
-	res, ok := c.api(w, r, http.MethodPatch, taskPath(r), map[string]any{"status": status})
-	if !ok {
+	if _, ok := c.change(w, r, http.MethodPatch, taskPath(r), map[string]any{"status": status}, "error", "Task", map[string]any{}); !ok {
 		return
 	}
-	if !res.ok() {
-		c.render(w, r, res.status, "error", "Task", map[string]any{"Message": res.message()})
-		return
-	}
-	http.Redirect(w, r, "/console/tasks/"+chi.URLParam(r, "kind")+"/"+chi.URLParam(r, "id"), http.StatusSeeOther)
+	http.Redirect(w, r, "/console/tasks/"+url.PathEscape(chi.URLParam(r, "kind"))+"/"+url.PathEscape(chi.URLParam(r, "id")), http.StatusSeeOther)
 }
 
 // confirmDeleteTask asks before a task is deleted (no script: a page of its own).
@@ -412,12 +407,7 @@ func (c *Console) confirmDeleteTask(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) deleteTask(w http.ResponseWriter, r *http.Request) {
-	res, ok := c.api(w, r, http.MethodDelete, taskPath(r), nil)
-	if !ok {
-		return
-	}
-	if !res.ok() {
-		c.render(w, r, res.status, "error", "Task", map[string]any{"Message": res.message()})
+	if _, ok := c.change(w, r, http.MethodDelete, taskPath(r), nil, "error", "Task", map[string]any{}); !ok {
 		return
 	}
 	http.Redirect(w, r, "/console/tasks", http.StatusSeeOther)

@@ -98,14 +98,9 @@ func (c *Console) clients(w http.ResponseWriter, r *http.Request) {
 // issueKey issues a client key and shows it, once: the server keeps only its hash.
 func (c *Console) issueKey(w http.ResponseWriter, r *http.Request) {
 	uid := chi.URLParam(r, "uid")
-	res, ok := c.api(w, r, http.MethodPost, "/v1/admin/clients/"+url.PathEscape(uid)+"/keys", nil)
+	res, ok := c.change(w, r, http.MethodPost, "/v1/admin/clients/"+url.PathEscape(uid)+"/keys", nil,
+		"clients", "Clients", map[string]any{"UID": uid})
 	if !ok {
-		return
-	}
-	data := map[string]any{"UID": uid}
-	if !res.ok() {
-		data["Error"] = res.message()
-		c.render(w, r, res.status, "clients", "Clients", data)
 		return
 	}
 	var body struct {
@@ -119,14 +114,8 @@ func (c *Console) issueKey(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) revokeKeys(w http.ResponseWriter, r *http.Request) {
 	uid := chi.URLParam(r, "uid")
-	res, ok := c.api(w, r, http.MethodDelete, "/v1/admin/clients/"+url.PathEscape(uid)+"/keys", nil)
-	if !ok {
-		return
-	}
-	data := map[string]any{"UID": uid}
-	if !res.ok() {
-		data["Error"] = res.message()
-		c.render(w, r, res.status, "clients", "Clients", data)
+	if _, ok := c.change(w, r, http.MethodDelete, "/v1/admin/clients/"+url.PathEscape(uid)+"/keys", nil,
+		"clients", "Clients", map[string]any{"UID": uid}); !ok {
 		return
 	}
 	http.Redirect(w, r, query("/console/clients", "uid", uid, "revoked", "1"), http.StatusSeeOther)
