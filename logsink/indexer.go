@@ -44,12 +44,19 @@ func (j *job) answer(attempt int) bool {
 // exactly those whose body the worker read since the previous flush, so the lane records
 // them as they are read and, at the end of each flush, sends every item that got no
 // answer back for a retry. Several lanes give several concurrent bulk requests.
+//
+// One more case: when the item that makes the buffer full triggers a flush and that
+// flush fails, BulkIndexer drops that item too, unread and unanswered. So the lane also
+// keeps the items handed to the indexer and not read yet, and a flush that settled
+// nothing sends them again as well (one still on its way is then sent twice: same
+// _id, and only one of its answers is acted on).
 type lane struct {
 	s  *Sink
 	bi esutil.BulkIndexer
 
 	mu       sync.Mutex
 	buffered []laneItem
+	unread   []laneItem
 
 	// Of the flush under way, touched by the lane's one worker only: how many items
 	// it sends, and how many of them got a final answer (stored, or dead-lettered).
@@ -88,7 +95,10 @@ func (s *Sink) newLane() (*lane, error) {
 func (l *lane) add(ctx context.Context, j *job) error {
 	j.attempt++
 	attempt := j.attempt
-	return l.bi.Add(ctx, esutil.BulkIndexerItem{
+	l.mu.Lock()
+	l.unread = append(l.unread, laneItem{j, attempt})
+	l.mu.Unlock()
+	err := l.bi.Add(ctx, esutil.BulkIndexerItem{
 		Action:     "index",
 		Index:      j.index,
 		DocumentID: j.id,
@@ -117,6 +127,23 @@ func (l *lane) add(ctx context.Context, j *job) error {
 			}
 		},
 	})
+	if err != nil {
+		// Not handed over: the caller abandons it, so no flush may send it again.
+		l.mu.Lock()
+		l.unread = removeItem(l.unread, j, attempt)
+		l.mu.Unlock()
+	}
+	return err
+}
+
+// removeItem removes the item of job j's attempt from items.
+func removeItem(items []laneItem, j *job, attempt int) []laneItem {
+	for i, it := range items {
+		if it.j == j && it.attempt == attempt {
+			return append(items[:i], items[i+1:]...)
+		}
+	}
+	return items
 }
 
 // confirms reports whether a bulk reply item says the event with _id id is stored: it
@@ -127,6 +154,7 @@ func confirms(res esutil.BulkIndexerResponseItem, id string) bool {
 
 func (l *lane) buffer(j *job, attempt int) {
 	l.mu.Lock()
+	l.unread = removeItem(l.unread, j, attempt)
 	l.buffered = append(l.buffered, laneItem{j, attempt})
 	l.mu.Unlock()
 }
@@ -158,6 +186,16 @@ func (l *lane) flushEnd(ctx context.Context) {
 	refused := l.settled == 0
 	if refused {
 		l.s.refusedBatches.Add(1)
+		// The item that triggered this flush may have been dropped unread.
+		l.mu.Lock()
+		unread := l.unread
+		l.unread = nil
+		l.mu.Unlock()
+		for _, it := range unread {
+			if it.j.answer(it.attempt) {
+				l.s.retry(it.j)
+			}
+		}
 	}
 	l.s.health.set(UnreadyRefused, refused)
 }

@@ -96,3 +96,31 @@ func TestSinkRetriesRepliesThatAreNotBulkReplies(t *testing.T) {
 		})
 	}
 }
+
+// BulkIndexer drops the item that fills the buffer when the flush that item triggers
+// fails: it neither sends nor answers it. The lane sends it again: with a buffer that
+// fills every few items and the first requests refused, every event is still stored
+// once and committed.
+func TestSinkResendsTheItemAFailedFlushDropped(t *testing.T) {
+	t.Parallel()
+	topic, dlq, group := names()
+	_, brokers := newKafka(t, topic, dlq)
+	es := esfake.New(t)
+	evs := makeEvents(200)
+	produce(t, brokers, topic, evs)
+	es.FailRequestsWith(60, esfake.ProxyBadGateway)
+	cfg := testConfig(brokers, es.URL(), topic, dlq, group)
+	cfg.FlushBytes = 1024 // a few events
+	_, checker, stop := startChecked(t, cfg, es)
+	waitFor(t, time.Minute, "all indexed", func() bool { return es.Count() >= len(evs) })
+	msgs := readTopic(t, brokers, topic)
+	checker.waitCommitted(t, msgs)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := es.IDs(), eventIDs(evs); !equalStrings(got, want) {
+		t.Fatalf("indexed ids: %s", diff(got, want))
+	}
+	checker.check(t, msgs, nil)
+	assertCommittedToEnd(t, checker, msgs)
+}
