@@ -96,7 +96,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	log.Info("listening", "addr", ln.Addr().String(), "node", cfg.Node)
+	log.Info("listening", "addr", ln.Addr().String(), "node", cfg.Node, "console", consoleURL(ln.Addr()))
 	fmt.Fprintf(stdout, "dispatchd listening on %s\n", ln.Addr())
 
 	select {
@@ -153,4 +153,17 @@ func startRelay(ctx context.Context, rc logsink.RelayConfig, deps app.Deps, a *a
 		}
 	}()
 	return done, nil
+}
+
+// consoleURL is where the web console of a server listening on addr answers, as a
+// browser on the same machine would open it.
+func consoleURL(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "/console/"
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/console/"
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -159,3 +160,22 @@ func enroll(t *testing.T, addr string) string {
 }
 
 func slogDiscard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// The start-up log says where the console is, as a browser on the machine opens it.
+func TestConsoleURL(t *testing.T) {
+	t.Parallel()
+	for addr, want := range map[string]string{
+		"[::]:8080":      "http://localhost:8080/console/",
+		"0.0.0.0:8080":   "http://localhost:8080/console/",
+		"127.0.0.1:9000": "http://127.0.0.1:9000/console/",
+		"[::1]:9000":     "http://[::1]:9000/console/",
+	} {
+		a, err := net.ResolveTCPAddr("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := consoleURL(a); got != want {
+			t.Errorf("consoleURL(%s) = %s, want %s", addr, got, want)
+		}
+	}
+}
