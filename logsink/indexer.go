@@ -59,8 +59,11 @@ type lane struct {
 	unread   []laneItem
 
 	// Of the flush under way, touched by the lane's one worker only: how many items
-	// it sends, and how many of them got a final answer (stored, or dead-lettered).
+	// it sends, how many of them got a final answer (stored, or dead-lettered), and
+	// whether its reply was decoded (BulkIndexer's flush fails, and may drop an item,
+	// exactly when it was not).
 	sent, settled int
+	decoded       bool
 }
 
 type laneItem struct {
@@ -128,10 +131,15 @@ func (l *lane) add(ctx context.Context, j *job) error {
 		},
 	})
 	if err != nil {
-		// Not handed over: the caller abandons it, so no flush may send it again.
+		// Not handed over: the caller abandons it, so no flush may send it again;
+		// unless a failed flush took it meanwhile and sent it for a retry, which owns
+		// the job now (two owners would release its in-flight slot twice).
 		l.mu.Lock()
 		l.unread = removeItem(l.unread, j, attempt)
 		l.mu.Unlock()
+		if !j.answer(attempt) {
+			return nil
+		}
 	}
 	return err
 }
@@ -166,7 +174,7 @@ func (l *lane) flushStart(context.Context) context.Context {
 	items := l.buffered
 	l.buffered = nil
 	l.mu.Unlock()
-	l.sent, l.settled = len(items), 0
+	l.sent, l.settled, l.decoded = len(items), 0, false
 	return context.WithValue(l.s.abortCtx, flushKey{}, items)
 }
 
@@ -186,7 +194,9 @@ func (l *lane) flushEnd(ctx context.Context) {
 	refused := l.settled == 0
 	if refused {
 		l.s.refusedBatches.Add(1)
-		// The item that triggered this flush may have been dropped unread.
+	}
+	if !l.decoded {
+		// The flush failed: the item that triggered it may have been dropped unread.
 		l.mu.Lock()
 		unread := l.unread
 		l.unread = nil
@@ -222,6 +232,7 @@ func (d replyDecoder) UnmarshalFromReader(r io.Reader, blk *esutil.BulkIndexerRe
 		return fmt.Errorf("bulk reply has %d items for %d sent", len(reply.Items), d.l.sent)
 	}
 	*blk = reply.BulkIndexerResponse
+	d.l.decoded = true
 	return nil
 }
 
