@@ -11,6 +11,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/taskpull/taskd"
 	"github.com/taskpull/taskd/internal/esfake"
 )
 
@@ -167,6 +168,26 @@ func TestSinkElasticsearchFaults(t *testing.T) {
 	if n := len(readTopic(t, brokers, dlq)); n != 0 {
 		t.Fatalf("%d dead letters, want none", n)
 	}
+}
+
+// wantStoredOnceAndCommitted waits until every event of evs is indexed and every
+// offset of topic committed, stops the sink, and checks that each event was stored
+// exactly once, no offset passed an unstored event, and every partition was committed
+// to its end.
+func wantStoredOnceAndCommitted(t *testing.T, es *esfake.Server, brokers []string, topic string, evs []taskd.Event,
+	checker *commitChecker, stop func() error) {
+	t.Helper()
+	waitFor(t, time.Minute, "all indexed", func() bool { return es.Count() >= len(evs) })
+	msgs := readTopic(t, brokers, topic)
+	checker.waitCommitted(t, msgs)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := es.IDs(), eventIDs(evs); !equalStrings(got, want) {
+		t.Fatalf("indexed ids: %s", diff(got, want))
+	}
+	checker.check(t, msgs, nil)
+	assertCommittedToEnd(t, checker, msgs)
 }
 
 // assertCommittedToEnd checks the group committed every partition to its end.

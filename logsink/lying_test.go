@@ -29,18 +29,7 @@ func TestSinkConfirmsEveryEventItself(t *testing.T) {
 				return esfake.ReplyTruthfully
 			})
 			_, checker, stop := startChecked(t, testConfig(brokers, es.URL(), topic, dlq, group), es)
-			waitFor(t, time.Minute, "all indexed", func() bool { return es.Count() >= len(evs) })
-			msgs := readTopic(t, brokers, topic)
-			checker.waitCommitted(t, msgs)
-			if err := stop(); err != nil {
-				t.Fatal(err)
-			}
-			want := eventIDs(evs)
-			if got := es.IDs(); !equalStrings(got, want) {
-				t.Fatalf("indexed ids: %s", diff(got, want))
-			}
-			checker.check(t, msgs, nil)
-			assertCommittedToEnd(t, checker, msgs)
+			wantStoredOnceAndCommitted(t, es, brokers, topic, evs, checker, stop)
 			if n := len(readTopic(t, brokers, dlq)); n != 0 {
 				t.Fatalf("%d dead letters, want none", n)
 			}
@@ -112,15 +101,5 @@ func TestSinkResendsTheItemAFailedFlushDropped(t *testing.T) {
 	cfg := testConfig(brokers, es.URL(), topic, dlq, group)
 	cfg.FlushBytes = 1024 // a few events
 	_, checker, stop := startChecked(t, cfg, es)
-	waitFor(t, time.Minute, "all indexed", func() bool { return es.Count() >= len(evs) })
-	msgs := readTopic(t, brokers, topic)
-	checker.waitCommitted(t, msgs)
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := es.IDs(), eventIDs(evs); !equalStrings(got, want) {
-		t.Fatalf("indexed ids: %s", diff(got, want))
-	}
-	checker.check(t, msgs, nil)
-	assertCommittedToEnd(t, checker, msgs)
+	wantStoredOnceAndCommitted(t, es, brokers, topic, evs, checker, stop)
 }
