@@ -60,6 +60,9 @@ type Dispatch struct {
 	RetryAt        *time.Time
 	FinishedAt     *time.Time
 	RedoCount      int
+	// Checkpoint is the latest progress the agent saved (POST /v1/progress), nil for
+	// none; the next dispatch of the occurrence to the same user starts with it.
+	Checkpoint json.RawMessage
 	// Executor is the task's executor, filled in on expiry; Reopened says the expiry
 	// gave a slot back to an occurrence whose quota was used up, which the task's other
 	// targets may have dropped from their heaps.

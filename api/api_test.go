@@ -96,6 +96,11 @@ var additions = []endpoint{
 	{"GET", "/v1/admin/overview", authAdmin, false, false, []int{200, 400, 500, 503}},
 }
 
+// round2 are the routes of API.md's "Additions of round 2" that have landed.
+var round2 = []endpoint{
+	{"POST", "/v1/progress", authClient, true, false, []int{200, 409}},
+}
+
 func expectedCodes(e endpoint) []int {
 	codes := slices.Clone(e.codes)
 	switch e.auth {
@@ -125,6 +130,8 @@ var contractFields = map[string][]string{
 	"Assignment": {"log_id", "task_id", "kind", "due_at", "template_id", "params", "redo", "attempt",
 		"lease_expires_at"},
 	"CompleteRequest": {"log_id", "result", "detail"},
+	"ProgressRequest": {"log_id", "checkpoint", "extend_lease"},
+	"ProgressResult":  {"ok", "lease_expires_at"},
 	"OK":              {"ok"},
 	"TemplateRequest": {"name", "schema"},
 	"TemplateList":    {"templates"},
@@ -156,6 +163,7 @@ var contractBodies = map[string]struct{ request, response string }{
 	"POST /v1/enroll":                             {"EnrollRequest", "ClientKeyResponse"},
 	"POST /v1/fetch":                              {"FetchRequest", "FetchResult"},
 	"POST /v1/complete":                           {"CompleteRequest", "OK"},
+	"POST /v1/progress":                           {"ProgressRequest", "ProgressResult"},
 	"POST /v1/admin/templates":                    {"TemplateRequest", "Template"},
 	"GET /v1/admin/templates":                     {"", "TemplateList"},
 	"GET /v1/admin/templates/{id}":                {"", "Template"},
@@ -283,7 +291,7 @@ func TestEveryContractRouteIsDocumented(t *testing.T) {
 	doc := load(t)
 	ops := operations(t, doc)
 	known := map[string]bool{}
-	for _, e := range slices.Concat(contract, additions) {
+	for _, e := range slices.Concat(contract, additions, round2) {
 		key := e.method + " " + e.path
 		known[key] = true
 		op, ok := ops[key]

@@ -27,6 +27,9 @@ type Store interface {
 	Expire(ctx context.Context, logID string, now time.Time) (*taskd.Dispatch, error)
 	// ExpiredLeases lists up to limit open dispatches past their lease.
 	ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]string, error)
+	// Progress saves a checkpoint of uid's open dispatch logID (nil keeps the last) and,
+	// with extend, pushes its lease out; it returns the lease's end.
+	Progress(ctx context.Context, uid, logID string, checkpoint json.RawMessage, extend bool, now time.Time) (*time.Time, error)
 	// Complete finishes uid's dispatch logID with result.
 	Complete(ctx context.Context, uid, logID string, result taskd.Result, detail json.RawMessage, now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error)
 }

@@ -123,6 +123,58 @@ func (h *Handlers) Complete() http.Handler {
 	})
 }
 
+type progressRequest struct {
+	LogID       string          `json:"log_id"`
+	Checkpoint  json.RawMessage `json:"checkpoint"`
+	ExtendLease bool            `json:"extend_lease"`
+}
+
+// Progress is POST /v1/progress.
+func (h *Handlers) Progress() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		uid, hash, ok := clientkey.Parse(web.Bearer(r))
+		if !ok {
+			web.Error(w, r, h.log, taskd.Errorf(taskd.CodeUnauthenticated, "missing or malformed client key"))
+			return
+		}
+		var req progressRequest
+		if err := h.decodeAuthenticated(w, r, uid, hash, false, &req); err != nil {
+			web.Error(w, r, h.log, err)
+			return
+		}
+		err := checkLogID(req.LogID, "")
+		switch cp := req.Checkpoint; {
+		case err != nil:
+		case string(cp) == "null":
+			req.Checkpoint = nil
+		case len(cp) > 0 && cp[0] != '{':
+			err = taskd.Errorf(taskd.CodeInvalid, "checkpoint: must be an object")
+		case len(cp) > MaxCheckpoint:
+			err = taskd.Errorf(taskd.CodeTooLarge, "checkpoint: %d bytes is over the limit of %d", len(cp), MaxCheckpoint)
+		}
+		var lease *time.Time
+		if err == nil {
+			lease, err = h.svc.Progress(r.Context(), uid, hash, req.LogID, req.Checkpoint, req.ExtendLease)
+		}
+		if err != nil {
+			web.Error(w, r, h.log, err)
+			return
+		}
+		web.Encode(w, http.StatusOK, map[string]any{"ok": true, "lease_expires_at": lease})
+	})
+}
+
+// checkLogID checks a log id field (named with prefix).
+func checkLogID(id, prefix string) error {
+	if id == "" {
+		return taskd.Errorf(taskd.CodeInvalid, "%slog_id: required", prefix)
+	}
+	if len(id) > 64 {
+		return taskd.Errorf(taskd.CodeInvalid, "%slog_id: too long", prefix)
+	}
+	return nil
+}
+
 // parsedComplete is a complete request's fields, checked.
 type parsedComplete struct {
 	logID  string
@@ -133,11 +185,8 @@ type parsedComplete struct {
 // parseComplete checks a complete request's fields (named with prefix, "complete."
 // inside a fetch).
 func parseComplete(req completeRequest, prefix string) (parsedComplete, error) {
-	if req.LogID == "" {
-		return parsedComplete{}, taskd.Errorf(taskd.CodeInvalid, "%slog_id: required", prefix)
-	}
-	if len(req.LogID) > 64 {
-		return parsedComplete{}, taskd.Errorf(taskd.CodeInvalid, "%slog_id: too long", prefix)
+	if err := checkLogID(req.LogID, prefix); err != nil {
+		return parsedComplete{}, err
 	}
 	result, err := ParseResult(req.Result)
 	if err != nil {

@@ -63,6 +63,9 @@ type Assignment struct {
 	Redo           bool            `json:"redo"`
 	Attempt        int             `json:"attempt"`
 	LeaseExpiresAt *time.Time      `json:"lease_expires_at"`
+	// Checkpoint is the latest progress saved for this occurrence by this user, when a
+	// dispatch of it before this one saved any.
+	Checkpoint json.RawMessage `json:"checkpoint,omitempty"`
 }
 
 // FetchResult is a fetch's answer: a task or none, and when the next one is due.
@@ -82,6 +85,7 @@ func assignment(d *taskd.Dispatch, redo bool) *Assignment {
 		Redo:           redo,
 		Attempt:        d.Attempt,
 		LeaseExpiresAt: d.LeaseExpiresAt,
+		Checkpoint:     d.Checkpoint,
 	}
 }
 
@@ -498,6 +502,19 @@ func (s *Service) complete(ctx context.Context, uid, logID string, result taskd.
 		return outcome, false, taskd.Errorf(taskd.CodeStaleLease, "log_id %s: the lease expired", logID)
 	}
 	return outcome, false, taskd.Errorf(taskd.CodeStaleLease, "log_id %s is not your open dispatch", logID)
+}
+
+// MaxCheckpoint bounds a checkpoint's encoded size.
+const MaxCheckpoint = 16 << 10
+
+// Progress saves checkpoint for uid's open dispatch logID and, with extend, pushes its
+// lease out by the lease length. It returns the lease's end (nil: no lease). Anything
+// but one of the caller's open dispatches within its lease is a stale_lease conflict.
+func (s *Service) Progress(ctx context.Context, uid, keyHash, logID string, checkpoint json.RawMessage, extend bool) (*time.Time, error) {
+	if err := s.cache.VerifyKey(ctx, uid, keyHash); err != nil {
+		return nil, err
+	}
+	return s.store.Progress(ctx, uid, logID, checkpoint, extend, s.now())
 }
 
 // ParseResult parses "success" or "failure".

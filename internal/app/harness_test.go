@@ -175,6 +175,8 @@ type task struct {
 	Redo     bool       `json:"redo"`
 	Attempt  int        `json:"attempt"`
 	LeaseExp *time.Time `json:"lease_expires_at"`
+	// Checkpoint is the saved progress the task came with, as JSON ("" for none).
+	Checkpoint json.RawMessage `json:"checkpoint"`
 }
 
 type fetchReply struct {

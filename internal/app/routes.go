@@ -52,6 +52,7 @@ func (a *App) routes() http.Handler {
 	r.Method(http.MethodPost, "/v1/enroll", keys.Enroll())
 	r.Method(http.MethodPost, "/v1/fetch", client.Fetch())
 	r.Method(http.MethodPost, "/v1/complete", client.Complete())
+	r.Method(http.MethodPost, "/v1/progress", client.Progress())
 
 	isClientKey := func(ctx context.Context, key string) bool {
 		_, err := a.Keys.Verify(ctx, key)

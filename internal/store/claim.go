@@ -173,6 +173,8 @@ type claimState struct {
 	alone   bool // left to run on its own after the batch commits
 	held    bool // the batch took the user's once_per_user hold
 	prior   int  // attempts the user already used at the occurrence
+	// checkpoint is what a re-take (prior > 0) starts with: the expired attempt's.
+	checkpoint json.RawMessage
 }
 
 // claimRun is one attempt at a batch's transaction.
@@ -383,10 +385,20 @@ func (c *claimRun) readPriors(ctx context.Context) error {
 		k.occ.DueAt = k.occ.DueAt.UTC()
 		prior[k] = n
 	}
-	for _, i := range idx {
-		c.st[i].prior = prior[occUser{c.jobs[i].in.occ, c.jobs[i].in.uid}]
+	if err := rows.Err(); err != nil {
+		return err
 	}
-	return rows.Err()
+	rows.Close()
+	for _, i := range idx {
+		in := c.jobs[i].in
+		if c.st[i].prior = prior[occUser{in.occ, in.uid}]; c.st[i].prior > 0 {
+			// A re-take after an expiry (rare): it starts from the expired one's checkpoint.
+			if c.st[i].checkpoint, err = lastCheckpoint(ctx, c.tx, in.occ, in.uid); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // lockCounters locks the claim counters of the open claims' occurrences and returns
@@ -469,6 +481,7 @@ func (c *claimRun) grant(ctx context.Context, claimed map[taskd.Occurrence]int) 
 			users[in.uid] = true
 			granted = append(granted, i)
 			d := t.newDispatch(in.uid, in.occ, c.st[i].prior, in.now)
+			d.Checkpoint = c.st[i].checkpoint
 			c.st[i].d = d
 			ds = append(ds, d)
 		}
@@ -660,6 +673,11 @@ func (s *Store) claimOne(ctx context.Context, uid string, occ taskd.Occurrence, 
 			return errAbort
 		}
 		d = t.newDispatch(uid, occ, prior, now)
+		if prior > 0 {
+			if d.Checkpoint, err = lastCheckpoint(ctx, tx, occ, uid); err != nil {
+				return err
+			}
+		}
 		if err := insertDispatches(ctx, tx, []*taskd.Dispatch{d}); err != nil {
 			if isDuplicate(err) {
 				outcome = taskd.UserBusy
@@ -685,7 +703,7 @@ func insertDispatches(ctx context.Context, tx *sql.Tx, ds []*taskd.Dispatch) err
 	if len(ds) == 0 {
 		return nil
 	}
-	const cols = 16
+	const cols = 17
 	args := make([]any, 0, cols*len(ds))
 	for _, d := range ds {
 		if d.LeaseSeconds > 0 {
@@ -694,11 +712,11 @@ func insertDispatches(ctx context.Context, tx *sql.Tx, ds []*taskd.Dispatch) err
 		}
 		args = append(args, d.LogID, d.UID, d.UID, d.Occurrence.Task.Kind, d.Occurrence.Task.ID, d.Occurrence.DueAt,
 			d.Mode, d.Attempt, d.MaxAttempts, d.BackoffSeconds, d.LeaseSeconds, taskd.StateOpen, d.TemplateID,
-			string(d.Params), d.DispatchedAt, d.LeaseExpiresAt)
+			string(d.Params), d.DispatchedAt, d.LeaseExpiresAt, nullJSON(d.Checkpoint))
 	}
 	_, err := tx.ExecContext(ctx, `INSERT INTO dispatch (log_id, uid, open_uid, task_kind, task_id, due_at,
 		mode, attempt, max_attempts, retry_backoff_seconds, lease_seconds, state, template_id, params,
-		dispatched_at, lease_expires_at) VALUES `+tuples(len(ds), cols), args...)
+		dispatched_at, lease_expires_at, checkpoint) VALUES `+tuples(len(ds), cols), args...)
 	return err
 }
 

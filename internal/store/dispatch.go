@@ -17,7 +17,7 @@ import (
 
 const dispatchColumns = `log_id, uid, task_kind, task_id, due_at, mode, attempt, max_attempts,
 	retry_backoff_seconds, lease_seconds, state, COALESCE(result, 0), template_id, params,
-	dispatched_at, lease_expires_at, retry_at, finished_at, redo_count`
+	dispatched_at, lease_expires_at, retry_at, finished_at, redo_count, checkpoint`
 
 type scanner interface{ Scan(...any) error }
 
@@ -25,14 +25,18 @@ type scanner interface{ Scan(...any) error }
 func scanDispatch(row scanner, extra ...any) (*taskd.Dispatch, error) {
 	var d taskd.Dispatch
 	var params string
+	var checkpoint sql.NullString
 	dest := []any{&d.LogID, &d.UID, &d.Occurrence.Task.Kind, &d.Occurrence.Task.ID, &d.Occurrence.DueAt,
 		&d.Mode, &d.Attempt, &d.MaxAttempts, &d.BackoffSeconds, &d.LeaseSeconds, &d.State, &d.Result,
-		&d.TemplateID, &params, &d.DispatchedAt, &d.LeaseExpiresAt, &d.RetryAt, &d.FinishedAt, &d.RedoCount}
+		&d.TemplateID, &params, &d.DispatchedAt, &d.LeaseExpiresAt, &d.RetryAt, &d.FinishedAt, &d.RedoCount, &checkpoint}
 	err := row.Scan(append(dest, extra...)...)
 	if err != nil {
 		return nil, err
 	}
 	d.Params = json.RawMessage(params)
+	if checkpoint.Valid {
+		d.Checkpoint = json.RawMessage(checkpoint.String)
+	}
 	d.Occurrence.DueAt = d.Occurrence.DueAt.UTC()
 	return &d, nil
 }
