@@ -50,16 +50,19 @@ type Dispatch struct {
 	Attempt        int
 	MaxAttempts    int
 	BackoffSeconds int
-	LeaseSeconds   int
-	State          DispatchState
-	Result         Result
-	TemplateID     int64
-	Params         json.RawMessage
-	DispatchedAt   time.Time
-	LeaseExpiresAt *time.Time
-	RetryAt        *time.Time
-	FinishedAt     *time.Time
-	RedoCount      int
+	// RetryMultiplier and RetryMaxSeconds shape the backoff (RetryBackoff).
+	RetryMultiplier float64
+	RetryMaxSeconds int
+	LeaseSeconds    int
+	State           DispatchState
+	Result          Result
+	TemplateID      int64
+	Params          json.RawMessage
+	DispatchedAt    time.Time
+	LeaseExpiresAt  *time.Time
+	RetryAt         *time.Time
+	FinishedAt      *time.Time
+	RedoCount       int
 	// Checkpoint is the latest progress the agent saved (POST /v1/progress), nil for
 	// none; the next dispatch of the occurrence to the same user starts with it.
 	Checkpoint json.RawMessage
@@ -97,15 +100,6 @@ const (
 	Stale                                     // not the caller's open dispatch (expired, unknown, someone else's)
 	ExpiredNow                                // the lease had run out: expired now; the caller gets stale_lease
 )
-
-// RetryBackoff is the wait before attempt+1: base * 2^(attempt-1), capped at a day.
-func RetryBackoff(baseSeconds, attempt int) time.Duration {
-	d := time.Duration(baseSeconds) * time.Second
-	for i := 1; i < attempt && d < 24*time.Hour; i++ {
-		d *= 2
-	}
-	return min(d, 24*time.Hour)
-}
 
 // The rules of attempts. A dispatch is one attempt of one user at one occurrence; an
 // occurrence allows each user MaxAttempts attempts (at least 1). A failed attempt with
@@ -156,7 +150,7 @@ func (d *Dispatch) Finish(result Result, now time.Time) CompleteOutcome {
 	d.Result = result
 	d.FinishedAt = &now
 	if result == ResultFailure && d.AttemptsLeft() {
-		retryAt := now.Add(RetryBackoff(d.BackoffSeconds, d.Attempt))
+		retryAt := now.Add(RetryBackoff(d.BackoffSeconds, d.RetryMultiplier, d.RetryMaxSeconds, d.Attempt))
 		d.State, d.RetryAt = StateRetryWait, &retryAt
 		return RetryScheduled
 	}

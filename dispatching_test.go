@@ -31,25 +31,33 @@ func TestMayClaim(t *testing.T) {
 
 func TestRetryBackoff(t *testing.T) {
 	for _, tc := range []struct {
-		base, attempt int
-		want          time.Duration
+		base    int
+		mult    float64
+		cap     int
+		attempt int
+		want    time.Duration
 	}{
-		{10, 1, 10 * time.Second},
-		{10, 2, 20 * time.Second},
-		{10, 4, 80 * time.Second},
-		{0, 5, 0},
-		{3600, 10, 24 * time.Hour}, // capped at a day
-		{86400 * 2, 1, 24 * time.Hour},
+		{10, 2, 86400, 1, 10 * time.Second},
+		{10, 2, 86400, 2, 20 * time.Second},
+		{10, 2, 86400, 4, 80 * time.Second},
+		{0, 2, 86400, 5, 0},
+		{3600, 2, 86400, 10, 24 * time.Hour}, // capped
+		{86400, 2, 86400, 1, 24 * time.Hour},
+		{10, 1, 86400, 7, 10 * time.Second}, // a multiplier of 1: constant
+		{10, 3, 100, 2, 30 * time.Second},
+		{10, 3, 100, 3, 90 * time.Second},
+		{10, 3, 100, 4, 100 * time.Second},      // capped at 100
+		{86400, 10, 86400, 100, 24 * time.Hour}, // 10^99 does not overflow
 	} {
-		if got := taskd.RetryBackoff(tc.base, tc.attempt); got != tc.want {
-			t.Errorf("RetryBackoff(%d, %d) = %v, want %v", tc.base, tc.attempt, got, tc.want)
+		if got := taskd.RetryBackoff(tc.base, tc.mult, tc.cap, tc.attempt); got != tc.want {
+			t.Errorf("RetryBackoff(%d, %g, %d, %d) = %v, want %v", tc.base, tc.mult, tc.cap, tc.attempt, got, tc.want)
 		}
 	}
 }
 
 func open(attempt, max int, lease *time.Time) *taskd.Dispatch {
 	return &taskd.Dispatch{LogID: "l1", UID: "u1", State: taskd.StateOpen, Attempt: attempt, MaxAttempts: max,
-		BackoffSeconds: 30, LeaseExpiresAt: lease}
+		BackoffSeconds: 30, RetryMultiplier: 2, RetryMaxSeconds: 86400, LeaseExpiresAt: lease}
 }
 
 func TestCompleteBlocked(t *testing.T) {
@@ -154,8 +162,7 @@ func TestTaskValidate(t *testing.T) {
 	start := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
 	good := func(kind taskd.Kind) taskd.Task {
 		t := taskd.Task{Key: taskd.TaskKey{Kind: kind}, Executor: "gid_ops", StartTime: start, TemplateID: 1,
-			DispatchTimes: taskd.Unlimited, Mode: taskd.ModeOncePerUser, Priority: 5, Status: taskd.StatusActive,
-			MaxAttempts: 1}
+			DispatchTimes: taskd.Unlimited, Mode: taskd.ModeOncePerUser, Priority: 5, Status: taskd.StatusActive}
 		if kind == taskd.KindRotate {
 			t.SpaceMinutes = 5
 		}
@@ -168,18 +175,21 @@ func TestTaskValidate(t *testing.T) {
 	}
 	end := start
 	for field, edit := range map[string]func(*taskd.Task){
-		"executor":              func(t *taskd.Task) { t.Executor = "ops" },
-		"start_time":            func(t *taskd.Task) { t.StartTime = time.Unix(-1, 0) },
-		"template_id":           func(t *taskd.Task) { t.TemplateID = 0 },
-		"dispatch_times":        func(t *taskd.Task) { t.DispatchTimes = 0 },
-		"mode":                  func(t *taskd.Task) { t.Mode = 7 },
-		"priority":              func(t *taskd.Task) { t.Priority = 10 },
-		"status":                func(t *taskd.Task) { t.Status = taskd.StatusDeleted },
-		"lease_seconds":         func(t *taskd.Task) { t.LeaseSeconds = taskd.MaxLeaseSeconds + 1 },
-		"max_attempts":          func(t *taskd.Task) { t.MaxAttempts = taskd.MaxAttemptsLimit + 1 },
-		"retry_backoff_seconds": func(t *taskd.Task) { t.RetryBackoffSeconds = -1 },
-		"space_minutes":         func(t *taskd.Task) { t.SpaceMinutes = 0 },
-		"end_time":              func(t *taskd.Task) { t.EndTime = &end }, // not after the start
+		"executor":                 func(t *taskd.Task) { t.Executor = "ops" },
+		"start_time":               func(t *taskd.Task) { t.StartTime = time.Unix(-1, 0) },
+		"template_id":              func(t *taskd.Task) { t.TemplateID = 0 },
+		"dispatch_times":           func(t *taskd.Task) { t.DispatchTimes = 0 },
+		"mode":                     func(t *taskd.Task) { t.Mode = 7 },
+		"priority":                 func(t *taskd.Task) { t.Priority = 10 },
+		"status":                   func(t *taskd.Task) { t.Status = taskd.StatusDeleted },
+		"lease_seconds":            func(t *taskd.Task) { t.Own.LeaseSeconds = ptr(taskd.MaxLeaseSeconds + 1) },
+		"max_attempts":             func(t *taskd.Task) { t.Own.MaxAttempts = ptr(taskd.MaxAttemptsLimit + 1) },
+		"retry_backoff_seconds":    func(t *taskd.Task) { t.Own.RetryBackoffSeconds = ptr(-1) },
+		"retry_multiplier":         func(t *taskd.Task) { t.Own.RetryMultiplier = ptr(0.5) },
+		"retry_max_seconds":        func(t *taskd.Task) { t.Own.RetryMaxSeconds = ptr(taskd.MaxBackoffSeconds + 1) },
+		"dispatch_rate_per_minute": func(t *taskd.Task) { t.Own.DispatchRatePerMinute = ptr(-1) },
+		"space_minutes":            func(t *taskd.Task) { t.SpaceMinutes = 0 },
+		"end_time":                 func(t *taskd.Task) { t.EndTime = &end }, // not after the start
 	} {
 		task := good(taskd.KindRotate)
 		edit(&task)
@@ -192,5 +202,26 @@ func TestTaskValidate(t *testing.T) {
 	once.SpaceMinutes = 5
 	if err := once.Validate(); err == nil || !strings.Contains(err.Error(), "rotate tasks only") {
 		t.Errorf("a once task with a period: %v", err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// Resolve: a task's own setting wins, then its template's (named in inherited), then
+// the server's default; max_attempts defaults to 3 only where the effective lease is set.
+func TestResolve(t *testing.T) {
+	e, inh := taskd.Resolve(taskd.Settings{}, taskd.Settings{})
+	if e != (taskd.Effective{MaxAttempts: 1, RetryMultiplier: 2, RetryMaxSeconds: 86400}) || len(inh) != 0 {
+		t.Fatalf("defaults: %+v %v", e, inh)
+	}
+	tpl := taskd.Settings{LeaseSeconds: ptr(60), RetryBackoffSeconds: ptr(5), RetryMultiplier: ptr(3.0)}
+	e, inh = taskd.Resolve(taskd.Settings{RetryBackoffSeconds: ptr(9)}, tpl)
+	want := taskd.Effective{LeaseSeconds: 60, MaxAttempts: 3, RetryBackoffSeconds: 9, RetryMultiplier: 3, RetryMaxSeconds: 86400}
+	if e != want || strings.Join(inh, ",") != "lease_seconds,retry_multiplier" {
+		t.Fatalf("inherited lease: %+v %v", e, inh)
+	}
+	e, _ = taskd.Resolve(taskd.Settings{LeaseSeconds: ptr(0)}, tpl)
+	if e.LeaseSeconds != 0 || e.MaxAttempts != 1 {
+		t.Fatalf("own lease 0 over the template's: %+v", e)
 	}
 }

@@ -212,32 +212,43 @@ func IsRotation(start time.Time, space time.Duration, end *time.Time, due time.T
 	return due.Sub(start)%space == 0
 }
 
-// Template is a named JSON Schema that task params must satisfy.
+// Template is a named JSON Schema that task params must satisfy, with the task-type
+// settings its tasks inherit where they set none, and the stages a multi-stage task of
+// it goes through.
 type Template struct {
-	ID        int64           `json:"id"`
-	Name      string          `json:"name"`
-	Schema    json.RawMessage `json:"schema"`
-	CreatedAt time.Time       `json:"created_at"`
+	ID     int64           `json:"id"`
+	Name   string          `json:"name"`
+	Schema json.RawMessage `json:"schema"`
+	Settings
+	// Stages are the stage names a complete's next_stage may name; a task of this
+	// template starts at the first. Empty: single-stage tasks.
+	Stages    []string  `json:"stages"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Task is a once or rotate task as admins see it.
 type Task struct {
-	Key                 TaskKey         `json:"-"`
-	Executor            string          `json:"executor"`
-	StartTime           time.Time       `json:"start_time"`
-	SpaceMinutes        int             `json:"space_minutes,omitempty"`
-	EndTime             *time.Time      `json:"end_time,omitempty"`
-	TemplateID          int64           `json:"template_id"`
-	Params              json.RawMessage `json:"params"`
-	DispatchTimes       int             `json:"dispatch_times"`
-	Mode                Mode            `json:"-"`
-	Priority            int             `json:"priority"`
-	Status              Status          `json:"-"`
-	LeaseSeconds        int             `json:"lease_seconds"`
-	MaxAttempts         int             `json:"max_attempts"`
-	RetryBackoffSeconds int             `json:"retry_backoff_seconds"`
-	CreatedAt           time.Time       `json:"created_at"`
-	UpdatedAt           time.Time       `json:"updated_at"`
+	Key           TaskKey         `json:"-"`
+	Executor      string          `json:"executor"`
+	StartTime     time.Time       `json:"start_time"`
+	SpaceMinutes  int             `json:"space_minutes,omitempty"`
+	EndTime       *time.Time      `json:"end_time,omitempty"`
+	TemplateID    int64           `json:"template_id"`
+	Params        json.RawMessage `json:"params"`
+	DispatchTimes int             `json:"dispatch_times"`
+	Mode          Mode            `json:"-"`
+	Priority      int             `json:"priority"`
+	Status        Status          `json:"-"`
+	// Own are the task-type settings the task sets itself; the rest come from its
+	// template, or the server's defaults.
+	Own Settings `json:"-"`
+	// Effective are the settings its dispatches get, as read from the store; Inherited
+	// names those its template gave.
+	Effective
+	Inherited []string  `json:"inherited"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Bounds of a task's fields: what the columns hold and what the rules allow.
@@ -276,12 +287,9 @@ func (t Task) Validate() error {
 		return bad("priority: must be 1..9, got %d", t.Priority)
 	case t.Status != StatusActive && t.Status != StatusPaused:
 		return bad("status: must be active or paused, got %s", t.Status)
-	case t.LeaseSeconds < 0 || t.LeaseSeconds > MaxLeaseSeconds:
-		return bad("lease_seconds: must be 0..%d, got %d", MaxLeaseSeconds, t.LeaseSeconds)
-	case t.MaxAttempts < 1 || t.MaxAttempts > MaxAttemptsLimit:
-		return bad("max_attempts: must be 1..%d, got %d", MaxAttemptsLimit, t.MaxAttempts)
-	case t.RetryBackoffSeconds < 0 || t.RetryBackoffSeconds > MaxBackoffSeconds:
-		return bad("retry_backoff_seconds: must be 0..%d, got %d", MaxBackoffSeconds, t.RetryBackoffSeconds)
+	}
+	if err := t.Own.Validate(); err != nil {
+		return err
 	}
 	switch t.Key.Kind {
 	case KindOnce:

@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"encoding/json"
 	"time"
 
 	"github.com/taskpull/taskd"
@@ -13,7 +12,8 @@ import (
 // internal/store). Every change takes the actor, for the audit log written in the
 // same transaction.
 type Store interface {
-	CreateTemplate(ctx context.Context, actor, name string, schema json.RawMessage, now time.Time) (taskd.Template, error)
+	CreateTemplate(ctx context.Context, actor string, t taskd.Template, now time.Time) (taskd.Template, error)
+	UpdateTemplate(ctx context.Context, actor string, id int64, edit func(*taskd.Template) error, now time.Time) (before, after taskd.Template, err error)
 	GetTemplate(ctx context.Context, id int64) (taskd.Template, error)
 	ListTemplates(ctx context.Context) ([]taskd.Template, error)
 	DeleteTemplate(ctx context.Context, actor string, id int64, now time.Time) error

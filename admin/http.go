@@ -114,6 +114,22 @@ func (h *Handlers) serve(e endpoint) http.Handler {
 type templateRequest struct {
 	Name   reqName         `json:"name"`
 	Schema json.RawMessage `json:"schema"`
+	settingsRequest
+	Stages []string `json:"stages"`
+}
+
+// template checks the request's settings and stages and returns the template it
+// describes (the name and schema are the service's to check).
+func (req *templateRequest) template() (taskd.Template, error) {
+	t := taskd.Template{Name: req.Name.s, Schema: req.Schema, Stages: req.Stages}
+	var err error
+	if t.Settings, err = req.settings(); err != nil {
+		return t, err
+	}
+	if t.Stages == nil {
+		t.Stages = []string{}
+	}
+	return t, taskd.ValidateStages(t.Stages)
 }
 
 // CreateTemplate is POST /v1/admin/templates.
@@ -123,8 +139,74 @@ func (h *Handlers) CreateTemplate() http.Handler {
 		if err := web.Decode(w, r, bodyLimit, false, &req); err != nil {
 			return 0, nil, err
 		}
-		t, err := h.svc.CreateTemplate(r.Context(), req.Name.s, req.Schema)
+		t, err := req.template()
+		if err != nil {
+			return 0, nil, err
+		}
+		t, err = h.svc.CreateTemplate(r.Context(), t)
 		return http.StatusCreated, t, err
+	})
+}
+
+// templateEditable are the members a template merge patch may name: its schema stays
+// (tasks' params were checked against it).
+var (
+	templateEditable = map[string]bool{"name": true, "stages": true}
+	templateServer   = map[string]bool{"id": true, "created_at": true, "updated_at": true}
+)
+
+func init() {
+	for _, f := range settingsFields {
+		templateEditable[f] = true
+	}
+}
+
+// PatchTemplate is PATCH /v1/admin/templates/{id}: a JSON merge patch (RFC 7396) of the
+// template's name, task-type settings and stages; null takes a setting back to "not
+// set" (tasks then get the server's default). The merge is applied to the template as
+// it is when the update holds it locked. The schema is not editable.
+func (h *Handlers) PatchTemplate() http.Handler {
+	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
+		id, err := pathID(r, "id")
+		if err != nil {
+			return 0, nil, err
+		}
+		var patch json.RawMessage
+		if err := web.Decode(w, r, bodyLimit, false, &patch); err != nil {
+			return 0, nil, err
+		}
+		if err := checkPatch(patch, templateEditable, templateServer); err != nil {
+			if strings.Contains(err.Error(), `"schema"`) {
+				err = taskd.Errorf(taskd.CodeInvalid, "schema: not editable (tasks' params were checked against it); create a new template")
+			}
+			return 0, nil, err
+		}
+		t, err := h.svc.UpdateTemplate(r.Context(), id, func(cur *taskd.Template) error {
+			doc := map[string]any{"name": cur.Name, "stages": cur.Stages}
+			settingsDoc(cur.Settings, doc)
+			current, err := json.Marshal(doc)
+			if err != nil {
+				return err
+			}
+			merged, err := mergePatch(current, patch)
+			if err != nil {
+				return err
+			}
+			var req templateRequest
+			if err := web.DecodeBytes(merged, &req); err != nil {
+				return err
+			}
+			next, err := req.template()
+			if err != nil {
+				return err
+			}
+			if err := checkName(next.Name); err != nil {
+				return err
+			}
+			cur.Name, cur.Settings, cur.Stages = next.Name, next.Settings, next.Stages
+			return nil
+		})
+		return http.StatusOK, t, err
 	})
 }
 
@@ -171,19 +253,17 @@ const maxSpaceMinutes = taskd.MaxSpaceMinutes
 // of a task). Pointers tell "absent" from zero, so defaults apply only to absent fields;
 // numbers and times keep what the request wrote until task checks them.
 type taskRequest struct {
-	Executor            string          `json:"executor"`
-	StartTime           *reqTime        `json:"start_time"`
-	TemplateID          *reqInt         `json:"template_id"`
-	Params              json.RawMessage `json:"params"`
-	DispatchTimes       *reqInt         `json:"dispatch_times"`
-	Mode                string          `json:"mode"`
-	Priority            *reqInt         `json:"priority"`
-	Status              string          `json:"status"`
-	LeaseSeconds        *reqInt         `json:"lease_seconds"`
-	MaxAttempts         *reqInt         `json:"max_attempts"`
-	RetryBackoffSeconds *reqInt         `json:"retry_backoff_seconds"`
-	SpaceMinutes        *reqInt         `json:"space_minutes"`
-	EndTime             *reqTime        `json:"end_time"`
+	Executor      string          `json:"executor"`
+	StartTime     *reqTime        `json:"start_time"`
+	TemplateID    *reqInt         `json:"template_id"`
+	Params        json.RawMessage `json:"params"`
+	DispatchTimes *reqInt         `json:"dispatch_times"`
+	Mode          string          `json:"mode"`
+	Priority      *reqInt         `json:"priority"`
+	Status        string          `json:"status"`
+	settingsRequest
+	SpaceMinutes *reqInt  `json:"space_minutes"`
+	EndTime      *reqTime `json:"end_time"`
 }
 
 // intField reads an optional integer field into dst when it is present.
@@ -198,7 +278,7 @@ func intField(dst *int, n *reqInt, field string, lo, hi int64, want string) erro
 
 // task checks the request field by field and returns the task it describes.
 func (req *taskRequest) task(kind taskd.Kind) (taskd.Task, error) {
-	t := taskd.Task{Key: taskd.TaskKey{Kind: kind}, DispatchTimes: 1, Priority: 5, MaxAttempts: 1, Status: taskd.StatusActive}
+	t := taskd.Task{Key: taskd.TaskKey{Kind: kind}, DispatchTimes: 1, Priority: 5, Status: taskd.StatusActive}
 	if _, err := taskd.ParseExecutor(req.Executor); err != nil {
 		return t, err
 	}
@@ -242,18 +322,7 @@ func (req *taskRequest) task(kind taskd.Kind) (taskd.Task, error) {
 	default:
 		return t, taskd.Errorf(taskd.CodeInvalid, "status: must be active or paused, got %q", req.Status)
 	}
-	if err := intField(&t.LeaseSeconds, req.LeaseSeconds, "lease_seconds", 0, maxLeaseSeconds,
-		"0..31536000 (0: never expires; at most a year)"); err != nil {
-		return t, err
-	}
-	if t.LeaseSeconds > 0 {
-		t.MaxAttempts = defaultMaxAttempts
-	}
-	if err := intField(&t.MaxAttempts, req.MaxAttempts, "max_attempts", 1, maxAttemptsLimit, "1..100"); err != nil {
-		return t, err
-	}
-	if err := intField(&t.RetryBackoffSeconds, req.RetryBackoffSeconds, "retry_backoff_seconds", 0, maxBackoffSeconds,
-		"0..86400 (at most a day)"); err != nil {
+	if t.Own, err = req.settings(); err != nil {
 		return t, err
 	}
 	if kind == taskd.KindOnce {

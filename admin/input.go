@@ -47,6 +47,89 @@ func (n reqInt) in(field string, lo, hi int64, want string) (int64, error) {
 	return v, nil
 }
 
+// reqFloat is a number field as the request wrote it.
+type reqFloat struct{ lit string }
+
+// Want says what a reqFloat takes.
+func (reqFloat) Want() string { return "a number" }
+
+// UnmarshalJSON keeps a number as written.
+func (n *reqFloat) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && (b[0] == '-' || b[0] >= '0' && b[0] <= '9') {
+		n.lit = string(b)
+		return nil
+	}
+	return web.WrongForm(reqFloat{}, b)
+}
+
+// settingsRequest are the task-type settings of a template or task request: each
+// optional (absent or null: not set, so inherited).
+type settingsRequest struct {
+	LeaseSeconds          *reqInt   `json:"lease_seconds"`
+	MaxAttempts           *reqInt   `json:"max_attempts"`
+	RetryBackoffSeconds   *reqInt   `json:"retry_backoff_seconds"`
+	RetryMultiplier       *reqFloat `json:"retry_multiplier"`
+	RetryMaxSeconds       *reqInt   `json:"retry_max_seconds"`
+	DispatchRatePerMinute *reqInt   `json:"dispatch_rate_per_minute"`
+}
+
+// settingsFields are the members of settingsRequest.
+var settingsFields = []string{"lease_seconds", "max_attempts", "retry_backoff_seconds", "retry_multiplier",
+	"retry_max_seconds", "dispatch_rate_per_minute"}
+
+// settings checks each setting present against its range.
+func (req settingsRequest) settings() (taskd.Settings, error) {
+	var s taskd.Settings
+	opt := func(dst **int, n *reqInt, field string, lo, hi int64, want string) error {
+		if n == nil {
+			return nil
+		}
+		v, err := n.in(field, lo, hi, want)
+		i := int(v)
+		*dst = &i
+		return err
+	}
+	for _, err := range []error{
+		opt(&s.LeaseSeconds, req.LeaseSeconds, "lease_seconds", 0, maxLeaseSeconds, "0..31536000 (0: never expires; at most a year)"),
+		opt(&s.MaxAttempts, req.MaxAttempts, "max_attempts", 1, maxAttemptsLimit, "1..100"),
+		opt(&s.RetryBackoffSeconds, req.RetryBackoffSeconds, "retry_backoff_seconds", 0, maxBackoffSeconds, "0..86400 (at most a day)"),
+		opt(&s.RetryMaxSeconds, req.RetryMaxSeconds, "retry_max_seconds", 0, maxBackoffSeconds, "0..86400 (at most a day)"),
+		opt(&s.DispatchRatePerMinute, req.DispatchRatePerMinute, "dispatch_rate_per_minute", 0, taskd.MaxRatePerMinute,
+			"0..1000000 (0: no bound)"),
+	} {
+		if err != nil {
+			return s, err
+		}
+	}
+	if req.RetryMultiplier != nil {
+		v, err := strconv.ParseFloat(req.RetryMultiplier.lit, 64)
+		if err != nil || !(v >= 1 && v <= taskd.MaxRetryMultiplier) {
+			return s, taskd.Errorf(taskd.CodeInvalid, "retry_multiplier: must be a number 1..%g, got %s",
+				taskd.MaxRetryMultiplier, web.Describe([]byte(req.RetryMultiplier.lit)))
+		}
+		s.RetryMultiplier = &v
+	}
+	return s, nil
+}
+
+// settingsDoc is s as request members (those not set absent), for a merge patch.
+func settingsDoc(s taskd.Settings, doc map[string]any) {
+	for name, v := range map[string]any{"lease_seconds": s.LeaseSeconds, "max_attempts": s.MaxAttempts,
+		"retry_backoff_seconds": s.RetryBackoffSeconds, "retry_multiplier": s.RetryMultiplier,
+		"retry_max_seconds": s.RetryMaxSeconds, "dispatch_rate_per_minute": s.DispatchRatePerMinute} {
+		switch p := v.(type) {
+		case *int:
+			if p != nil {
+				doc[name] = *p
+			}
+		case *float64:
+			if p != nil {
+				doc[name] = *p
+			}
+		}
+	}
+}
+
 // reqTime is a time field: RFC 3339, as time.Time reads it.
 type reqTime struct{ time.Time }
 
@@ -63,11 +146,10 @@ func (t *reqTime) UnmarshalJSON(b []byte) error {
 
 // Bounds of task fields: the domain's (taskd.Task.Validate checks them again).
 const (
-	maxInt32           = taskd.MaxDispatchTimes
-	maxLeaseSeconds    = taskd.MaxLeaseSeconds
-	maxBackoffSeconds  = taskd.MaxBackoffSeconds
-	maxAttemptsLimit   = taskd.MaxAttemptsLimit
-	defaultMaxAttempts = 3 // with a lease: an expiry counts as an attempt
+	maxInt32          = taskd.MaxDispatchTimes
+	maxLeaseSeconds   = taskd.MaxLeaseSeconds
+	maxBackoffSeconds = taskd.MaxBackoffSeconds
+	maxAttemptsLimit  = taskd.MaxAttemptsLimit
 )
 
 // maxNameChars bounds a template's name, in characters as the VARCHAR(128) utf8mb4

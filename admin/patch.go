@@ -5,40 +5,27 @@ import (
 	"encoding/json"
 	"mime"
 	"net/http"
-	"time"
 
 	"github.com/taskpull/taskd"
 	"github.com/taskpull/taskd/internal/web"
 )
 
-// taskFields is the editable part of a task as a JSON document: what a merge patch
-// applies to. Its members are exactly taskRequest's, so the merged document is read and
-// checked as a PUT body is.
-type taskFields struct {
-	Executor            string          `json:"executor"`
-	StartTime           time.Time       `json:"start_time"`
-	TemplateID          int64           `json:"template_id"`
-	Params              json.RawMessage `json:"params"`
-	DispatchTimes       int             `json:"dispatch_times"`
-	Mode                string          `json:"mode"`
-	Priority            int             `json:"priority"`
-	Status              string          `json:"status"`
-	LeaseSeconds        int             `json:"lease_seconds"`
-	MaxAttempts         int             `json:"max_attempts"`
-	RetryBackoffSeconds int             `json:"retry_backoff_seconds"`
-	SpaceMinutes        *int            `json:"space_minutes,omitempty"`
-	EndTime             *time.Time      `json:"end_time,omitempty"`
-}
-
-func editable(t taskd.Task) taskFields {
-	f := taskFields{Executor: t.Executor, StartTime: t.StartTime, TemplateID: t.TemplateID, Params: t.Params,
-		DispatchTimes: t.DispatchTimes, Mode: t.Mode.String(), Priority: t.Priority, Status: t.Status.String(),
-		LeaseSeconds: t.LeaseSeconds, MaxAttempts: t.MaxAttempts, RetryBackoffSeconds: t.RetryBackoffSeconds,
-		EndTime: t.EndTime}
+// editable is the editable part of a task as a JSON document: what a merge patch
+// applies to. Its members are taskRequest's, so the merged document is read and checked
+// as a PUT body is; settings the task does not set itself are absent (they stay
+// inherited unless the patch sets them).
+func editable(t taskd.Task) map[string]any {
+	doc := map[string]any{"executor": t.Executor, "start_time": t.StartTime, "template_id": t.TemplateID,
+		"params": t.Params, "dispatch_times": t.DispatchTimes, "mode": t.Mode.String(), "priority": t.Priority,
+		"status": t.Status.String()}
+	settingsDoc(t.Own, doc)
 	if t.Key.Kind == taskd.KindRotate {
-		f.SpaceMinutes = &t.SpaceMinutes
+		doc["space_minutes"] = t.SpaceMinutes
+		if t.EndTime != nil {
+			doc["end_time"] = t.EndTime
+		}
 	}
-	return f
+	return doc
 }
 
 // editableFields are the members a merge patch may name; serverFields are members of a
@@ -46,8 +33,10 @@ func editable(t taskd.Task) taskFields {
 var (
 	editableFields = map[string]bool{"executor": true, "start_time": true, "template_id": true, "params": true,
 		"dispatch_times": true, "mode": true, "priority": true, "status": true, "lease_seconds": true,
-		"max_attempts": true, "retry_backoff_seconds": true, "space_minutes": true, "end_time": true}
-	serverFields = map[string]bool{"id": true, "task_id": true, "kind": true, "created_at": true, "updated_at": true}
+		"max_attempts": true, "retry_backoff_seconds": true, "retry_multiplier": true, "retry_max_seconds": true,
+		"dispatch_rate_per_minute": true, "space_minutes": true, "end_time": true}
+	serverFields = map[string]bool{"id": true, "task_id": true, "kind": true, "created_at": true, "updated_at": true,
+		"inherited": true}
 )
 
 // jsonPatchMediaType is JSON Patch (RFC 6902), another format than the merge patch
@@ -77,7 +66,7 @@ func (h *Handlers) PatchTask() http.Handler {
 		if err := web.Decode(w, r, bodyLimit, false, &patch); err != nil {
 			return 0, nil, err
 		}
-		if err := checkPatch(patch); err != nil {
+		if err := checkPatch(patch, editableFields, serverFields); err != nil {
 			return 0, nil, err
 		}
 		current, err := h.svc.GetTask(r.Context(), key)
@@ -107,8 +96,9 @@ func (h *Handlers) PatchTask() http.Handler {
 }
 
 // checkPatch refuses a patch that is not an object (RFC 7396 would have it replace the
-// whole task) or that names a member other than the editable fields.
-func checkPatch(patch json.RawMessage) error {
+// whole document) or that names a member other than the editable ones (a member the
+// server sets is named so).
+func checkPatch(patch json.RawMessage, editableFields, serverFields map[string]bool) error {
 	if !isObject(patch) {
 		return taskd.Errorf(taskd.CodeInvalid, "request body: a merge patch must be a JSON object of the fields to change, got %s",
 			web.Describe(patch))

@@ -217,14 +217,14 @@ func TestCompiledSchemaIsReused(t *testing.T) {
 		return compileSchema(raw)
 	}
 	ctx := WithActor(context.Background(), "test")
-	tpl, err := svc.CreateTemplate(ctx, "crawl", json.RawMessage(`{"type": "object", "required": ["url"]}`))
+	tpl, err := svc.CreateTemplate(ctx, taskd.Template{Name: "crawl", Schema: json.RawMessage(`{"type": "object", "required": ["url"]}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	afterTemplate := compiles.Load()
 	task := taskd.Task{Key: taskd.TaskKey{Kind: taskd.KindOnce}, Executor: "uid_1", StartTime: time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC),
 		TemplateID: tpl.ID, Params: json.RawMessage(`{"url": "u"}`), DispatchTimes: 1, Mode: taskd.ModeOncePerUser,
-		Priority: 5, Status: taskd.StatusActive, MaxAttempts: 1}
+		Priority: 5, Status: taskd.StatusActive}
 	var last taskd.Task
 	for range 5 {
 		if last, err = svc.CreateTask(ctx, task); err != nil {

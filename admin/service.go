@@ -35,11 +35,13 @@ func NewService(st Store, cache Cache, keys Keys, clk clock.Clock, log *slog.Log
 // now is the time of a change, at the precision MySQL keeps (microseconds).
 func (s *Service) now() time.Time { return s.clock.Now().UTC().Truncate(time.Microsecond) }
 
-// CreateTemplate validates the schema and stores the template.
-func (s *Service) CreateTemplate(ctx context.Context, name string, schema json.RawMessage) (taskd.Template, error) {
-	if err := checkName(name); err != nil {
+// CreateTemplate validates the name and schema and stores the template (its settings
+// and stages checked by the caller).
+func (s *Service) CreateTemplate(ctx context.Context, t taskd.Template) (taskd.Template, error) {
+	if err := checkName(t.Name); err != nil {
 		return taskd.Template{}, err
 	}
+	schema := t.Schema
 	if len(schema) == 0 {
 		return taskd.Template{}, taskd.Errorf(taskd.CodeInvalid, "schema: required")
 	}
@@ -51,12 +53,21 @@ func (s *Service) CreateTemplate(ctx context.Context, name string, schema json.R
 	if err != nil {
 		return taskd.Template{}, err
 	}
-	t, err := s.store.CreateTemplate(ctx, ActorFrom(ctx), name, compact, s.now())
+	t.Schema = compact
+	t, err = s.store.CreateTemplate(ctx, ActorFrom(ctx), t, s.now())
 	if err != nil {
 		return t, err
 	}
 	s.schemas.put(t.ID, sch)
 	return t, nil
+}
+
+// UpdateTemplate applies edit (which checks what it sets) to template id's name,
+// settings and stages. Nothing is cached from a template: a claim reads its settings
+// in its own transaction, so the next dispatch of any of its tasks has them.
+func (s *Service) UpdateTemplate(ctx context.Context, id int64, edit func(*taskd.Template) error) (taskd.Template, error) {
+	_, after, err := s.store.UpdateTemplate(ctx, ActorFrom(ctx), id, edit, s.now())
+	return after, err
 }
 
 // templateSchema returns the compiled schema of a template, compiling it once.

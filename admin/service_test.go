@@ -236,7 +236,7 @@ func TestTemplateAndTaskValidationNameTheField(t *testing.T) {
 	if tasks, _, err := svc.ListTasks(b.ctx, taskd.TaskFilter{}, taskd.TaskKey{}, 10); err != nil || len(tasks) != 0 {
 		t.Fatalf("tasks after refused creates: %v, %v", tasks, err)
 	}
-	_, err = svc.CreateTemplate(b.ctx, "bad", json.RawMessage(`{"properties":{"n":{"minimum":"one"}}}`))
+	_, err = svc.CreateTemplate(b.ctx, taskd.Template{Name: "bad", Schema: json.RawMessage(`{"properties":{"n":{"minimum":"one"}}}`)})
 	wantCode(t, "invalid schema", err, taskd.CodeInvalid)
 	if tpls, err := svc.ListTemplates(b.ctx); err != nil || len(tpls) != 1 || tpls[0].ID != b.template {
 		t.Fatalf("templates: %v, %v", tpls, err)
@@ -385,8 +385,8 @@ func TestServiceRefusesWhatHTTPWouldRefuse(t *testing.T) {
 		"executor":      func(t *taskd.Task) { t.Executor = "bob" },
 		"priority":      func(t *taskd.Task) { t.Priority = 0 },
 		"quota":         func(t *taskd.Task) { t.DispatchTimes = 0 },
-		"lease":         func(t *taskd.Task) { t.LeaseSeconds = -1 },
-		"max_attempts":  func(t *taskd.Task) { t.MaxAttempts = 0 },
+		"lease":         func(t *taskd.Task) { t.Own.LeaseSeconds = new(-1) },
+		"max_attempts":  func(t *taskd.Task) { t.Own.MaxAttempts = new(0) },
 		"start_time":    func(t *taskd.Task) { t.StartTime = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) },
 		"space_minutes": func(t *taskd.Task) { t.SpaceMinutes = 5 }, // on a once task
 	} {

@@ -58,7 +58,7 @@ func setup(t *testing.T) (*admin.Service, *bundle) {
 	b := &bundle{t: t, ctx: admin.WithActor(t.Context(), actor), clock: clk, store: db, cache: cache, keys: keys,
 		dispatch: dispatch.NewService(db, cache, clk, log, dispatch.Config{RequestTimeout: time.Minute}),
 		http:     admin.NewHandlers(svc, log)}
-	tpl, err := svc.CreateTemplate(b.ctx, "job", json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"}}}`))
+	tpl, err := svc.CreateTemplate(b.ctx, taskd.Template{Name: "job", Schema: json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"}}}`)})
 	if err != nil {
 		t.Fatalf("create template: %v", err)
 	}
@@ -71,7 +71,7 @@ func setup(t *testing.T) (*admin.Service, *bundle) {
 func (b *bundle) once(executor string, start time.Time) taskd.Task {
 	return taskd.Task{Key: taskd.TaskKey{Kind: taskd.KindOnce}, Executor: executor, StartTime: start,
 		TemplateID: b.template, Params: json.RawMessage(`{"n":1}`), DispatchTimes: 1, Mode: taskd.ModeOncePerUser,
-		Priority: 5, MaxAttempts: 1, Status: taskd.StatusActive}
+		Priority: 5, Status: taskd.StatusActive}
 }
 
 // create stores t through the admin service.

@@ -99,6 +99,7 @@ var additions = []endpoint{
 // round2 are the routes of API.md's "Additions of round 2" that have landed.
 var round2 = []endpoint{
 	{"POST", "/v1/progress", authClient, true, false, []int{200, 409}},
+	{"PATCH", "/v1/admin/templates/{id}", authAdmin, true, true, []int{200}},
 }
 
 func expectedCodes(e endpoint) []int {
@@ -132,6 +133,8 @@ var contractFields = map[string][]string{
 	"CompleteRequest": {"log_id", "result", "detail"},
 	"ProgressRequest": {"log_id", "checkpoint", "extend_lease"},
 	"ProgressResult":  {"ok", "lease_expires_at"},
+	"TemplatePatch": {"name", "lease_seconds", "max_attempts", "retry_backoff_seconds", "retry_multiplier",
+		"retry_max_seconds", "dispatch_rate_per_minute", "stages"},
 	"OK":              {"ok"},
 	"TemplateRequest": {"name", "schema"},
 	"TemplateList":    {"templates"},
@@ -164,6 +167,7 @@ var contractBodies = map[string]struct{ request, response string }{
 	"POST /v1/fetch":                              {"FetchRequest", "FetchResult"},
 	"POST /v1/complete":                           {"CompleteRequest", "OK"},
 	"POST /v1/progress":                           {"ProgressRequest", "ProgressResult"},
+	"PATCH /v1/admin/templates/{id}":              {"TemplatePatch", "Template"},
 	"POST /v1/admin/templates":                    {"TemplateRequest", "Template"},
 	"GET /v1/admin/templates":                     {"", "TemplateList"},
 	"GET /v1/admin/templates/{id}":                {"", "Template"},
@@ -653,7 +657,7 @@ func TestCodeOutputMatchesSchemas(t *testing.T) {
 	}
 	once := taskd.Task{Executor: "uid_42", StartTime: now, TemplateID: 3, Params: json.RawMessage(`{}`),
 		DispatchTimes: taskd.Unlimited, Mode: taskd.ModeOncePerUser, Priority: 5, Status: taskd.StatusActive,
-		MaxAttempts: 1, CreatedAt: now, UpdatedAt: now}
+		CreatedAt: now, UpdatedAt: now}
 	valid("Task", view(taskd.KindOnce, once))
 	rot := once
 	rot.Executor, rot.SpaceMinutes, rot.EndTime = "gid_ops", 60, &later

@@ -63,7 +63,7 @@ func setupOn(t *testing.T, st *store.Store) (*dispatch.Service, *bundle) {
 		log: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	b.cache = queue.NewCache(rdb, b.store, b.clock, queue.Config{Prefix: prefix, CatchUp: time.Hour})
 	b.keys = clientkey.New(b.store, b.cache, b.clock, b.log, clientkey.Config{})
-	tpl, err := b.store.CreateTemplate(b.ctx, "test", "any", json.RawMessage(`{"type":"object"}`), t0)
+	tpl, err := b.store.CreateTemplate(b.ctx, "test", taskd.Template{Name: "any", Schema: json.RawMessage(`{"type":"object"}`)}, t0)
 	if err != nil {
 		t.Fatalf("template: %v", err)
 	}
@@ -81,7 +81,7 @@ func (b *bundle) task(executor string, start time.Time, edit ...func(*taskd.Task
 	b.t.Helper()
 	t := taskd.Task{Key: taskd.TaskKey{Kind: taskd.KindOnce}, Executor: executor, StartTime: start,
 		TemplateID: b.template, Params: json.RawMessage(`{"n":1}`), DispatchTimes: 1, Mode: taskd.ModeOncePerUser,
-		Priority: 5, Status: taskd.StatusActive, MaxAttempts: 1}
+		Priority: 5, Status: taskd.StatusActive}
 	for _, e := range edit {
 		e(&t)
 	}
@@ -104,10 +104,10 @@ func (b *bundle) task(executor string, start time.Time, edit ...func(*taskd.Task
 // Task edits for bundle.task.
 func quota(n int) func(*taskd.Task)        { return func(t *taskd.Task) { t.DispatchTimes = n } }
 func mode(m taskd.Mode) func(*taskd.Task)  { return func(t *taskd.Task) { t.Mode = m } }
-func leaseSeconds(s int) func(*taskd.Task) { return func(t *taskd.Task) { t.LeaseSeconds = s } }
+func leaseSeconds(s int) func(*taskd.Task) { return func(t *taskd.Task) { t.Own.LeaseSeconds = &s } }
 func params(p string) func(*taskd.Task)    { return func(t *taskd.Task) { t.Params = json.RawMessage(p) } }
 func attempts(max, backoff int) func(*taskd.Task) {
-	return func(t *taskd.Task) { t.MaxAttempts, t.RetryBackoffSeconds = max, backoff }
+	return func(t *taskd.Task) { t.Own.MaxAttempts, t.Own.RetryBackoffSeconds = &max, &backoff }
 }
 
 // group makes uids the members of gid.

@@ -373,15 +373,23 @@ func TestPatchTask(t *testing.T) {
 			t.Errorf("audit entry: actor %q before %s after %s", actor, before, after)
 		}
 	})
-	t.Run("max_attempts as it is, or the default when cleared", func(t *testing.T) {
+	// A task that sets no max_attempts follows the default, which depends on the
+	// effective lease; one it sets stays through a patch of the lease.
+	t.Run("max_attempts as set, or the default when not set", func(t *testing.T) {
 		once := e.expect("POST", "/v1/admin/tasks/once", map[string]any{"executor": "uid_9", "start_time": ts(t0),
 			"template_id": tpl, "params": map[string]any{"url": "u"}}, 201, "")
 		p := "/v1/admin/tasks/once/" + fmt.Sprint(once["id"])
 		if once["max_attempts"] != 1.0 {
 			t.Errorf("max_attempts without a lease = %v, want 1", once["max_attempts"])
 		}
-		if _, out := e.raw("PATCH", p, "application/merge-patch+json", []byte(`{"lease_seconds": 60}`)); out["max_attempts"] != 1.0 {
-			t.Errorf("max_attempts after a patch of lease_seconds = %v, want 1 (as it was)", out["max_attempts"])
+		if _, out := e.raw("PATCH", p, "application/merge-patch+json", []byte(`{"lease_seconds": 60}`)); out["max_attempts"] != 3.0 {
+			t.Errorf("unset max_attempts after a patch of lease_seconds = %v, want 3 (the default with a lease)", out["max_attempts"])
+		}
+		if _, out := e.raw("PATCH", p, "application/merge-patch+json", []byte(`{"max_attempts": 1}`)); out["max_attempts"] != 1.0 {
+			t.Errorf("max_attempts set to 1 = %v", out["max_attempts"])
+		}
+		if _, out := e.raw("PATCH", p, "application/merge-patch+json", []byte(`{"lease_seconds": 90}`)); out["max_attempts"] != 1.0 {
+			t.Errorf("max_attempts set to 1, after a patch of lease_seconds = %v, want 1 (as set)", out["max_attempts"])
 		}
 		if _, out := e.raw("PATCH", p, "application/merge-patch+json", []byte(`{"max_attempts": null}`)); out["max_attempts"] != 3.0 {
 			t.Errorf("max_attempts cleared with a lease = %v, want 3", out["max_attempts"])

@@ -280,7 +280,7 @@ func BenchmarkHeapRebuild(b *testing.B) {
 	for i := 0; i < 550; i++ {
 		t := taskd.Task{Key: taskd.TaskKey{Kind: taskd.KindOnce}, Executor: "uid_1", StartTime: t0.Add(time.Duration(i) * time.Minute),
 			TemplateID: tpl, Params: []byte(`{"n":1}`), DispatchTimes: 1, Mode: taskd.ModeOncePerUser, Priority: 1 + i%9,
-			Status: taskd.StatusActive, MaxAttempts: 1}
+			Status: taskd.StatusActive}
 		if i%2 == 1 {
 			t.Executor = "gid_g"
 		}

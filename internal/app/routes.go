@@ -64,6 +64,7 @@ func (a *App) routes() http.Handler {
 		r.Method(http.MethodPost, "/templates", h.CreateTemplate())
 		r.Method(http.MethodGet, "/templates", h.ListTemplates())
 		r.Method(http.MethodGet, "/templates/{id}", h.GetTemplate())
+		r.Method(http.MethodPatch, "/templates/{id}", h.PatchTemplate())
 		r.Method(http.MethodDelete, "/templates/{id}", h.DeleteTemplate())
 		r.Method(http.MethodGet, "/tasks", h.ListTasks())
 		r.Method(http.MethodPost, "/tasks/{kind}", h.CreateTask())

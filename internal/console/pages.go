@@ -198,6 +198,11 @@ func (c *Console) editTask(w http.ResponseWriter, r *http.Request) {
 			form[k] = inputTime(at)
 		}
 	}
+	// A setting the template gives stays empty: saved so, it stays inherited.
+	inherited, _ := t["inherited"].([]any)
+	for _, k := range inherited {
+		delete(form, fmt.Sprint(k))
+	}
 	params, _ := json.Marshal(t["params"])
 	form["params"] = string(params)
 	pm, _ := t["params"].(map[string]any)

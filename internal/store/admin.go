@@ -5,8 +5,10 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/taskpull/taskd"
@@ -14,57 +16,101 @@ import (
 
 // ---- templates ----
 
-// CreateTemplate stores a template and returns it with its id.
-func (s *Store) CreateTemplate(ctx context.Context, actor, name string, schema json.RawMessage, now time.Time) (taskd.Template, error) {
-	t := taskd.Template{Name: name, Schema: schema, CreatedAt: now}
+// CreateTemplate stores t (its name, schema, settings and stages) and returns it with
+// its id.
+func (s *Store) CreateTemplate(ctx context.Context, actor string, t taskd.Template, now time.Time) (taskd.Template, error) {
+	t.CreatedAt, t.UpdatedAt = now, now
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx,
-			"INSERT INTO task_params_template (name, schema_json, status, created_at, updated_at) VALUES (?, ?, 1, ?, ?)",
-			name, string(schema), now, now)
+		args := append([]any{t.Name, string(t.Schema)}, settingsArgs(t.Settings)...)
+		res, err := tx.ExecContext(ctx, `INSERT INTO task_params_template (name, schema_json, `+strings.Join(settingsNames, ", ")+`,
+			stages, status, created_at, updated_at) VALUES (?, ?, `+marks(len(settingsNames))+`, ?, 1, ?, ?)`,
+			append(args, stagesArg(t.Stages), now, now)...)
 		if err != nil {
 			return err
 		}
 		if t.ID, err = res.LastInsertId(); err != nil {
 			return err
 		}
-		return audit(ctx, tx, actor, "template.create", "template:"+strconv.FormatInt(t.ID, 10), nil, t, now)
+		return audit(ctx, tx, actor, "template.create", templateTarget(t.ID), nil, t, now)
 	})
 	return t, mysqlErr("create template", err)
 }
 
-// GetTemplate returns a live template or taskd.ErrNotFound.
-func (s *Store) GetTemplate(ctx context.Context, id int64) (taskd.Template, error) {
+func templateTarget(id int64) string { return "template:" + strconv.FormatInt(id, 10) }
+
+// selectTemplate reads templates as scanTemplate scans them.
+var selectTemplate = "SELECT p.id, p.name, p.schema_json, " + settingsCols("p") +
+	", p.stages, p.created_at, p.updated_at FROM task_params_template p"
+
+func scanTemplate(row scanner) (taskd.Template, error) {
 	var t taskd.Template
 	var schema string
-	err := s.db.QueryRowContext(ctx,
-		"SELECT id, name, schema_json, created_at FROM task_params_template WHERE id = ? AND status = 1", id).
-		Scan(&t.ID, &t.Name, &schema, &t.CreatedAt)
+	var stages *string
+	dest := append([]any{&t.ID, &t.Name, &schema}, settingsDest(&t.Settings)...)
+	if err := row.Scan(append(dest, &stages, &t.CreatedAt, &t.UpdatedAt)...); err != nil {
+		return t, err
+	}
+	t.Schema = json.RawMessage(schema)
+	var err error
+	t.Stages, err = parseStages(stages)
+	return t, err
+}
+
+// GetTemplate returns a live template or not_found.
+func (s *Store) GetTemplate(ctx context.Context, id int64) (taskd.Template, error) {
+	t, err := scanTemplate(s.db.QueryRowContext(ctx, selectTemplate+" WHERE p.id = ? AND p.status = 1", id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return t, taskd.Errorf(taskd.CodeNotFound, "template %d not found", id)
 	}
-	t.Schema = json.RawMessage(schema)
 	return t, mysqlErr("get template", err)
 }
 
 // ListTemplates returns the live templates by id.
 func (s *Store) ListTemplates(ctx context.Context) ([]taskd.Template, error) {
-	rows, err := s.db.QueryContext(ctx,
-		"SELECT id, name, schema_json, created_at FROM task_params_template WHERE status = 1 ORDER BY id")
+	rows, err := s.db.QueryContext(ctx, selectTemplate+" WHERE p.status = 1 ORDER BY p.id")
 	if err != nil {
 		return nil, mysqlErr("list templates", err)
 	}
 	defer rows.Close()
 	out := []taskd.Template{}
 	for rows.Next() {
-		var t taskd.Template
-		var schema string
-		if err := rows.Scan(&t.ID, &t.Name, &schema, &t.CreatedAt); err != nil {
+		t, err := scanTemplate(rows)
+		if err != nil {
 			return nil, mysqlErr("list templates", err)
 		}
-		t.Schema = json.RawMessage(schema)
 		out = append(out, t)
 	}
 	return out, mysqlErr("list templates", rows.Err())
+}
+
+// UpdateTemplate applies edit to live template id, held locked, and stores its name,
+// settings and stages (the schema stays: tasks' params were checked against it). It
+// returns the template before and after. Claims read a template's settings in the
+// same transaction as the claim, so the next dispatch has them.
+func (s *Store) UpdateTemplate(ctx context.Context, actor string, id int64, edit func(*taskd.Template) error, now time.Time) (before, after taskd.Template, err error) {
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		before, err = scanTemplate(tx.QueryRowContext(ctx, selectTemplate+" WHERE p.id = ? AND p.status = 1 FOR UPDATE", id))
+		if errors.Is(err, sql.ErrNoRows) {
+			return taskd.Errorf(taskd.CodeNotFound, "template %d not found", id)
+		}
+		if err != nil {
+			return err
+		}
+		after = before
+		after.Stages = slices.Clone(before.Stages)
+		if err := edit(&after); err != nil {
+			return err
+		}
+		after.ID, after.Schema, after.CreatedAt, after.UpdatedAt = before.ID, before.Schema, before.CreatedAt, now
+		args := append([]any{after.Name}, settingsArgs(after.Settings)...)
+		if _, err := tx.ExecContext(ctx, "UPDATE task_params_template SET name = ?, "+settingsSet()+
+			", stages = ?, updated_at = ? WHERE id = ?", append(args, stagesArg(after.Stages), now, id)...); err != nil {
+			return err
+		}
+		return audit(ctx, tx, actor, "template.update", templateTarget(id), before, after, now)
+	})
+	return before, after, mysqlErr("update template", err)
 }
 
 // DeleteTemplate soft-deletes a template no live task uses (conflict otherwise).
@@ -89,7 +135,7 @@ func (s *Store) DeleteTemplate(ctx context.Context, actor string, id int64, now 
 		if n, _ := res.RowsAffected(); n == 0 {
 			return taskd.Errorf(taskd.CodeNotFound, "template %d not found", id)
 		}
-		return audit(ctx, tx, actor, "template.delete", "template:"+strconv.FormatInt(id, 10), map[string]int64{"id": id}, nil, now)
+		return audit(ctx, tx, actor, "template.delete", templateTarget(id), map[string]int64{"id": id}, nil, now)
 	})
 	return mysqlErr("delete template", err)
 }
@@ -111,25 +157,23 @@ func (s *Store) CreateTask(ctx context.Context, actor string, t taskd.Task, now 
 		if err := templateLive(ctx, tx, t.TemplateID); err != nil {
 			return err
 		}
-		var res sql.Result
-		var err error
-		if t.Key.Kind == taskd.KindOnce {
-			res, err = tx.ExecContext(ctx, `INSERT INTO task_once (executor, start_time, template_id, params,
-				dispatch_times, mode, priority, status, lease_seconds, max_attempts, retry_backoff_seconds,
-				created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-				t.Executor, t.StartTime, t.TemplateID, string(t.Params), t.DispatchTimes, t.Mode, t.Priority,
-				t.Status, t.LeaseSeconds, t.MaxAttempts, t.RetryBackoffSeconds, now, now)
-		} else {
-			res, err = tx.ExecContext(ctx, `INSERT INTO task_rotate (executor, start_time, space_minutes, end_time,
-				template_id, params, dispatch_times, mode, priority, status, lease_seconds, max_attempts,
-				retry_backoff_seconds, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-				t.Executor, t.StartTime, t.SpaceMinutes, t.EndTime, t.TemplateID, string(t.Params), t.DispatchTimes,
-				t.Mode, t.Priority, t.Status, t.LeaseSeconds, t.MaxAttempts, t.RetryBackoffSeconds, now, now)
+		cols := "executor, start_time, template_id, params, dispatch_times, mode, priority, status, " +
+			strings.Join(settingsNames, ", ") + ", created_at, updated_at"
+		args := append([]any{t.Executor, t.StartTime, t.TemplateID, string(t.Params), t.DispatchTimes, t.Mode,
+			t.Priority, t.Status}, settingsArgs(t.Own)...)
+		args = append(args, now, now)
+		if t.Key.Kind == taskd.KindRotate {
+			cols += ", space_minutes, end_time"
+			args = append(args, t.SpaceMinutes, t.EndTime)
 		}
+		res, err := tx.ExecContext(ctx, "INSERT INTO "+taskTable(t.Key.Kind)+" ("+cols+") VALUES ("+marks(len(args))+")", args...)
 		if err != nil {
 			return err
 		}
 		if t.Key.ID, err = res.LastInsertId(); err != nil {
+			return err
+		}
+		if t, err = getTask(ctx, tx, t.Key); err != nil {
 			return err
 		}
 		return audit(ctx, tx, actor, "task.create", t.Key.String(), nil, taskAudit(t), now)
@@ -146,22 +190,28 @@ func templateLive(ctx context.Context, tx *sql.Tx, id int64) error {
 	return err
 }
 
-const taskColumns = `id, executor, start_time, template_id, params, dispatch_times, mode, priority, status,
-	lease_seconds, max_attempts, retry_backoff_seconds, created_at, updated_at`
+// taskColumns are a task's columns (alias t) and its template's settings (alias p).
+var taskColumns = `t.id, t.executor, t.start_time, t.template_id, t.params, t.dispatch_times, t.mode, t.priority,
+	t.status, t.created_at, t.updated_at, ` + settingsCols("t") + ", " + settingsCols("p")
 
+// scanTask scans selectTask's columns; the effective settings are resolved from the
+// task's own and its template's.
 func scanTask(row scanner, kind taskd.Kind) (taskd.Task, error) {
 	t := taskd.Task{Key: taskd.TaskKey{Kind: kind}}
 	var params string
 	var space sql.NullInt64
 	var end sql.NullTime
+	var tpl taskd.Settings
 	dest := []any{&t.Key.ID, &t.Executor, &t.StartTime, &t.TemplateID, &params, &t.DispatchTimes, &t.Mode,
-		&t.Priority, &t.Status, &t.LeaseSeconds, &t.MaxAttempts, &t.RetryBackoffSeconds, &t.CreatedAt, &t.UpdatedAt}
+		&t.Priority, &t.Status, &t.CreatedAt, &t.UpdatedAt}
+	dest = append(append(dest, settingsDest(&t.Own)...), settingsDest(&tpl)...)
 	if kind == taskd.KindRotate {
 		dest = append(dest, &space, &end)
 	}
 	if err := row.Scan(dest...); err != nil {
 		return t, err
 	}
+	t.Effective, t.Inherited = taskd.Resolve(t.Own, tpl)
 	t.Params = json.RawMessage(params)
 	t.StartTime = t.StartTime.UTC()
 	t.SpaceMinutes = int(space.Int64)
@@ -172,22 +222,45 @@ func scanTask(row scanner, kind taskd.Kind) (taskd.Task, error) {
 	return t, nil
 }
 
+// selectTask reads tasks of kind k (alias t) with their template's settings (alias p).
 func selectTask(k taskd.Kind) string {
 	cols := taskColumns
 	if k == taskd.KindRotate {
-		cols += ", space_minutes, end_time"
+		cols += ", t.space_minutes, t.end_time"
 	}
-	return "SELECT " + cols + " FROM " + taskTable(k)
+	return "SELECT " + cols + " FROM " + taskTable(k) + " t LEFT JOIN task_params_template p ON p.id = t.template_id"
 }
 
 // GetTask returns a task that is not deleted, or not_found.
 func (s *Store) GetTask(ctx context.Context, key taskd.TaskKey) (taskd.Task, error) {
-	t, err := scanTask(s.db.QueryRowContext(ctx, selectTask(key.Kind)+" WHERE id = ? AND status <> ?",
+	t, err := getTask(ctx, s.db, key)
+	return t, mysqlErr("get task", err)
+}
+
+// getTask reads a task that is not deleted (not_found otherwise).
+func getTask(ctx context.Context, q rowQuerier, key taskd.TaskKey) (taskd.Task, error) {
+	t, err := scanTask(q.QueryRowContext(ctx, selectTask(key.Kind)+" WHERE t.id = ? AND t.status <> ?",
 		key.ID, taskd.StatusDeleted), key.Kind)
 	if errors.Is(err, sql.ErrNoRows) {
 		return t, taskd.Errorf(taskd.CodeNotFound, "task %s not found", key)
 	}
-	return t, mysqlErr("get task", err)
+	return t, err
+}
+
+// lockTask locks a task that is not deleted for an edit and reads it. The task row
+// alone is locked: its template's row, which every claim of the template's tasks
+// reads in share mode, is not.
+func lockTask(ctx context.Context, tx *sql.Tx, key taskd.TaskKey) (taskd.Task, error) {
+	var one int
+	err := tx.QueryRowContext(ctx, "SELECT 1 FROM "+taskTable(key.Kind)+" WHERE id = ? AND status <> ? FOR UPDATE",
+		key.ID, taskd.StatusDeleted).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return taskd.Task{}, taskd.Errorf(taskd.CodeNotFound, "task %s not found", key)
+	}
+	if err != nil {
+		return taskd.Task{}, err
+	}
+	return getTask(ctx, tx, key)
 }
 
 // ReplaceTask replaces the editable fields of a live task and returns the task before
@@ -196,31 +269,22 @@ func (s *Store) GetTask(ctx context.Context, key taskd.TaskKey) (taskd.Task, err
 func (s *Store) ReplaceTask(ctx context.Context, actor string, t taskd.Task, now time.Time) (before, after taskd.Task, err error) {
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		before, err = scanTask(tx.QueryRowContext(ctx, selectTask(t.Key.Kind)+" WHERE id = ? AND status <> ? FOR UPDATE",
-			t.Key.ID, taskd.StatusDeleted), t.Key.Kind)
-		if errors.Is(err, sql.ErrNoRows) {
-			return taskd.Errorf(taskd.CodeNotFound, "task %s not found", t.Key)
-		}
-		if err != nil {
+		if before, err = lockTask(ctx, tx, t.Key); err != nil {
 			return err
 		}
 		if err := templateLive(ctx, tx, t.TemplateID); err != nil {
 			return err
 		}
-		if t.Key.Kind == taskd.KindOnce {
-			_, err = tx.ExecContext(ctx, `UPDATE task_once SET executor = ?, start_time = ?, template_id = ?,
-				params = ?, dispatch_times = ?, mode = ?, priority = ?, status = ?, lease_seconds = ?,
-				max_attempts = ?, retry_backoff_seconds = ?, updated_at = ? WHERE id = ?`,
-				t.Executor, t.StartTime, t.TemplateID, string(t.Params), t.DispatchTimes, t.Mode, t.Priority,
-				t.Status, t.LeaseSeconds, t.MaxAttempts, t.RetryBackoffSeconds, now, t.Key.ID)
-		} else {
-			_, err = tx.ExecContext(ctx, `UPDATE task_rotate SET executor = ?, start_time = ?, space_minutes = ?,
-				end_time = ?, template_id = ?, params = ?, dispatch_times = ?, mode = ?, priority = ?, status = ?,
-				lease_seconds = ?, max_attempts = ?, retry_backoff_seconds = ?, updated_at = ? WHERE id = ?`,
-				t.Executor, t.StartTime, t.SpaceMinutes, t.EndTime, t.TemplateID, string(t.Params), t.DispatchTimes,
-				t.Mode, t.Priority, t.Status, t.LeaseSeconds, t.MaxAttempts, t.RetryBackoffSeconds, now, t.Key.ID)
+		set := "executor = ?, start_time = ?, template_id = ?, params = ?, dispatch_times = ?, mode = ?, priority = ?, " +
+			"status = ?, " + settingsSet() + ", updated_at = ?"
+		args := append([]any{t.Executor, t.StartTime, t.TemplateID, string(t.Params), t.DispatchTimes, t.Mode,
+			t.Priority, t.Status}, settingsArgs(t.Own)...)
+		args = append(args, now)
+		if t.Key.Kind == taskd.KindRotate {
+			set += ", space_minutes = ?, end_time = ?"
+			args = append(args, t.SpaceMinutes, t.EndTime)
 		}
-		if err != nil {
+		if _, err := tx.ExecContext(ctx, "UPDATE "+taskTable(t.Key.Kind)+" SET "+set+" WHERE id = ?", append(args, t.Key.ID)...); err != nil {
 			return err
 		}
 		if before.Status == taskd.StatusActive && t.Status != taskd.StatusActive {
@@ -228,8 +292,9 @@ func (s *Store) ReplaceTask(ctx context.Context, actor string, t taskd.Task, now
 				return err
 			}
 		}
-		t.CreatedAt, t.UpdatedAt = before.CreatedAt, now
-		after = t
+		if after, err = getTask(ctx, tx, t.Key); err != nil {
+			return err
+		}
 		return audit(ctx, tx, actor, "task.replace", t.Key.String(), taskAudit(before), taskAudit(after), now)
 	})
 	return before, after, mysqlErr("replace task", err)
@@ -241,12 +306,7 @@ func (s *Store) DeleteTask(ctx context.Context, actor string, key taskd.TaskKey,
 	var before taskd.Task
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		before, err = scanTask(tx.QueryRowContext(ctx, selectTask(key.Kind)+" WHERE id = ? AND status <> ? FOR UPDATE",
-			key.ID, taskd.StatusDeleted), key.Kind)
-		if errors.Is(err, sql.ErrNoRows) {
-			return taskd.Errorf(taskd.CodeNotFound, "task %s not found", key)
-		}
-		if err != nil {
+		if before, err = lockTask(ctx, tx, key); err != nil {
 			return err
 		}
 		_, err = tx.ExecContext(ctx, "UPDATE "+taskTable(key.Kind)+" SET status = ?, updated_at = ? WHERE id = ?",

@@ -75,8 +75,11 @@ func taskAudit(t taskd.Task) map[string]any {
 	m := map[string]any{
 		"task_id": t.Key.String(), "executor": t.Executor, "start_time": t.StartTime, "template_id": t.TemplateID,
 		"params": t.Params, "dispatch_times": t.DispatchTimes, "mode": t.Mode.String(), "priority": t.Priority,
-		"status": t.Status.String(), "lease_seconds": t.LeaseSeconds, "max_attempts": t.MaxAttempts,
-		"retry_backoff_seconds": t.RetryBackoffSeconds,
+		"status": t.Status.String(),
+	}
+	// The task's own settings (null: inherited or the default).
+	for i, v := range settingsArgs(t.Own) {
+		m[settingsNames[i]] = v
 	}
 	if t.Key.Kind == taskd.KindRotate {
 		m["space_minutes"] = t.SpaceMinutes

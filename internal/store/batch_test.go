@@ -22,7 +22,7 @@ type batchFixture struct {
 }
 
 func newBatchFixture(t *testing.T, st *store.Store) *batchFixture {
-	tpl, err := st.CreateTemplate(context.Background(), "test", "t", []byte(`{}`), batchAt)
+	tpl, err := st.CreateTemplate(context.Background(), "test", taskd.Template{Name: "t", Schema: []byte(`{}`)}, batchAt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func (f *batchFixture) task(quota int, mode taskd.Mode, edit func(*taskd.Task)) 
 	f.t.Helper()
 	task := taskd.Task{Key: taskd.TaskKey{Kind: taskd.KindOnce}, Executor: "gid_g", StartTime: batchAt,
 		TemplateID: f.tpl, Params: []byte(`{"n":1}`), DispatchTimes: quota, Mode: mode, Priority: 5,
-		Status: taskd.StatusActive, MaxAttempts: 1}
+		Status: taskd.StatusActive}
 	if edit != nil {
 		edit(&task)
 	}
@@ -145,8 +145,8 @@ func TestCompleteBatch(t *testing.T) {
 	st := testenv.Store(t)
 	f := newBatchFixture(t, st)
 	ctx := context.Background()
-	retry := f.task(taskd.Unlimited, taskd.ModeOncePerUser, func(t *taskd.Task) { t.MaxAttempts = 2 })
-	leased := f.task(taskd.Unlimited, taskd.ModeOncePerUser, func(t *taskd.Task) { t.LeaseSeconds = 1 })
+	retry := f.task(taskd.Unlimited, taskd.ModeOncePerUser, func(t *taskd.Task) { t.Own.MaxAttempts = new(2) })
+	leased := f.task(taskd.Unlimited, taskd.ModeOncePerUser, func(t *taskd.Task) { t.Own.LeaseSeconds = new(1) })
 	res := f.claims(claimOf("1", retry), claimOf("2", retry), claimOf("3", retry), claimOf("4", leased), claimOf("5", retry))
 	logs := map[string]string{}
 	for i, r := range res {

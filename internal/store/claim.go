@@ -24,17 +24,16 @@ import (
 // dispatchTask is the part of a task row a dispatch needs, read in the claim
 // transaction so that a concurrent edit (pause, lower quota) is respected.
 type dispatchTask struct {
-	status         taskd.Status
-	start          time.Time
-	space          int64 // minutes; rotate only
-	end            sql.NullTime
-	quota          int
-	mode           taskd.Mode
-	templateID     int64
-	params         string
-	leaseSeconds   int
-	maxAttempts    int
-	backoffSeconds int
+	status     taskd.Status
+	start      time.Time
+	space      int64 // minutes; rotate only
+	end        sql.NullTime
+	quota      int
+	mode       taskd.Mode
+	templateID int64
+	params     string
+	settings   taskd.Effective
+	stages     []string // the template's
 }
 
 func (t *dispatchTask) hasOccurrence(k taskd.Kind, due time.Time) bool {
@@ -52,18 +51,20 @@ func (t *dispatchTask) hasOccurrence(k taskd.Kind, due time.Time) bool {
 // attempts at it before, with the task's current params, lease and retry settings.
 func (t *dispatchTask) newDispatch(uid string, occ taskd.Occurrence, prior int, now time.Time) *taskd.Dispatch {
 	return &taskd.Dispatch{
-		LogID:          newID(),
-		UID:            uid,
-		Occurrence:     occ,
-		Mode:           t.mode,
-		Attempt:        prior + 1,
-		MaxAttempts:    taskd.MaxAttemptsOf(t.maxAttempts),
-		BackoffSeconds: t.backoffSeconds,
-		LeaseSeconds:   t.leaseSeconds,
-		State:          taskd.StateOpen,
-		TemplateID:     t.templateID,
-		Params:         json.RawMessage(t.params),
-		DispatchedAt:   now,
+		LogID:           newID(),
+		UID:             uid,
+		Occurrence:      occ,
+		Mode:            t.mode,
+		Attempt:         prior + 1,
+		MaxAttempts:     taskd.MaxAttemptsOf(t.settings.MaxAttempts),
+		BackoffSeconds:  t.settings.RetryBackoffSeconds,
+		RetryMultiplier: t.settings.RetryMultiplier,
+		RetryMaxSeconds: t.settings.RetryMaxSeconds,
+		LeaseSeconds:    t.settings.LeaseSeconds,
+		State:           taskd.StateOpen,
+		TemplateID:      t.templateID,
+		Params:          json.RawMessage(t.params),
+		DispatchedAt:    now,
 	}
 }
 
@@ -72,9 +73,9 @@ func (t *dispatchTask) offers(occ taskd.Occurrence) bool {
 	return t != nil && t.status == taskd.StatusActive && t.hasOccurrence(occ.Task.Kind, occ.DueAt)
 }
 
-// loadDispatchTasks reads the tasks of keys in share mode (an edit waits for the
-// claim's commit, and a claim after an edit's commit sees it). Missing tasks are absent
-// from the map.
+// loadDispatchTasks reads the tasks of keys, with their templates' settings and stages,
+// in share mode (an edit of either waits for the claim's commit, and a claim after an
+// edit's commit sees it). Missing tasks are absent from the map.
 func loadDispatchTasks(ctx context.Context, tx *sql.Tx, keys []taskd.TaskKey) (map[taskd.TaskKey]*dispatchTask, error) {
 	out := make(map[taskd.TaskKey]*dispatchTask, len(keys))
 	for _, kind := range []taskd.Kind{taskd.KindOnce, taskd.KindRotate} {
@@ -87,23 +88,33 @@ func loadDispatchTasks(ctx context.Context, tx *sql.Tx, keys []taskd.TaskKey) (m
 		if len(ids) == 0 {
 			continue
 		}
-		const cols = "id, status, start_time, dispatch_times, mode, template_id, params, lease_seconds, max_attempts, retry_backoff_seconds"
-		q := "SELECT " + cols + ", 0, NULL FROM task_once"
+		cols := "t.id, t.status, t.start_time, t.dispatch_times, t.mode, t.template_id, t.params, " +
+			settingsCols("t") + ", " + settingsCols("p") + ", p.stages"
+		q := "SELECT " + cols + ", 0, NULL FROM task_once t"
 		if kind == taskd.KindRotate {
-			q = "SELECT " + cols + ", space_minutes, end_time FROM task_rotate"
+			q = "SELECT " + cols + ", t.space_minutes, t.end_time FROM task_rotate t"
 		}
-		rows, err := tx.QueryContext(ctx, q+" WHERE id IN ("+marks(len(ids))+") LOCK IN SHARE MODE", ids...)
+		rows, err := tx.QueryContext(ctx, q+" LEFT JOIN task_params_template p ON p.id = t.template_id WHERE t.id IN ("+
+			marks(len(ids))+") LOCK IN SHARE MODE", ids...)
 		if err != nil {
 			return nil, err
 		}
 		for rows.Next() {
 			var id int64
 			var t dispatchTask
-			if err := rows.Scan(&id, &t.status, &t.start, &t.quota, &t.mode, &t.templateID, &t.params,
-				&t.leaseSeconds, &t.maxAttempts, &t.backoffSeconds, &t.space, &t.end); err != nil {
+			var own, tpl taskd.Settings
+			var stages *string
+			dest := []any{&id, &t.status, &t.start, &t.quota, &t.mode, &t.templateID, &t.params}
+			dest = append(append(dest, settingsDest(&own)...), settingsDest(&tpl)...)
+			err := rows.Scan(append(dest, &stages, &t.space, &t.end)...)
+			if err == nil {
+				t.stages, err = parseStages(stages)
+			}
+			if err != nil {
 				rows.Close()
 				return nil, err
 			}
+			t.settings, _ = taskd.Resolve(own, tpl)
 			t.start = t.start.UTC()
 			out[taskd.TaskKey{Kind: kind, ID: id}] = &t
 		}
@@ -240,7 +251,7 @@ func (s *Store) claimAll(ctx context.Context, c *claimRun) error {
 		return err
 	}
 	for _, i := range c.open() {
-		if !taskd.MayClaim(c.st[i].prior, c.task(i).maxAttempts) {
+		if !taskd.MayClaim(c.st[i].prior, c.task(i).settings.MaxAttempts) {
 			c.st[i].outcome = taskd.AlreadyHad
 		}
 	}
@@ -653,7 +664,7 @@ func (s *Store) claimOne(ctx context.Context, uid string, occ taskd.Occurrence, 
 		if err != nil {
 			return err
 		}
-		if !taskd.MayClaim(prior, t.maxAttempts) {
+		if !taskd.MayClaim(prior, t.settings.MaxAttempts) {
 			outcome = taskd.AlreadyHad
 			return errAbort
 		}
@@ -703,7 +714,7 @@ func insertDispatches(ctx context.Context, tx *sql.Tx, ds []*taskd.Dispatch) err
 	if len(ds) == 0 {
 		return nil
 	}
-	const cols = 17
+	const cols = 19
 	args := make([]any, 0, cols*len(ds))
 	for _, d := range ds {
 		if d.LeaseSeconds > 0 {
@@ -711,11 +722,11 @@ func insertDispatches(ctx context.Context, tx *sql.Tx, ds []*taskd.Dispatch) err
 			d.LeaseExpiresAt = &exp
 		}
 		args = append(args, d.LogID, d.UID, d.UID, d.Occurrence.Task.Kind, d.Occurrence.Task.ID, d.Occurrence.DueAt,
-			d.Mode, d.Attempt, d.MaxAttempts, d.BackoffSeconds, d.LeaseSeconds, taskd.StateOpen, d.TemplateID,
+			d.Mode, d.Attempt, d.MaxAttempts, d.BackoffSeconds, d.RetryMultiplier, d.RetryMaxSeconds, d.LeaseSeconds, taskd.StateOpen, d.TemplateID,
 			string(d.Params), d.DispatchedAt, d.LeaseExpiresAt, nullJSON(d.Checkpoint))
 	}
 	_, err := tx.ExecContext(ctx, `INSERT INTO dispatch (log_id, uid, open_uid, task_kind, task_id, due_at,
-		mode, attempt, max_attempts, retry_backoff_seconds, lease_seconds, state, template_id, params,
+		mode, attempt, max_attempts, retry_backoff_seconds, retry_multiplier, retry_max_seconds, lease_seconds, state, template_id, params,
 		dispatched_at, lease_expires_at, checkpoint) VALUES `+tuples(len(ds), cols), args...)
 	return err
 }

@@ -29,13 +29,13 @@ func TestClaimRespectsQuotaWhateverTheDSN(t *testing.T) {
 	}
 	defer st.Close()
 	now := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
-	tpl, err := st.CreateTemplate(ctx, "test", "t", []byte(`{}`), now)
+	tpl, err := st.CreateTemplate(ctx, "test", taskd.Template{Name: "t", Schema: []byte(`{}`)}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	task, err := st.CreateTask(ctx, "test", taskd.Task{Key: taskd.TaskKey{Kind: taskd.KindOnce}, Executor: "gid_g",
 		StartTime: now, TemplateID: tpl.ID, Params: []byte(`{}`), DispatchTimes: 1, Mode: taskd.ModeOncePerUser,
-		Priority: 5, Status: taskd.StatusActive, MaxAttempts: 1}, now)
+		Priority: 5, Status: taskd.StatusActive}, now)
 	if err != nil {
 		t.Fatal(err)
 	}

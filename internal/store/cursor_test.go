@@ -19,7 +19,7 @@ func TestCompleteMovesCursorAndExcludeSet(t *testing.T) {
 	st := testenv.Store(t)
 	ctx := context.Background()
 	at := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
-	tpl, err := st.CreateTemplate(ctx, "test", "t", []byte(`{}`), at)
+	tpl, err := st.CreateTemplate(ctx, "test", taskd.Template{Name: "t", Schema: []byte(`{}`)}, at)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func TestCompleteMovesCursorAndExcludeSet(t *testing.T) {
 		t.Helper()
 		created, err := st.CreateTask(ctx, "test", taskd.Task{Key: taskd.TaskKey{Kind: taskd.KindOnce}, Executor: "uid_1",
 			StartTime: start, TemplateID: tpl.ID, Params: []byte(`{}`), DispatchTimes: taskd.Unlimited, Mode: mode,
-			Priority: 5, Status: taskd.StatusActive, MaxAttempts: 1}, at)
+			Priority: 5, Status: taskd.StatusActive}, at)
 		if err != nil {
 			t.Fatal(err)
 		}

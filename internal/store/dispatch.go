@@ -16,7 +16,7 @@ import (
 )
 
 const dispatchColumns = `log_id, uid, task_kind, task_id, due_at, mode, attempt, max_attempts,
-	retry_backoff_seconds, lease_seconds, state, COALESCE(result, 0), template_id, params,
+	retry_backoff_seconds, retry_multiplier, retry_max_seconds, lease_seconds, state, COALESCE(result, 0), template_id, params,
 	dispatched_at, lease_expires_at, retry_at, finished_at, redo_count, checkpoint`
 
 type scanner interface{ Scan(...any) error }
@@ -27,7 +27,7 @@ func scanDispatch(row scanner, extra ...any) (*taskd.Dispatch, error) {
 	var params string
 	var checkpoint sql.NullString
 	dest := []any{&d.LogID, &d.UID, &d.Occurrence.Task.Kind, &d.Occurrence.Task.ID, &d.Occurrence.DueAt,
-		&d.Mode, &d.Attempt, &d.MaxAttempts, &d.BackoffSeconds, &d.LeaseSeconds, &d.State, &d.Result,
+		&d.Mode, &d.Attempt, &d.MaxAttempts, &d.BackoffSeconds, &d.RetryMultiplier, &d.RetryMaxSeconds, &d.LeaseSeconds, &d.State, &d.Result,
 		&d.TemplateID, &params, &d.DispatchedAt, &d.LeaseExpiresAt, &d.RetryAt, &d.FinishedAt, &d.RedoCount, &checkpoint}
 	err := row.Scan(append(dest, extra...)...)
 	if err != nil {
@@ -149,7 +149,7 @@ func (s *Store) Resume(ctx context.Context, uid, logID string, now time.Time) (o
 			next.Result = 0
 			next.Params = json.RawMessage(t.params)
 			next.TemplateID = t.templateID
-			next.LeaseSeconds = t.leaseSeconds
+			next.LeaseSeconds = t.settings.LeaseSeconds
 			next.DispatchedAt = now
 			next.LeaseExpiresAt, next.RetryAt, next.FinishedAt = nil, nil, nil
 			next.RedoCount = 0

@@ -22,25 +22,25 @@ func (s *Store) ListTasks(ctx context.Context, f taskd.TaskFilter, after taskd.T
 		q := selectTask(kind) + " WHERE 1 = 1"
 		var args []any
 		if f.Executor != "" {
-			q += " AND executor = ?"
+			q += " AND t.executor = ?"
 			args = append(args, f.Executor)
 		}
 		if f.TemplateID != 0 {
-			q += " AND template_id = ?"
+			q += " AND t.template_id = ?"
 			args = append(args, f.TemplateID)
 		}
 		if f.Status != 0 {
-			q += " AND status = ?"
+			q += " AND t.status = ?"
 			args = append(args, f.Status)
 		} else {
-			q += " AND status <> ?"
+			q += " AND t.status <> ?"
 			args = append(args, taskd.StatusDeleted)
 		}
 		if after.Kind == kind {
-			q += " AND id > ?"
+			q += " AND t.id > ?"
 			args = append(args, after.ID)
 		}
-		q += " ORDER BY id LIMIT ?"
+		q += " ORDER BY t.id LIMIT ?"
 		args = append(args, limit+1-len(out))
 		rows, err := s.db.QueryContext(ctx, q, args...)
 		if err != nil {
