@@ -16,6 +16,7 @@ const (
 	StateRetried   DispatchState = 5 // failed and superseded by the next attempt
 	StateDead      DispatchState = 6 // the last attempt failed (result set) or expired (no result); slot kept
 	StateCancelled DispatchState = 7 // its task was deleted while it was open or waiting
+	StateStaged    DispatchState = 8 // a stage completed; the next (NextStage) waits until RetryAt (slot kept)
 )
 
 // Result is a completion's outcome.
@@ -66,6 +67,13 @@ type Dispatch struct {
 	// Checkpoint is the latest progress the agent saved (POST /v1/progress), nil for
 	// none; the next dispatch of the occurrence to the same user starts with it.
 	Checkpoint json.RawMessage
+	// Stage is the stage this dispatch works (multi-stage tasks; "" for none) and
+	// Context what the previous stage handed it. NextStage and NextContext are what a
+	// staged record hands the next dispatch.
+	Stage       string
+	Context     json.RawMessage
+	NextStage   string
+	NextContext json.RawMessage
 	// Executor is the task's executor, filled in on expiry; Reopened says the expiry
 	// gave a slot back to an occurrence whose quota was used up, which the task's other
 	// targets may have dropped from their heaps.
@@ -96,6 +104,7 @@ type CompleteOutcome uint8
 const (
 	Completed      CompleteOutcome = iota + 1 // finished; the cursor moved
 	RetryScheduled                            // failed with attempts left; next attempt at RetryAt
+	StageDone                                 // a stage completed; the next stage comes back at RetryAt
 	AlreadyDone                               // a repeated complete: nothing changed
 	Stale                                     // not the caller's open dispatch (expired, unknown, someone else's)
 	ExpiredNow                                // the lease had run out: expired now; the caller gets stale_lease
@@ -128,7 +137,7 @@ func CompleteBlocked(d *Dispatch, uid string, now time.Time) (outcome CompleteOu
 	switch {
 	case d == nil || d.UID != uid:
 		return Stale, false
-	case d.State == StateDone, d.State == StateRetryWait, d.State == StateRetried:
+	case d.State == StateDone, d.State == StateRetryWait, d.State == StateRetried, d.State == StateStaged:
 		return AlreadyDone, false
 	case d.State == StateDead && d.Result == 0:
 		return Stale, false // it died by expiring: the complete came too late
@@ -159,6 +168,16 @@ func (d *Dispatch) Finish(result Result, now time.Time) CompleteOutcome {
 		d.State = StateDead
 	}
 	return Completed
+}
+
+// FinishStage applies a complete that hands the occurrence on to stage next, with
+// context, after delay: the record is staged (a success) and waits beside the user's
+// slot, keeping the quota slot, until RetryAt.
+func (d *Dispatch) FinishStage(next string, context json.RawMessage, delay time.Duration, now time.Time) CompleteOutcome {
+	at := now.Add(delay)
+	d.Result, d.FinishedAt, d.State, d.RetryAt = ResultSuccess, &now, StateStaged, &at
+	d.NextStage, d.NextContext = next, context
+	return StageDone
 }
 
 // ExpiryState is the state an open record takes when its lease runs out: expired

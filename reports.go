@@ -43,6 +43,7 @@ type StoredEvent struct {
 	DueAt   time.Time `json:"due_at"`
 	Attempt int       `json:"attempt"`
 	Result  string    `json:"result,omitempty"`
+	Stage   string    `json:"stage,omitempty"` // a multi-stage task's
 	At      time.Time `json:"at"`
 }
 

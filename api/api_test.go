@@ -628,7 +628,11 @@ func TestCodeOutputMatchesSchemas(t *testing.T) {
 	valid("FetchResult", dispatch.FetchResult{NextDueAt: &later, Task: &dispatch.Assignment{
 		LogID: "01JD8Z6W3Q9V2K7M4N5P6R8S0T", TaskID: "rotate:3", Kind: "rotate", DueAt: now, TemplateID: 3,
 		Params: json.RawMessage(`{"url":"x"}`), Attempt: 2, LeaseExpiresAt: &later}})
-	valid("Template", taskd.Template{ID: 1, Name: "crawl", Schema: json.RawMessage(`{"type":"object"}`), CreatedAt: now})
+	valid("Template", taskd.Template{ID: 1, Name: "crawl", Schema: json.RawMessage(`{"type":"object"}`), Stages: []string{},
+		CreatedAt: now, UpdatedAt: now})
+	lease, mult := 30, 1.5
+	valid("Template", taskd.Template{ID: 2, Name: "staged", Schema: json.RawMessage(`{}`), Stages: []string{"a", "b"},
+		Settings: taskd.Settings{LeaseSeconds: &lease, RetryMultiplier: &mult}, CreatedAt: now, UpdatedAt: now})
 	valid("Event", taskd.StoredEvent{EventID: "l1/complete", Type: taskd.EventComplete, LogID: "l1", UID: "42",
 		TaskID: "once:12", DueAt: now, Attempt: 1, Result: "success", At: later})
 	valid("Event", taskd.StoredEvent{EventID: "l1/redo", Type: taskd.EventRedo, LogID: "l1", UID: "42",
@@ -658,6 +662,7 @@ func TestCodeOutputMatchesSchemas(t *testing.T) {
 	once := taskd.Task{Executor: "uid_42", StartTime: now, TemplateID: 3, Params: json.RawMessage(`{}`),
 		DispatchTimes: taskd.Unlimited, Mode: taskd.ModeOncePerUser, Priority: 5, Status: taskd.StatusActive,
 		CreatedAt: now, UpdatedAt: now}
+	once.Effective, once.Inherited = taskd.Resolve(taskd.Settings{}, taskd.Settings{LeaseSeconds: &lease})
 	valid("Task", view(taskd.KindOnce, once))
 	rot := once
 	rot.Executor, rot.SpaceMinutes, rot.EndTime = "gid_ops", 60, &later

@@ -30,6 +30,10 @@ type Store interface {
 	// Progress saves a checkpoint of uid's open dispatch logID (nil keeps the last) and,
 	// with extend, pushes its lease out; it returns the lease's end.
 	Progress(ctx context.Context, uid, logID string, checkpoint json.RawMessage, extend bool, now time.Time) (*time.Time, error)
+	// CompleteStage completes the stage of uid's dispatch logID and hands the
+	// occurrence on to stage next, with context, after delay.
+	CompleteStage(ctx context.Context, uid, logID string, detail json.RawMessage, next string, context json.RawMessage,
+		delay time.Duration, now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error)
 	// Complete finishes uid's dispatch logID with result.
 	Complete(ctx context.Context, uid, logID string, result taskd.Result, detail json.RawMessage, now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error)
 }

@@ -80,7 +80,14 @@ func (h *Handlers) Fetch() http.Handler {
 				web.Error(w, r, h.log, cerr)
 				return
 			}
-			res, err = h.svc.CompleteAndFetch(r.Context(), uid, hash, c.logID, c.result, c.detail, wait)
+			if c.move != nil {
+				// A stage move is its own complete, then the fetch as usual.
+				if err = h.svc.CompleteStage(r.Context(), uid, hash, c.logID, c.detail, *c.move); err == nil {
+					res, err = h.svc.Fetch(r.Context(), uid, hash, wait)
+				}
+			} else {
+				res, err = h.svc.CompleteAndFetch(r.Context(), uid, hash, c.logID, c.result, c.detail, wait)
+			}
 		} else {
 			res, err = h.svc.Fetch(r.Context(), uid, hash, wait)
 		}
@@ -96,7 +103,14 @@ type completeRequest struct {
 	LogID  string          `json:"log_id"`
 	Result string          `json:"result"`
 	Detail json.RawMessage `json:"detail"`
+	// NextStage, Context and DelaySeconds hand a multi-stage task on to its next stage.
+	NextStage    string          `json:"next_stage"`
+	Context      json.RawMessage `json:"context"`
+	DelaySeconds *int64          `json:"delay_seconds"`
 }
+
+// maxStageDelay bounds a complete's delay_seconds: a week.
+const maxStageDelay = 7 * 24 * 3600
 
 // Complete is POST /v1/complete.
 func (h *Handlers) Complete() http.Handler {
@@ -112,7 +126,11 @@ func (h *Handlers) Complete() http.Handler {
 			return
 		}
 		c, err := parseComplete(req, "")
-		if err == nil {
+		switch {
+		case err != nil:
+		case c.move != nil:
+			err = h.svc.CompleteStage(r.Context(), uid, hash, c.logID, c.detail, *c.move)
+		default:
 			err = h.svc.Complete(r.Context(), uid, hash, c.logID, c.result, c.detail)
 		}
 		if err != nil {
@@ -180,6 +198,7 @@ type parsedComplete struct {
 	logID  string
 	result taskd.Result
 	detail json.RawMessage
+	move   *StageMove // a multi-stage task's next stage, or nil
 }
 
 // parseComplete checks a complete request's fields (named with prefix, "complete."
@@ -201,5 +220,27 @@ func parseComplete(req completeRequest, prefix string) (parsedComplete, error) {
 	if string(req.Detail) == "null" {
 		req.Detail = nil
 	}
-	return parsedComplete{req.LogID, result, req.Detail}, nil
+	c := parsedComplete{logID: req.LogID, result: result, detail: req.Detail}
+	if string(req.Context) == "null" {
+		req.Context = nil
+	}
+	switch {
+	case req.NextStage == "" && (req.Context != nil || req.DelaySeconds != nil):
+		return c, taskd.Errorf(taskd.CodeInvalid, "%scontext, %sdelay_seconds: only with next_stage", prefix, prefix)
+	case req.NextStage == "":
+		return c, nil
+	case result != taskd.ResultSuccess:
+		return c, taskd.Errorf(taskd.CodeInvalid, "%snext_stage: only with result success (a failed stage is retried)", prefix)
+	case len(req.Context) > 0 && req.Context[0] != '{':
+		return c, taskd.Errorf(taskd.CodeInvalid, "%scontext: must be an object", prefix)
+	case len(req.Context) > MaxCheckpoint:
+		return c, taskd.Errorf(taskd.CodeTooLarge, "%scontext: %d bytes is over the limit of %d", prefix, len(req.Context), MaxCheckpoint)
+	case req.DelaySeconds != nil && (*req.DelaySeconds < 0 || *req.DelaySeconds > maxStageDelay):
+		return c, taskd.Errorf(taskd.CodeInvalid, "%sdelay_seconds: must be 0..%d (a week), got %d", prefix, maxStageDelay, *req.DelaySeconds)
+	}
+	c.move = &StageMove{Next: req.NextStage, Context: req.Context}
+	if req.DelaySeconds != nil {
+		c.move.Delay = time.Duration(*req.DelaySeconds) * time.Second
+	}
+	return c, nil
 }

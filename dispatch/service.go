@@ -66,6 +66,10 @@ type Assignment struct {
 	// Checkpoint is the latest progress saved for this occurrence by this user, when a
 	// dispatch of it before this one saved any.
 	Checkpoint json.RawMessage `json:"checkpoint,omitempty"`
+	// Stage is the stage of a multi-stage task this dispatch works, and Context what
+	// the previous stage's complete handed it.
+	Stage   string          `json:"stage,omitempty"`
+	Context json.RawMessage `json:"context,omitempty"`
 }
 
 // FetchResult is a fetch's answer: a task or none, and when the next one is due.
@@ -86,6 +90,8 @@ func assignment(d *taskd.Dispatch, redo bool) *Assignment {
 		Attempt:        d.Attempt,
 		LeaseExpiresAt: d.LeaseExpiresAt,
 		Checkpoint:     d.Checkpoint,
+		Stage:          d.Stage,
+		Context:        d.Context,
 	}
 }
 
@@ -458,8 +464,39 @@ func (s *Service) CompleteAndFetch(ctx context.Context, uid, keyHash, logID stri
 // the open-dispatch hint is cleared (with clearHint) and the heap invalidated when the
 // outcome changed it (invalidated).
 func (s *Service) complete(ctx context.Context, uid, logID string, result taskd.Result, detail json.RawMessage, clearHint bool) (outcome taskd.CompleteOutcome, invalidated bool, err error) {
+	return s.finish(ctx, uid, logID, clearHint, func(now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
+		return s.store.Complete(ctx, uid, logID, result, detail, now)
+	})
+}
+
+// StageMove is a complete that hands a multi-stage task on to its next stage.
+type StageMove struct {
+	Next    string
+	Context json.RawMessage
+	Delay   time.Duration
+}
+
+// CompleteStage completes the stage of uid's open dispatch logID (a success) and hands
+// the occurrence on to move.Next: it comes back to uid at that stage, with the
+// context, after the delay. Refusals as Complete's; a stage the template does not list
+// is invalid_argument.
+func (s *Service) CompleteStage(ctx context.Context, uid, keyHash, logID string, detail json.RawMessage, move StageMove) error {
+	if err := s.cache.VerifyKey(ctx, uid, keyHash); err != nil {
+		return err
+	}
+	_, _, err := s.finish(ctx, uid, logID, true, func(now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
+		return s.store.CompleteStage(ctx, uid, logID, detail, move.Next, move.Context, move.Delay, now)
+	})
+	return err
+}
+
+// finish runs a complete (record) at now and brings the cache up to date: the
+// open-dispatch hint is cleared (with clearHint) and the heap invalidated when the
+// outcome changed it (invalidated).
+func (s *Service) finish(ctx context.Context, uid, logID string, clearHint bool,
+	record func(now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error)) (outcome taskd.CompleteOutcome, invalidated bool, err error) {
 	now := s.now()
-	outcome, d, err := s.store.Complete(ctx, uid, logID, result, detail, now)
+	outcome, d, err := record(now)
 	if err != nil {
 		return 0, false, err
 	}
@@ -468,8 +505,8 @@ func (s *Service) complete(ctx context.Context, uid, logID string, result taskd.
 			s.clearOpen(ctx, uid, schedule.OpenIs(logID))
 		}
 	}
-	if outcome == taskd.Completed || outcome == taskd.RetryScheduled {
-		s.cfg.Metrics.Completed(d.Occurrence.Task.Kind.String(), result.String())
+	if outcome == taskd.Completed || outcome == taskd.RetryScheduled || outcome == taskd.StageDone {
+		s.cfg.Metrics.Completed(d.Occurrence.Task.Kind.String(), d.Result.String())
 	}
 	switch outcome {
 	case taskd.Completed:
@@ -482,13 +519,13 @@ func (s *Service) complete(ctx context.Context, uid, logID string, result taskd.
 			return outcome, true, s.cache.InvalidateUser(ctx, uid)
 		}
 		return outcome, false, nil
-	case taskd.RetryScheduled:
-		// The failed attempt left the open slot and waits in the user's heap: the
-		// rebuild puts it there, due at its retry time.
+	case taskd.RetryScheduled, taskd.StageDone:
+		// The failed attempt (or the next stage) left the open slot and waits in the
+		// user's heap: the rebuild puts it there, due at its retry time.
 		clear()
 		return outcome, true, s.cache.InvalidateUser(ctx, uid)
 	case taskd.AlreadyDone:
-		if d != nil && d.State == taskd.StateRetryWait {
+		if d != nil && (d.State == taskd.StateRetryWait || d.State == taskd.StateStaged) {
 			// A repeat of a complete whose cache update failed: make sure the retry is
 			// in the heap.
 			return outcome, true, s.cache.InvalidateUser(ctx, uid)

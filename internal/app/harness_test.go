@@ -177,6 +177,9 @@ type task struct {
 	LeaseExp *time.Time `json:"lease_expires_at"`
 	// Checkpoint is the saved progress the task came with, as JSON ("" for none).
 	Checkpoint json.RawMessage `json:"checkpoint"`
+	// Stage and Context: a multi-stage task's.
+	Stage   string          `json:"stage"`
+	Context json.RawMessage `json:"context"`
 }
 
 type fetchReply struct {

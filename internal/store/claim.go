@@ -62,10 +62,19 @@ func (t *dispatchTask) newDispatch(uid string, occ taskd.Occurrence, prior int, 
 		RetryMaxSeconds: t.settings.RetryMaxSeconds,
 		LeaseSeconds:    t.settings.LeaseSeconds,
 		State:           taskd.StateOpen,
+		Stage:           t.firstStage(),
 		TemplateID:      t.templateID,
 		Params:          json.RawMessage(t.params),
 		DispatchedAt:    now,
 	}
+}
+
+// firstStage is the stage a new dispatch of the task starts at ("" for none).
+func (t *dispatchTask) firstStage() string {
+	if len(t.stages) == 0 {
+		return ""
+	}
+	return t.stages[0]
 }
 
 // offers reports whether the task is active and has occ.
@@ -184,8 +193,9 @@ type claimState struct {
 	alone   bool // left to run on its own after the batch commits
 	held    bool // the batch took the user's once_per_user hold
 	prior   int  // attempts the user already used at the occurrence
-	// checkpoint is what a re-take (prior > 0) starts with: the expired attempt's.
-	checkpoint json.RawMessage
+	// takenUp holds what a re-take (prior > 0) starts with: the expired attempt's
+	// checkpoint, stage and context.
+	takenUp taskd.Dispatch
 }
 
 // claimRun is one attempt at a batch's transaction.
@@ -279,12 +289,15 @@ func (s *Store) claimAll(ctx context.Context, c *claimRun) error {
 }
 
 // priorExpr is, over a user's dispatch records of one until_exhausted occurrence, the
-// attempts the user already used at it: -1 if one waits for a retry or is dead (the
-// user may not take it again now), else the attempts of its expired records. Its
+// attempts the user already used at it: -1 if one waits for a retry, is dead, or is a
+// completed stage whose next stage waits (the user may not take it again now), else the attempts of its expired records. Its
 // arguments are priorArgs.
-const priorExpr = "IF(SUM(state IN (?, ?)) > 0, -1, COALESCE(MAX(IF(state = ?, attempt, 0)), 0))"
+const priorExpr = `IF(SUM(state IN (?, ?) OR (state = ? AND waiting_uid IS NOT NULL)) > 0, -1,
+	COALESCE(MAX(IF(state = ?, attempt, 0)), 0))`
 
-func priorArgs() []any { return []any{taskd.StateRetryWait, taskd.StateDead, taskd.StateExpired} }
+func priorArgs() []any {
+	return []any{taskd.StateRetryWait, taskd.StateDead, taskd.StateStaged, taskd.StateExpired}
+}
 
 // occUser is a once_per_user hold's key.
 type occUser struct {
@@ -403,8 +416,9 @@ func (c *claimRun) readPriors(ctx context.Context) error {
 	for _, i := range idx {
 		in := c.jobs[i].in
 		if c.st[i].prior = prior[occUser{in.occ, in.uid}]; c.st[i].prior > 0 {
-			// A re-take after an expiry (rare): it starts from the expired one's checkpoint.
-			if c.st[i].checkpoint, err = lastCheckpoint(ctx, c.tx, in.occ, in.uid); err != nil {
+			// A re-take after an expiry (rare): it starts where the expired one was.
+			c.st[i].takenUp = taskd.Dispatch{UID: in.uid, Occurrence: in.occ}
+			if err := takeUp(ctx, c.tx, &c.st[i].takenUp); err != nil {
 				return err
 			}
 		}
@@ -492,7 +506,9 @@ func (c *claimRun) grant(ctx context.Context, claimed map[taskd.Occurrence]int) 
 			users[in.uid] = true
 			granted = append(granted, i)
 			d := t.newDispatch(in.uid, in.occ, c.st[i].prior, in.now)
-			d.Checkpoint = c.st[i].checkpoint
+			if c.st[i].prior > 0 {
+				d.Checkpoint, d.Stage, d.Context = c.st[i].takenUp.Checkpoint, c.st[i].takenUp.Stage, c.st[i].takenUp.Context
+			}
 			c.st[i].d = d
 			ds = append(ds, d)
 		}
@@ -685,7 +701,7 @@ func (s *Store) claimOne(ctx context.Context, uid string, occ taskd.Occurrence, 
 		}
 		d = t.newDispatch(uid, occ, prior, now)
 		if prior > 0 {
-			if d.Checkpoint, err = lastCheckpoint(ctx, tx, occ, uid); err != nil {
+			if err := takeUp(ctx, tx, d); err != nil {
 				return err
 			}
 		}
@@ -714,7 +730,7 @@ func insertDispatches(ctx context.Context, tx *sql.Tx, ds []*taskd.Dispatch) err
 	if len(ds) == 0 {
 		return nil
 	}
-	const cols = 19
+	const cols = 21
 	args := make([]any, 0, cols*len(ds))
 	for _, d := range ds {
 		if d.LeaseSeconds > 0 {
@@ -723,11 +739,11 @@ func insertDispatches(ctx context.Context, tx *sql.Tx, ds []*taskd.Dispatch) err
 		}
 		args = append(args, d.LogID, d.UID, d.UID, d.Occurrence.Task.Kind, d.Occurrence.Task.ID, d.Occurrence.DueAt,
 			d.Mode, d.Attempt, d.MaxAttempts, d.BackoffSeconds, d.RetryMultiplier, d.RetryMaxSeconds, d.LeaseSeconds, taskd.StateOpen, d.TemplateID,
-			string(d.Params), d.DispatchedAt, d.LeaseExpiresAt, nullJSON(d.Checkpoint))
+			string(d.Params), d.DispatchedAt, d.LeaseExpiresAt, nullJSON(d.Checkpoint), nullString(d.Stage), nullJSON(d.Context))
 	}
 	_, err := tx.ExecContext(ctx, `INSERT INTO dispatch (log_id, uid, open_uid, task_kind, task_id, due_at,
 		mode, attempt, max_attempts, retry_backoff_seconds, retry_multiplier, retry_max_seconds, lease_seconds, state, template_id, params,
-		dispatched_at, lease_expires_at, checkpoint) VALUES `+tuples(len(ds), cols), args...)
+		dispatched_at, lease_expires_at, checkpoint, stage, context) VALUES `+tuples(len(ds), cols), args...)
 	return err
 }
 

@@ -17,7 +17,8 @@ import (
 
 const dispatchColumns = `log_id, uid, task_kind, task_id, due_at, mode, attempt, max_attempts,
 	retry_backoff_seconds, retry_multiplier, retry_max_seconds, lease_seconds, state, COALESCE(result, 0), template_id, params,
-	dispatched_at, lease_expires_at, retry_at, finished_at, redo_count, checkpoint`
+	dispatched_at, lease_expires_at, retry_at, finished_at, redo_count, checkpoint, COALESCE(stage, ''), context,
+	COALESCE(next_stage, ''), next_context`
 
 type scanner interface{ Scan(...any) error }
 
@@ -25,18 +26,17 @@ type scanner interface{ Scan(...any) error }
 func scanDispatch(row scanner, extra ...any) (*taskd.Dispatch, error) {
 	var d taskd.Dispatch
 	var params string
-	var checkpoint sql.NullString
+	var checkpoint, context, nextContext sql.NullString
 	dest := []any{&d.LogID, &d.UID, &d.Occurrence.Task.Kind, &d.Occurrence.Task.ID, &d.Occurrence.DueAt,
 		&d.Mode, &d.Attempt, &d.MaxAttempts, &d.BackoffSeconds, &d.RetryMultiplier, &d.RetryMaxSeconds, &d.LeaseSeconds, &d.State, &d.Result,
-		&d.TemplateID, &params, &d.DispatchedAt, &d.LeaseExpiresAt, &d.RetryAt, &d.FinishedAt, &d.RedoCount, &checkpoint}
+		&d.TemplateID, &params, &d.DispatchedAt, &d.LeaseExpiresAt, &d.RetryAt, &d.FinishedAt, &d.RedoCount, &checkpoint, &d.Stage, &context,
+		&d.NextStage, &nextContext}
 	err := row.Scan(append(dest, extra...)...)
 	if err != nil {
 		return nil, err
 	}
 	d.Params = json.RawMessage(params)
-	if checkpoint.Valid {
-		d.Checkpoint = json.RawMessage(checkpoint.String)
-	}
+	d.Checkpoint, d.Context, d.NextContext = rawJSON(checkpoint), rawJSON(context), rawJSON(nextContext)
 	d.Occurrence.DueAt = d.Occurrence.DueAt.UTC()
 	return &d, nil
 }
@@ -133,18 +133,28 @@ func (s *Store) Resume(ctx context.Context, uid, logID string, now time.Time) (o
 		case taskd.StateExpired:
 			reclaim = &prev.Occurrence // claimed below, in a transaction of its own
 			return errAbort
-		case taskd.StateRetryWait:
+		case taskd.StateRetryWait, taskd.StateStaged:
 			if prev.RetryAt != nil && now.Before(*prev.RetryAt) {
 				outcome = taskd.NotDue
 				return errAbort
 			}
+			// A failed attempt is superseded by the next; a completed stage stays as it
+			// is and stops waiting.
+			state := taskd.StateRetried
+			if prev.State == taskd.StateStaged {
+				state = taskd.StateStaged
+			}
 			if _, err := tx.ExecContext(ctx,
-				"UPDATE dispatch SET state = ?, waiting_uid = NULL WHERE log_id = ?", taskd.StateRetried, logID); err != nil {
+				"UPDATE dispatch SET state = ?, waiting_uid = NULL WHERE log_id = ?", state, logID); err != nil {
 				return err
 			}
 			next := *prev
 			next.LogID = newID()
 			next.Attempt = prev.Attempt + 1
+			if prev.State == taskd.StateStaged {
+				next.Attempt, next.Stage, next.Context = 1, prev.NextStage, prev.NextContext
+			}
+			next.NextStage, next.NextContext = "", nil
 			next.State = taskd.StateOpen
 			next.Result = 0
 			next.Params = json.RawMessage(t.params)
@@ -436,6 +446,7 @@ func (s *Store) event(d *taskd.Dispatch, typ taskd.EventType, now time.Time) tas
 		Kind:    d.Occurrence.Task.Kind.String(),
 		DueAt:   d.Occurrence.DueAt,
 		Attempt: d.Attempt,
+		Stage:   d.Stage,
 		Node:    s.events.Node,
 		At:      now,
 	}
@@ -534,7 +545,7 @@ func (s *Store) waiting(ctx context.Context, uid string) ([]schedule.WaitingDisp
 			return nil, mysqlErr("waiting dispatches", err)
 		}
 		switch {
-		case state == taskd.StateRetryWait && retryAt.Valid && status != taskd.StatusPaused:
+		case (state == taskd.StateRetryWait || state == taskd.StateStaged) && retryAt.Valid && status != taskd.StatusPaused:
 			w.At = retryAt.Time.UTC()
 		case (state == taskd.StateOpen || state == taskd.StateExpired) && status == taskd.StatusActive:
 			w.At = due.UTC()

@@ -44,22 +44,45 @@ func (s *Store) Progress(ctx context.Context, uid, logID string, checkpoint json
 	return lease, nil
 }
 
-// lastCheckpoint is the checkpoint a re-take of occ by uid starts with: that of the
-// user's latest record of the occurrence, if it expired (nil otherwise: a retry copies
-// its own, and a take after a completion starts afresh).
-func lastCheckpoint(ctx context.Context, tx *sql.Tx, occ taskd.Occurrence, uid string) (json.RawMessage, error) {
+// takeUp copies into d, a re-take of its occurrence by its user after an expiry, what
+// the user's latest record of it carried: its checkpoint, and the stage it was at with
+// that stage's context. Nothing when that record did not expire (a retry copies its
+// own; a take after a completion starts afresh).
+func takeUp(ctx context.Context, tx *sql.Tx, d *taskd.Dispatch) error {
 	var state taskd.DispatchState
-	var cp sql.NullString
-	err := tx.QueryRowContext(ctx, `SELECT state, checkpoint FROM dispatch
+	var cp, context sql.NullString
+	var stage string
+	occ := d.Occurrence
+	err := tx.QueryRowContext(ctx, `SELECT state, checkpoint, COALESCE(stage, ''), context FROM dispatch
 		WHERE task_kind = ? AND task_id = ? AND due_at = ? AND uid = ? ORDER BY dispatched_at DESC LIMIT 1`,
-		occ.Task.Kind, occ.Task.ID, occ.DueAt, uid).Scan(&state, &cp)
-	if errors.Is(err, sql.ErrNoRows) || (err == nil && (state != taskd.StateExpired || !cp.Valid)) {
-		return nil, nil
+		occ.Task.Kind, occ.Task.ID, occ.DueAt, d.UID).Scan(&state, &cp, &stage, &context)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && state != taskd.StateExpired) {
+		return nil
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return json.RawMessage(cp.String), nil
+	d.Checkpoint = rawJSON(cp)
+	if stage != "" {
+		d.Stage, d.Context = stage, rawJSON(context)
+	}
+	return nil
+}
+
+// rawJSON is a nullable JSON column's value (nil for NULL).
+func rawJSON(s sql.NullString) json.RawMessage {
+	if !s.Valid {
+		return nil
+	}
+	return json.RawMessage(s.String)
+}
+
+// nullString is a nullable string column's value (NULL for "").
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }
 
 // nullJSON is a JSON value for a nullable column: NULL when absent.

@@ -142,7 +142,7 @@ func (s *Store) Events(ctx context.Context, f taskd.EventFilter, after *taskd.Ev
 			id = `CONCAT(log_id, ':redo:', redo_count)`
 		}
 		selects = append(selects, `SELECT `+id+` AS event_id, '`+string(p.typ)+`' AS type,
-			log_id, uid, task_kind, task_id, due_at, attempt, `+result+` AS result, `+p.at+` AS at
+			log_id, uid, task_kind, task_id, due_at, attempt, `+result+` AS result, `+p.at+` AS at, stage
 			FROM dispatch WHERE `+p.at+` >= ? AND `+p.at+` < ?`+p.extra+where)
 		args = append(args, f.From, f.To)
 		args = append(args, common...)
@@ -150,7 +150,7 @@ func (s *Store) Events(ctx context.Context, f taskd.EventFilter, after *taskd.Ev
 	if len(selects) == 0 {
 		return []taskd.StoredEvent{}, nil
 	}
-	q := "SELECT event_id, type, log_id, uid, task_kind, task_id, due_at, attempt, result, at FROM (" +
+	q := "SELECT event_id, type, log_id, uid, task_kind, task_id, due_at, attempt, result, at, stage FROM (" +
 		strings.Join(selects, " UNION ALL ") + ") e"
 	if after != nil {
 		q += " WHERE at < ? OR (at = ? AND event_id < ?)"
@@ -168,10 +168,12 @@ func (s *Store) Events(ctx context.Context, f taskd.EventFilter, after *taskd.Ev
 		var e taskd.StoredEvent
 		var k taskd.TaskKey
 		var result sql.NullInt64
-		if err := rows.Scan(&e.EventID, &e.Type, &e.LogID, &e.UID, &k.Kind, &k.ID, &e.DueAt, &e.Attempt, &result, &e.At); err != nil {
+		var stage sql.NullString
+		if err := rows.Scan(&e.EventID, &e.Type, &e.LogID, &e.UID, &k.Kind, &k.ID, &e.DueAt, &e.Attempt, &result, &e.At,
+			&stage); err != nil {
 			return nil, mysqlErr("events", err)
 		}
-		e.TaskID, e.DueAt, e.At = k.String(), e.DueAt.UTC(), e.At.UTC()
+		e.TaskID, e.DueAt, e.At, e.Stage = k.String(), e.DueAt.UTC(), e.At.UTC(), stage.String
 		if result.Valid {
 			e.Result = taskd.Result(result.Int64).String()
 		}

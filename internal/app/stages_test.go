@@ -1,0 +1,153 @@
+package app_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Multi-stage tasks (seed 004's setTask): a complete naming the next stage keeps the
+// occurrence with its user, who gets it back at that stage (after the delay) with the
+// context; only the last stage's complete completes it.
+
+// stageTemplate creates a template with stages.
+func (e *env) stageTemplate(stages ...string) int64 {
+	e.t.Helper()
+	out := e.admin("POST", "/v1/admin/templates", map[string]any{"name": "staged",
+		"schema": map[string]any{"type": "object"}, "stages": stages})
+	return int64(out["id"].(float64))
+}
+
+// completeStage completes logID's stage, handing it on to next.
+func (e *env) completeStage(key, logID, next string, context any, delay int) (int, map[string]any) {
+	e.t.Helper()
+	body := map[string]any{"log_id": logID, "result": "success", "next_stage": next, "context": context}
+	if delay > 0 {
+		body["delay_seconds"] = delay
+	}
+	return e.do(0, "POST", "/v1/complete", key, body)
+}
+
+func TestThreeStageTaskReachesTheSameUserInOrder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2)
+	tpl := e.stageTemplate("fetch", "parse", "store")
+	e.admin("PUT", "/v1/admin/groups/crawlers/members", map[string]any{"uids": []string{"1", "2"}})
+	id := e.admin("POST", "/v1/admin/tasks/once", map[string]any{"executor": "gid_crawlers", "start_time": ts(t0),
+		"template_id": tpl, "params": map[string]any{"url": "u"}, "lease_seconds": 300})["task_id"].(string)
+	k1, k2 := e.key("1"), e.key("2")
+
+	first := mustFetch(t, e, k1)
+	if first.TaskID != id || first.Stage != "fetch" || first.Context != nil {
+		t.Fatalf("first stage: %+v", first)
+	}
+	if code, out := e.progress(0, k1, first.LogID, map[string]any{"bytes": 10}, false); code != 200 {
+		t.Fatalf("progress: %d %v", code, out)
+	}
+	if code, out := e.completeStage(k1, first.LogID, "parse", map[string]any{"body_ref": "s3://x"}, 60); code != 200 {
+		t.Fatalf("complete fetch -> parse: %d %v", code, out)
+	}
+	// The quota's one slot stays with user 1; the next stage is not due before the delay.
+	if r := e.fetch(1, k2); r.Task != nil {
+		t.Fatalf("user 2 got %+v while user 1 holds the occurrence", r.Task)
+	}
+	early := e.fetch(1, k1)
+	if early.Task != nil {
+		t.Fatalf("next stage before its delay: %+v", early.Task)
+	}
+	timeEq(t, "during the delay", early.NextDueAt, t0.Add(60*time.Second))
+
+	e.clock.Advance(60 * time.Second)
+	second := e.fetch(1, k1).Task
+	if second == nil || second.TaskID != id || second.Stage != "parse" || second.Attempt != 1 ||
+		string(second.Context) != `{"body_ref":"s3://x"}` || string(second.Checkpoint) != `{"bytes":10}` {
+		t.Fatalf("second stage: %+v", second)
+	}
+	// A failure at a stage retries that stage, with its context.
+	if code, out := e.complete(0, k1, second.LogID, "failure"); code != 200 {
+		t.Fatalf("failure at parse: %d %v", code, out)
+	}
+	retry := mustFetch(t, e, k1)
+	if retry.Stage != "parse" || retry.Attempt != 2 || string(retry.Context) != `{"body_ref":"s3://x"}` {
+		t.Fatalf("retry of the parse stage: %+v", retry)
+	}
+	if code, out := e.completeStage(k1, retry.LogID, "store", map[string]any{"rows": 3}, 0); code != 200 {
+		t.Fatalf("complete parse -> store: %d %v", code, out)
+	}
+	third := mustFetch(t, e, k1)
+	if third.Stage != "store" || string(third.Context) != `{"rows":3}` {
+		t.Fatalf("third stage: %+v", third)
+	}
+	e.mustComplete(k1, third.LogID)
+	if r := e.fetch(0, k1); r.Task != nil {
+		t.Fatalf("after the last stage: %+v", r.Task)
+	}
+	if r := e.fetch(0, k2); r.Task != nil {
+		t.Fatalf("user 2 after user 1 finished: %+v", r.Task)
+	}
+
+	// Each stage's complete is an event; the occurrence completed once.
+	var stages []string
+	for _, ev := range e.events("?type=complete") {
+		stages = append(stages, fmt.Sprint(ev["stage"], "/", ev["result"]))
+	}
+	if got := strings.Join(stages, ","); got != "store/success,parse/success,parse/failure,fetch/success" {
+		t.Fatalf("complete events, newest first: %s", got)
+	}
+	st := e.stats(id)
+	if st["dispatched"] != 4.0 || st["claimed"] != 1.0 {
+		t.Fatalf("stats: %v", st)
+	}
+	e.checkClaims()
+}
+
+func TestStageRefusals(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	tpl := e.stageTemplate("a", "b")
+	e.admin("POST", "/v1/admin/tasks/once", map[string]any{"executor": "uid_1", "start_time": ts(t0), "template_id": tpl})
+	plain := e.task("once", map[string]any{"executor": "uid_2", "start_time": ts(t0)})
+	k1, k2 := e.key("1"), e.key("2")
+	d := mustFetch(t, e, k1)
+	for _, tc := range []struct {
+		body map[string]any
+		code int
+		want string
+	}{
+		{map[string]any{"next_stage": "zz"}, 400, `next_stage: "zz" is not a stage of template`},
+		{map[string]any{"result": "failure", "next_stage": "b"}, 400, "next_stage: only with result success"},
+		{map[string]any{"context": map[string]any{}}, 400, "only with next_stage"},
+		{map[string]any{"next_stage": "b", "delay_seconds": -1}, 400, "delay_seconds: must be"},
+		{map[string]any{"next_stage": "b", "context": []int{1}}, 400, "context: must be an object"},
+		{map[string]any{"next_stage": "b", "context": map[string]any{"x": strings.Repeat("y", 16<<10)}}, 413, "context"},
+	} {
+		body := map[string]any{"log_id": d.LogID, "result": "success"}
+		for k, v := range tc.body {
+			body[k] = v
+		}
+		code, out := e.do(0, "POST", "/v1/complete", k1, body)
+		if code != tc.code || !strings.Contains(fmt.Sprint(out["error"]), tc.want) {
+			t.Errorf("complete %v: %d %v, want %d %q", tc.body, code, out, tc.code, tc.want)
+		}
+	}
+	// Nothing changed: the dispatch is still open (a redo), at stage a.
+	if again := mustFetch(t, e, k1); !again.Redo || again.LogID != d.LogID || again.Stage != "a" {
+		t.Fatalf("after refused completes: %+v", again)
+	}
+	// A task whose template has no stages takes no next_stage.
+	p := mustFetch(t, e, k2)
+	if p.TaskID != plain || p.Stage != "" {
+		t.Fatalf("plain task: %+v", p)
+	}
+	if code, out := e.completeStage(k2, p.LogID, "a", nil, 0); code != 400 || !strings.Contains(fmt.Sprint(out), "has no stages") {
+		t.Fatalf("next_stage on a task without stages: %d %v", code, out)
+	}
+	// A stage move carried by a fetch: completed, then the next stage comes in the reply.
+	code, out := e.do(0, "POST", "/v1/fetch", k1, map[string]any{"complete": map[string]any{"log_id": d.LogID,
+		"result": "success", "next_stage": "b", "context": map[string]any{"n": 1}}})
+	task, _ := out["task"].(map[string]any)
+	if code != 200 || task == nil || task["stage"] != "b" || fmt.Sprint(task["context"]) != "map[n:1]" {
+		t.Fatalf("fetch carrying a stage move: %d %v", code, out)
+	}
+}

@@ -1,0 +1,72 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/taskpull/taskd"
+)
+
+// CompleteStage completes the stage of uid's open dispatch logID with success and hands
+// the occurrence on to stage next, with context, after delay: the record is staged and
+// waits beside the user's slot (the quota slot kept, the cursor unmoved) until the
+// user's heap offers the next stage, which Resume dispatches. next must be one of the
+// stages of the dispatch's template (400 otherwise). Outcomes as Complete's, StageDone
+// for Completed.
+func (s *Store) CompleteStage(ctx context.Context, uid, logID string, detail json.RawMessage, next string,
+	context json.RawMessage, delay time.Duration, now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
+	var outcome taskd.CompleteOutcome
+	var d *taskd.Dispatch
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		records, err := lockDispatches(ctx, tx, []any{logID})
+		if err != nil {
+			return err
+		}
+		d = records[logID]
+		var ok bool
+		if outcome, ok = taskd.CompleteBlocked(d, uid, now); !ok {
+			if outcome == taskd.ExpiredNow {
+				return s.expire(ctx, tx, d, now)
+			}
+			if d != nil && d.UID != uid {
+				d = nil // someone else's: not the caller's to see
+			}
+			return errAbort
+		}
+		var raw *string
+		if err := tx.QueryRowContext(ctx, "SELECT stages FROM task_params_template WHERE id = ?", d.TemplateID).
+			Scan(&raw); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		stages, err := parseStages(raw)
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(stages, next) {
+			if len(stages) == 0 {
+				return taskd.Errorf(taskd.CodeInvalid, "next_stage: template %d has no stages", d.TemplateID)
+			}
+			return taskd.Errorf(taskd.CodeInvalid, "next_stage: %q is not a stage of template %d (%s)",
+				next, d.TemplateID, strings.Join(stages, ", "))
+		}
+		outcome = d.FinishStage(next, context, delay, now)
+		if _, err := tx.ExecContext(ctx, `UPDATE dispatch SET state = ?, result = ?, finished_at = ?, detail = ?,
+			retry_at = ?, open_uid = NULL, waiting_uid = uid, next_stage = ?, next_context = ? WHERE log_id = ?`,
+			d.State, d.Result, now, nullJSON(detail), *d.RetryAt, next, nullJSON(context), logID); err != nil {
+			return err
+		}
+		return s.emit(ctx, tx, d, taskd.EventComplete, now)
+	})
+	if errors.Is(err, errAbort) {
+		return outcome, d, nil
+	}
+	if err != nil {
+		return 0, nil, mysqlErr("complete stage", err)
+	}
+	return outcome, d, nil
+}
