@@ -151,3 +151,28 @@ func TestStageRefusals(t *testing.T) {
 		t.Fatalf("fetch carrying a stage move: %d %v", code, out)
 	}
 }
+
+// A next stage (like a retry) due at a fraction of a second is offered from the whole
+// second after it, never before: next_due_at is never a time at which a fetch gets
+// nothing.
+func TestNextStageDueAtAFractionOfASecond(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	tpl := e.stageTemplate("a", "b")
+	e.admin("POST", "/v1/admin/tasks/once", map[string]any{"executor": "uid_1", "start_time": ts(t0), "template_id": tpl})
+	k := e.key("1")
+	e.clock.Advance(300 * time.Millisecond)
+	d := mustFetch(t, e, k)
+	if code, out := e.completeStage(k, d.LogID, "b", nil, 2); code != 200 {
+		t.Fatalf("complete a -> b: %d %v", code, out)
+	}
+	r := e.fetch(0, k)
+	if r.Task != nil {
+		t.Fatalf("stage b before its delay: %+v", r.Task)
+	}
+	timeEq(t, "during the delay", r.NextDueAt, t0.Add(3*time.Second))
+	e.clock.Set(*r.NextDueAt)
+	if b := mustFetch(t, e, k); b.Stage != "b" {
+		t.Fatalf("at next_due_at: %+v", b)
+	}
+}
