@@ -240,9 +240,9 @@ type Task struct {
 	Mode          Mode            `json:"-"`
 	Priority      int             `json:"priority"`
 	Status        Status          `json:"-"`
-	// Own are the task-type settings the task sets itself; the rest come from its
-	// template, or the server's defaults.
-	Own Settings `json:"-"`
+	// Own are the task-type settings the task sets itself (null: not set); the rest
+	// come from its template, or the server's defaults.
+	Own Settings `json:"own"`
 	// Effective are the settings its dispatches get, as read from the store; Inherited
 	// names those its template gave.
 	Effective

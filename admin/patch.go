@@ -36,7 +36,7 @@ var (
 		"max_attempts": true, "retry_backoff_seconds": true, "retry_multiplier": true, "retry_max_seconds": true,
 		"dispatch_rate_per_minute": true, "space_minutes": true, "end_time": true}
 	serverFields = map[string]bool{"id": true, "task_id": true, "kind": true, "created_at": true, "updated_at": true,
-		"inherited": true}
+		"inherited": true, "own": true}
 )
 
 // jsonPatchMediaType is JSON Patch (RFC 6902), another format than the merge patch

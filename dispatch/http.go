@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -82,7 +83,10 @@ func (h *Handlers) Fetch() http.Handler {
 			}
 			if c.move != nil {
 				// A stage move is its own complete, then the fetch as usual.
-				if err = h.svc.CompleteStage(r.Context(), uid, hash, c.logID, c.detail, *c.move); err == nil {
+				bounded, cancel := context.WithTimeout(r.Context(), h.svc.cfg.RequestTimeout)
+				err = h.svc.CompleteStage(bounded, uid, hash, c.logID, c.detail, *c.move)
+				cancel()
+				if err == nil {
 					res, err = h.svc.Fetch(r.Context(), uid, hash, wait)
 				}
 			} else {

@@ -511,11 +511,11 @@ func (s *Service) finish(ctx context.Context, uid, logID string, clearHint bool,
 	switch outcome {
 	case taskd.Completed:
 		clear()
-		if d.Mode == taskd.ModeUntilExhausted && d.State == taskd.StateDone && d.Attempt > 1 {
+		if d.Mode == taskd.ModeUntilExhausted && d.State == taskd.StateDone && (d.Attempt > 1 || d.Stage != "") {
 			// The occurrence stays on offer to this user while quota lasts. A first
 			// attempt's heap entry stayed in place (staysOnOffer); a later attempt came
-			// from a waiting dispatch's entry, and the rebuild from the new cursor puts
-			// the occurrence back.
+			// from a waiting dispatch's entry (so did any stage but a first), and the
+			// rebuild from the new cursor puts the occurrence back.
 			return outcome, true, s.cache.InvalidateUser(ctx, uid)
 		}
 		return outcome, false, nil

@@ -176,3 +176,118 @@ func TestNextStageDueAtAFractionOfASecond(t *testing.T) {
 		t.Fatalf("at next_due_at: %+v", b)
 	}
 }
+
+// Deleting a task cancels a staged dispatch waiting for its next stage at once, with a
+// cancel event, and the stage's completion keeps its time.
+func TestDeletingATaskCancelsAStagedDispatch(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	tpl := e.stageTemplate("a", "b")
+	id := e.admin("POST", "/v1/admin/tasks/once", map[string]any{"executor": "uid_1", "start_time": ts(t0),
+		"template_id": tpl})["task_id"].(string)
+	k := e.key("1")
+	d := mustFetch(t, e, k)
+	if code, out := e.completeStage(k, d.LogID, "b", map[string]any{"x": 1}, 600); code != 200 {
+		t.Fatalf("stage: %d %v", code, out)
+	}
+	var finishedBefore time.Time
+	e.store.DB().QueryRow("SELECT finished_at FROM dispatch WHERE log_id = ?", d.LogID).Scan(&finishedBefore)
+	e.clock.Advance(10 * time.Second)
+	e.admin("DELETE", "/v1/admin/tasks/"+"once/"+id[len("once:"):], nil)
+	waiting := e.count("SELECT COUNT(*) FROM dispatch WHERE waiting_uid IS NOT NULL")
+	cancels := len(e.events("?type=cancel"))
+	t.Logf("after delete: waiting records %d, cancel events %d", waiting, cancels)
+	if waiting != 0 || cancels != 1 {
+		t.Errorf("after DELETE: %d staged records still waiting, %d cancel events; want 0 and 1", waiting, cancels)
+	}
+	// Later the user's heap offers it and Resume cancels it, rewriting finished_at.
+	e.clock.Advance(600 * time.Second)
+	e.fetch(0, k)
+	var state int
+	var finished time.Time
+	e.store.DB().QueryRow("SELECT state, finished_at FROM dispatch WHERE log_id = ?", d.LogID).Scan(&state, &finished)
+	t.Logf("after the delay: state %d finished_at %v (stage completed at %v)", state, finished, finishedBefore)
+	if !finished.Equal(finishedBefore) {
+		t.Errorf("the stage's complete time was rewritten from %v to %v: its derived complete event moved", finishedBefore, finished)
+	}
+}
+
+// A template edit of max_attempts reaches a retry (Resume takes the task's settings as
+// they are now).
+func TestTemplateEditReachesARetry(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	tpl := e.admin("POST", "/v1/admin/templates", map[string]any{"name": "x", "schema": map[string]any{"type": "object"},
+		"max_attempts": 2})
+	tplID := int64(tpl["id"].(float64))
+	e.admin("POST", "/v1/admin/tasks/once", map[string]any{"executor": "uid_1", "start_time": ts(t0), "template_id": tplID})
+	k := e.key("1")
+	d := mustFetch(t, e, k)
+	if code, out := e.complete(0, k, d.LogID, "failure"); code != 200 {
+		t.Fatalf("fail 1: %d %v", code, out)
+	}
+	e.admin("PATCH", fmt.Sprintf("/v1/admin/templates/%d", tplID), map[string]any{"max_attempts": 5, "retry_backoff_seconds": 0})
+	r := mustFetch(t, e, k)
+	if code, out := e.complete(0, k, r.LogID, "failure"); code != 200 {
+		t.Fatalf("fail 2: %d %v", code, out)
+	}
+	var maxAttempts, state int
+	e.store.DB().QueryRow("SELECT max_attempts, state FROM dispatch WHERE log_id = ?", r.LogID).Scan(&maxAttempts, &state)
+	t.Logf("attempt %d: max_attempts %d, state %d", r.Attempt, maxAttempts, state)
+	if state == 6 {
+		t.Errorf("attempt 2 of 5 (template edited to 5) went dead: the retry kept max_attempts %d", maxAttempts)
+	}
+}
+// until_exhausted: after the last stage's complete, the occurrence stays on offer to the
+// same user while quota lasts, as a single-stage one does.
+func TestUntilExhaustedStagedTaskStaysOnOffer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	tpl := e.stageTemplate("a", "b")
+	id := e.admin("POST", "/v1/admin/tasks/once", map[string]any{"executor": "uid_1", "start_time": ts(t0),
+		"template_id": tpl, "dispatch_times": 3, "mode": "until_exhausted"})["task_id"].(string)
+	k := e.key("1")
+	a := mustFetch(t, e, k)
+	if code, out := e.completeStage(k, a.LogID, "b", nil, 60); code != 200 {
+		t.Fatalf("stage: %d %v", code, out)
+	}
+	if r := e.fetch(0, k); r.Task != nil {
+		t.Fatalf("during the delay: %+v", r.Task)
+	}
+	e.clock.Advance(60 * time.Second)
+	b := mustFetch(t, e, k)
+	if b.Stage != "b" {
+		t.Fatalf("stage b: %+v", b)
+	}
+	e.mustComplete(k, b.LogID)
+	r := e.fetch(0, k)
+	t.Logf("after the last stage: %+v", r.Task)
+	if r.Task == nil || r.Task.TaskID != id {
+		t.Errorf("until_exhausted with 2 of 3 slots left: the user gets nothing after completing the last stage")
+	}
+	flushPrefix(e)
+	r2 := e.fetch(0, k)
+	if r2.Task == nil || r2.Task.TaskID != id || !r2.Task.Redo {
+		t.Errorf("after a Redis flush: %+v, want the redo of %s", r2.Task, id)
+	}
+}
+
+// A success without next_stage at a stage that is not the last hands the occurrence on
+// to the stage that follows: only the last stage's complete completes it.
+func TestPlainCompleteOfAnEarlyStageGoesToTheNext(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	tpl := e.stageTemplate("a", "b")
+	e.admin("POST", "/v1/admin/tasks/once", map[string]any{"executor": "uid_1", "start_time": ts(t0), "template_id": tpl})
+	k := e.key("1")
+	a := mustFetch(t, e, k)
+	e.mustComplete(k, a.LogID)
+	b := mustFetch(t, e, k)
+	if b.Stage != "b" || b.Attempt != 1 || b.Context != nil {
+		t.Fatalf("after a plain complete of stage a: %+v, want stage b", b)
+	}
+	e.mustComplete(k, b.LogID)
+	if r := e.fetch(0, k); r.Task != nil {
+		t.Fatalf("after the last stage: %+v", r.Task)
+	}
+}

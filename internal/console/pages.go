@@ -198,10 +198,13 @@ func (c *Console) editTask(w http.ResponseWriter, r *http.Request) {
 			form[k] = inputTime(at)
 		}
 	}
-	// A setting the template gives stays empty: saved so, it stays inherited.
-	inherited, _ := t["inherited"].([]any)
-	for _, k := range inherited {
-		delete(form, fmt.Sprint(k))
+	// A setting the task does not set itself stays empty: saved so, it stays
+	// inherited (or the server's default).
+	own, _ := t["own"].(map[string]any)
+	for _, k := range []string{"lease_seconds", "max_attempts", "retry_backoff_seconds"} {
+		if own[k] == nil {
+			delete(form, k)
+		}
 	}
 	params, _ := json.Marshal(t["params"])
 	form["params"] = string(params)
@@ -336,6 +339,20 @@ func (c *Console) submitTask(w http.ResponseWriter, r *http.Request, tf taskForm
 	if len(tf.Errors) > 0 {
 		c.renderTaskForm(w, r, http.StatusBadRequest, tf)
 		return
+	}
+	if method == http.MethodPut {
+		// The settings the form does not show keep the task's own values (a PUT
+		// replaces them all).
+		var cur map[string]any
+		if !c.fetch(w, r, path, &cur) {
+			return
+		}
+		own, _ := cur["own"].(map[string]any)
+		for _, k := range []string{"retry_multiplier", "retry_max_seconds", "dispatch_rate_per_minute"} {
+			if v := own[k]; v != nil {
+				body[k] = v
+			}
+		}
 	}
 	res, ok := c.api(w, r, method, path, body)
 	if !ok {

@@ -195,7 +195,8 @@ type claimState struct {
 	prior   int  // attempts the user already used at the occurrence
 	// takenUp holds what a re-take (prior > 0) starts with: the expired attempt's
 	// checkpoint, stage and context.
-	takenUp taskd.Dispatch
+	takenUp      taskd.Dispatch
+	takenUpFound bool
 }
 
 // claimRun is one attempt at a batch's transaction.
@@ -418,7 +419,7 @@ func (c *claimRun) readPriors(ctx context.Context) error {
 		if c.st[i].prior = prior[occUser{in.occ, in.uid}]; c.st[i].prior > 0 {
 			// A re-take after an expiry (rare): it starts where the expired one was.
 			c.st[i].takenUp = taskd.Dispatch{UID: in.uid, Occurrence: in.occ}
-			if err := takeUp(ctx, c.tx, &c.st[i].takenUp); err != nil {
+			if c.st[i].takenUpFound, err = takeUp(ctx, c.tx, &c.st[i].takenUp); err != nil {
 				return err
 			}
 		}
@@ -506,8 +507,11 @@ func (c *claimRun) grant(ctx context.Context, claimed map[taskd.Occurrence]int) 
 			users[in.uid] = true
 			granted = append(granted, i)
 			d := t.newDispatch(in.uid, in.occ, c.st[i].prior, in.now)
-			if c.st[i].prior > 0 {
-				d.Checkpoint, d.Stage, d.Context = c.st[i].takenUp.Checkpoint, c.st[i].takenUp.Stage, c.st[i].takenUp.Context
+			if c.st[i].takenUpFound {
+				d.Checkpoint = c.st[i].takenUp.Checkpoint
+				if c.st[i].takenUp.Stage != "" {
+					d.Stage, d.Context = c.st[i].takenUp.Stage, c.st[i].takenUp.Context
+				}
 			}
 			c.st[i].d = d
 			ds = append(ds, d)
@@ -701,7 +705,7 @@ func (s *Store) claimOne(ctx context.Context, uid string, occ taskd.Occurrence, 
 		}
 		d = t.newDispatch(uid, occ, prior, now)
 		if prior > 0 {
-			if err := takeUp(ctx, tx, d); err != nil {
+			if _, err := takeUp(ctx, tx, d); err != nil {
 				return err
 			}
 		}

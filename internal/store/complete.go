@@ -87,7 +87,8 @@ func (s *Store) completeBatch(ctx context.Context, jobs []*completeJob) ([]compl
 			d := records[j.in.logID]
 			outcome, ok := taskd.CompleteBlocked(d, j.in.uid, j.in.now)
 			switch {
-			case outcome == taskd.ExpiredNow:
+			case outcome == taskd.ExpiredNow, ok && d.Stage != "" && j.in.result == taskd.ResultSuccess:
+				// An expiry first, or a stage that may not be the last: alone.
 				alone[i] = true
 				continue
 			case !ok && d != nil && d.UID != j.in.uid:
@@ -264,6 +265,18 @@ func (s *Store) completeOne(ctx context.Context, uid, logID string, result taskd
 				d = nil // someone else's: not the caller's to see
 			}
 			return errAbort
+		}
+		if d.Stage != "" && result == taskd.ResultSuccess {
+			// Only the last stage's success completes the occurrence: an earlier one
+			// hands it on to the stage that follows.
+			stages, err := templateStages(ctx, tx, d.TemplateID)
+			if err != nil {
+				return err
+			}
+			if next := followingStage(stages, d.Stage); next != "" {
+				outcome = taskd.StageDone
+				return s.stageOn(ctx, tx, d, detail, next, nil, 0, now)
+			}
 		}
 		outcome = d.Finish(result, now)
 		return s.finish(ctx, tx, []finishing{{d, detail}})

@@ -163,6 +163,11 @@ func (s *Store) Resume(ctx context.Context, uid, logID string, now time.Time) (o
 			next.DispatchedAt = now
 			next.LeaseExpiresAt, next.RetryAt, next.FinishedAt = nil, nil, nil
 			next.RedoCount = 0
+			// The task's settings as they are now: a template or task edit reaches the
+			// retry and the next stage.
+			next.MaxAttempts = taskd.MaxAttemptsOf(t.settings.MaxAttempts)
+			next.BackoffSeconds, next.RetryMultiplier = t.settings.RetryBackoffSeconds, t.settings.RetryMultiplier
+			next.RetryMaxSeconds = t.settings.RetryMaxSeconds
 			if err := insertDispatches(ctx, tx, []*taskd.Dispatch{&next}); err != nil {
 				if isDuplicate(err) {
 					outcome = taskd.UserBusy
@@ -229,11 +234,16 @@ func (s *Store) reclaim(ctx context.Context, uid, logID string, occ taskd.Occurr
 // the task is gone.
 func (s *Store) cancel(ctx context.Context, tx *sql.Tx, ds []*taskd.Dispatch, now time.Time) error {
 	for _, d := range ds {
-		if _, err := tx.ExecContext(ctx, `UPDATE dispatch SET state = ?, finished_at = ?, open_uid = NULL,
-			waiting_uid = NULL WHERE log_id = ?`, taskd.StateCancelled, now, d.LogID); err != nil {
+		// A record that finished before (a failed attempt or a completed stage waiting
+		// for what follows) keeps its time: its complete event stays where it was.
+		if _, err := tx.ExecContext(ctx, `UPDATE dispatch SET state = ?, finished_at = COALESCE(finished_at, ?),
+			open_uid = NULL, waiting_uid = NULL WHERE log_id = ?`, taskd.StateCancelled, now, d.LogID); err != nil {
 			return err
 		}
-		d.State, d.FinishedAt = taskd.StateCancelled, &now
+		if d.FinishedAt == nil {
+			d.FinishedAt = &now
+		}
+		d.State = taskd.StateCancelled
 		if err := s.emit(ctx, tx, d, taskd.EventCancel, now); err != nil {
 			return err
 		}
@@ -244,7 +254,8 @@ func (s *Store) cancel(ctx context.Context, tx *sql.Tx, ds []*taskd.Dispatch, no
 // cancelTask cancels every open or waiting dispatch of a task being deleted.
 func (s *Store) cancelTask(ctx context.Context, tx *sql.Tx, key taskd.TaskKey, now time.Time) error {
 	rows, err := tx.QueryContext(ctx, "SELECT "+dispatchColumns+` FROM dispatch
-		WHERE task_kind = ? AND task_id = ? AND state IN (?, ?) FOR UPDATE`, key.Kind, key.ID, taskd.StateOpen, taskd.StateRetryWait)
+		WHERE task_kind = ? AND task_id = ? AND (state IN (?, ?) OR (state = ? AND waiting_uid IS NOT NULL)) FOR UPDATE`,
+		key.Kind, key.ID, taskd.StateOpen, taskd.StateRetryWait, taskd.StateStaged)
 	if err != nil {
 		return err
 	}

@@ -48,25 +48,25 @@ func (s *Store) Progress(ctx context.Context, uid, logID string, checkpoint json
 // the user's latest record of it carried: its checkpoint, and the stage it was at with
 // that stage's context. Nothing when that record did not expire (a retry copies its
 // own; a take after a completion starts afresh).
-func takeUp(ctx context.Context, tx *sql.Tx, d *taskd.Dispatch) error {
+func takeUp(ctx context.Context, tx *sql.Tx, d *taskd.Dispatch) (found bool, err error) {
 	var state taskd.DispatchState
 	var cp, context sql.NullString
 	var stage string
 	occ := d.Occurrence
-	err := tx.QueryRowContext(ctx, `SELECT state, checkpoint, COALESCE(stage, ''), context FROM dispatch
-		WHERE task_kind = ? AND task_id = ? AND due_at = ? AND uid = ? ORDER BY dispatched_at DESC LIMIT 1`,
+	err = tx.QueryRowContext(ctx, `SELECT state, checkpoint, COALESCE(stage, ''), context FROM dispatch
+		WHERE task_kind = ? AND task_id = ? AND due_at = ? AND uid = ? ORDER BY dispatched_at DESC, log_id DESC LIMIT 1`,
 		occ.Task.Kind, occ.Task.ID, occ.DueAt, d.UID).Scan(&state, &cp, &stage, &context)
 	if errors.Is(err, sql.ErrNoRows) || (err == nil && state != taskd.StateExpired) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	d.Checkpoint = rawJSON(cp)
 	if stage != "" {
 		d.Stage, d.Context = stage, rawJSON(context)
 	}
-	return nil
+	return true, nil
 }
 
 // rawJSON is a nullable JSON column's value (nil for NULL).

@@ -38,12 +38,7 @@ func (s *Store) CompleteStage(ctx context.Context, uid, logID string, detail jso
 			}
 			return errAbort
 		}
-		var raw *string
-		if err := tx.QueryRowContext(ctx, "SELECT stages FROM task_params_template WHERE id = ?", d.TemplateID).
-			Scan(&raw); err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return err
-		}
-		stages, err := parseStages(raw)
+		stages, err := templateStages(ctx, tx, d.TemplateID)
 		if err != nil {
 			return err
 		}
@@ -54,13 +49,8 @@ func (s *Store) CompleteStage(ctx context.Context, uid, logID string, detail jso
 			return taskd.Errorf(taskd.CodeInvalid, "next_stage: %q is not a stage of template %d (%s)",
 				next, d.TemplateID, strings.Join(stages, ", "))
 		}
-		outcome = d.FinishStage(next, context, delay, now)
-		if _, err := tx.ExecContext(ctx, `UPDATE dispatch SET state = ?, result = ?, finished_at = ?, detail = ?,
-			retry_at = ?, open_uid = NULL, waiting_uid = uid, next_stage = ?, next_context = ? WHERE log_id = ?`,
-			d.State, d.Result, now, nullJSON(detail), *d.RetryAt, next, nullJSON(context), logID); err != nil {
-			return err
-		}
-		return s.emit(ctx, tx, d, taskd.EventComplete, now)
+		outcome = taskd.StageDone
+		return s.stageOn(ctx, tx, d, detail, next, context, delay, now)
 	})
 	if errors.Is(err, errAbort) {
 		return outcome, d, nil
@@ -69,4 +59,35 @@ func (s *Store) CompleteStage(ctx context.Context, uid, logID string, detail jso
 		return 0, nil, mysqlErr("complete stage", err)
 	}
 	return outcome, d, nil
+}
+
+// stageOn records d's stage as completed and hands the occurrence on to stage next.
+func (s *Store) stageOn(ctx context.Context, tx *sql.Tx, d *taskd.Dispatch, detail json.RawMessage, next string,
+	context json.RawMessage, delay time.Duration, now time.Time) error {
+	d.FinishStage(next, context, delay, now)
+	if _, err := tx.ExecContext(ctx, `UPDATE dispatch SET state = ?, result = ?, finished_at = ?, detail = ?,
+		retry_at = ?, open_uid = NULL, waiting_uid = uid, next_stage = ?, next_context = ? WHERE log_id = ?`,
+		d.State, d.Result, now, nullJSON(detail), *d.RetryAt, next, nullJSON(context), d.LogID); err != nil {
+		return err
+	}
+	return s.emit(ctx, tx, d, taskd.EventComplete, now)
+}
+
+// templateStages reads a template's stages (none for a template gone).
+func templateStages(ctx context.Context, tx *sql.Tx, id int64) ([]string, error) {
+	var raw *string
+	if err := tx.QueryRowContext(ctx, "SELECT stages FROM task_params_template WHERE id = ?", id).
+		Scan(&raw); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, err
+	}
+	return parseStages(raw)
+}
+
+// followingStage is the stage after stage in stages ("" when stage is the last, or
+// not listed any more).
+func followingStage(stages []string, stage string) string {
+	if i := slices.Index(stages, stage); i >= 0 && i+1 < len(stages) {
+		return stages[i+1]
+	}
+	return ""
 }
