@@ -238,6 +238,7 @@ func TestTemplateEditReachesARetry(t *testing.T) {
 		t.Errorf("attempt 2 of 5 (template edited to 5) went dead: the retry kept max_attempts %d", maxAttempts)
 	}
 }
+
 // until_exhausted: after the last stage's complete, the occurrence stays on offer to the
 // same user while quota lasts, as a single-stage one does.
 func TestUntilExhaustedStagedTaskStaysOnOffer(t *testing.T) {

@@ -248,6 +248,30 @@ func (u *caseUpdate) statement(table string) (string, []any) {
 // completeOne is a complete in a transaction of its own; a record whose lease has run
 // out expires instead (ExpiredNow).
 func (s *Store) completeOne(ctx context.Context, uid, logID string, result taskd.Result, detail json.RawMessage, now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
+	return s.completeAlone(ctx, "complete", uid, logID, now, func(tx *sql.Tx, d *taskd.Dispatch) (taskd.CompleteOutcome, error) {
+		if d.Stage != "" && result == taskd.ResultSuccess {
+			// Only the last stage's success completes the occurrence: an earlier one
+			// hands it on to the stage that follows.
+			stages, err := templateStages(ctx, tx, d.TemplateID)
+			if err != nil {
+				return 0, err
+			}
+			if next := followingStage(stages, d.Stage); next != "" {
+				return taskd.StageDone, s.stageOn(ctx, tx, d, detail, next, nil, 0, now)
+			}
+		}
+		outcome := d.Finish(result, now)
+		return outcome, s.finish(ctx, tx, []finishing{{d, detail}})
+	})
+}
+
+// completeAlone runs a complete of uid's logID at now in a transaction of its own: the
+// record is locked and, when it is uid's open dispatch within its lease, apply records
+// the complete and says its outcome. Otherwise nothing changes but a record whose lease
+// has run out, which expires (ExpiredNow), and the outcome says why (a record of
+// another user is not returned). op names the operation in errors.
+func (s *Store) completeAlone(ctx context.Context, op, uid, logID string, now time.Time,
+	apply func(*sql.Tx, *taskd.Dispatch) (taskd.CompleteOutcome, error)) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
 	var outcome taskd.CompleteOutcome
 	var d *taskd.Dispatch
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
@@ -266,26 +290,14 @@ func (s *Store) completeOne(ctx context.Context, uid, logID string, result taskd
 			}
 			return errAbort
 		}
-		if d.Stage != "" && result == taskd.ResultSuccess {
-			// Only the last stage's success completes the occurrence: an earlier one
-			// hands it on to the stage that follows.
-			stages, err := templateStages(ctx, tx, d.TemplateID)
-			if err != nil {
-				return err
-			}
-			if next := followingStage(stages, d.Stage); next != "" {
-				outcome = taskd.StageDone
-				return s.stageOn(ctx, tx, d, detail, next, nil, 0, now)
-			}
-		}
-		outcome = d.Finish(result, now)
-		return s.finish(ctx, tx, []finishing{{d, detail}})
+		outcome, err = apply(tx, d)
+		return err
 	})
 	if errors.Is(err, errAbort) {
 		return outcome, d, nil
 	}
 	if err != nil {
-		return 0, nil, mysqlErr("complete", err)
+		return 0, nil, mysqlErr(op, err)
 	}
 	return outcome, d, nil
 }

@@ -20,45 +20,20 @@ import (
 // for Completed.
 func (s *Store) CompleteStage(ctx context.Context, uid, logID string, detail json.RawMessage, next string,
 	context json.RawMessage, delay time.Duration, now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
-	var outcome taskd.CompleteOutcome
-	var d *taskd.Dispatch
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		records, err := lockDispatches(ctx, tx, []any{logID})
-		if err != nil {
-			return err
-		}
-		d = records[logID]
-		var ok bool
-		if outcome, ok = taskd.CompleteBlocked(d, uid, now); !ok {
-			if outcome == taskd.ExpiredNow {
-				return s.expire(ctx, tx, d, now)
-			}
-			if d != nil && d.UID != uid {
-				d = nil // someone else's: not the caller's to see
-			}
-			return errAbort
-		}
+	return s.completeAlone(ctx, "complete stage", uid, logID, now, func(tx *sql.Tx, d *taskd.Dispatch) (taskd.CompleteOutcome, error) {
 		stages, err := templateStages(ctx, tx, d.TemplateID)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if !slices.Contains(stages, next) {
 			if len(stages) == 0 {
-				return taskd.Errorf(taskd.CodeInvalid, "next_stage: template %d has no stages", d.TemplateID)
+				return 0, taskd.Errorf(taskd.CodeInvalid, "next_stage: template %d has no stages", d.TemplateID)
 			}
-			return taskd.Errorf(taskd.CodeInvalid, "next_stage: %q is not a stage of template %d (%s)",
+			return 0, taskd.Errorf(taskd.CodeInvalid, "next_stage: %q is not a stage of template %d (%s)",
 				next, d.TemplateID, strings.Join(stages, ", "))
 		}
-		outcome = taskd.StageDone
-		return s.stageOn(ctx, tx, d, detail, next, context, delay, now)
+		return taskd.StageDone, s.stageOn(ctx, tx, d, detail, next, context, delay, now)
 	})
-	if errors.Is(err, errAbort) {
-		return outcome, d, nil
-	}
-	if err != nil {
-		return 0, nil, mysqlErr("complete stage", err)
-	}
-	return outcome, d, nil
 }
 
 // stageOn records d's stage as completed and hands the occurrence on to stage next.
