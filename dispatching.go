@@ -64,6 +64,13 @@ type Dispatch struct {
 	RetryAt         *time.Time
 	FinishedAt      *time.Time
 	RedoCount       int
+	// Slot is the user's open slot the dispatch holds while open: 1, or for a batch
+	// fetch's dispatch any of 1..the client's max_in_flight.
+	Slot int
+	// Resumed says the record was made from a waiting one (a retry, a next stage, an
+	// admin's retry), not claimed from the user's heap. Retried says an admin sent this
+	// dead record's occurrence back to its user; Cancelled that it was ended for good.
+	Resumed, Retried, Cancelled bool
 	// Checkpoint is the latest progress the agent saved (POST /v1/progress), nil for
 	// none; the next dispatch of the occurrence to the same user starts with it.
 	Checkpoint json.RawMessage
@@ -96,6 +103,8 @@ const (
 	Gone                               // the task is no longer active or no longer has this occurrence: drop it
 	UserBusy                           // the user already has an open dispatch: return that one
 	NotDue                             // (Resume) the retry's backoff is not over yet: keep the entry
+	Holding                            // until_exhausted, and the user holds it open in another slot: keep the entry
+	Filtered                           // not of a template the fetch asked for: keep the entry
 )
 
 // CompleteOutcome is what a complete came to.

@@ -17,8 +17,12 @@ const (
 	// times) for this user; it is not dispatched to the user again and its slot stays
 	// taken.
 	EventDead EventType = "dead"
-	// EventCancel: an open or retry-waiting dispatch ended because its task was deleted.
+	// EventCancel: an open or waiting dispatch ended for good, because its task was
+	// deleted or an admin cancelled it.
 	EventCancel EventType = "cancel"
+	// EventRetry: an admin sent a dead occurrence back to its user, attempts counted
+	// afresh (the event carries the dead record's log id and attempt).
+	EventRetry EventType = "retry"
 )
 
 // EventID is the id of an event: the same in the admin API, the outbox, Kafka and

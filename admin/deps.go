@@ -36,6 +36,20 @@ type Store interface {
 	Stats(ctx context.Context, from, to time.Time) ([]taskd.TaskStats, error)
 	Overview(ctx context.Context, now time.Time) (taskd.Overview, error)
 	AuditPage(ctx context.Context, from, to time.Time, afterID int64, limit int) ([]taskd.AuditEntry, error)
+
+	// ListDispatches returns up to limit records matching f, newest first, after the
+	// cursor after (nil: from the newest).
+	ListDispatches(ctx context.Context, f taskd.DispatchFilter, after *taskd.DispatchCursor, limit int) ([]taskd.DispatchRecord, error)
+	// ExpireDispatch, RetryDispatch and CancelDispatch change one record (not_found for
+	// an unknown log id, conflict for one whose state does not allow the change).
+	ExpireDispatch(ctx context.Context, actor, logID string, now time.Time) (taskd.DispatchChange, error)
+	RetryDispatch(ctx context.Context, actor, logID string, now time.Time) (taskd.DispatchChange, error)
+	CancelDispatch(ctx context.Context, actor, logID string, now time.Time) (taskd.DispatchChange, error)
+
+	// ClientSetting returns a client's settings; SetMaxInFlight sets its max_in_flight
+	// (audited).
+	ClientSetting(ctx context.Context, uid string) (taskd.ClientSetting, error)
+	SetMaxInFlight(ctx context.Context, actor, uid string, n int, now time.Time) (taskd.ClientSetting, error)
 }
 
 // Cache is what the admin service needs from the cache (Redis, package queue): to make
@@ -43,6 +57,9 @@ type Store interface {
 type Cache interface {
 	InvalidateUser(ctx context.Context, uid string) error
 	InvalidateGroup(ctx context.Context, gid string) error
+	// ClearOpen sets uid's open-dispatch hint to none if it still says seen: after an
+	// admin ended that dispatch.
+	ClearOpen(ctx context.Context, uid string, seen schedule.OpenHint) error
 }
 
 // Keys issues and revokes client keys (package clientkey).

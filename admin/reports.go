@@ -254,9 +254,10 @@ func (h *Handlers) Events() http.Handler {
 		}
 		if err == nil {
 			switch f.Type {
-			case "", taskd.EventDispatch, taskd.EventComplete, taskd.EventExpire, taskd.EventRedo, taskd.EventDead, taskd.EventCancel:
+			case "", taskd.EventDispatch, taskd.EventComplete, taskd.EventExpire, taskd.EventRedo, taskd.EventDead, taskd.EventCancel,
+				taskd.EventRetry:
 			default:
-				err = taskd.Errorf(taskd.CodeInvalid, "type: must be dispatch, complete, expire, redo, dead or cancel")
+				err = taskd.Errorf(taskd.CodeInvalid, "type: must be dispatch, complete, expire, redo, retry, dead or cancel")
 			}
 		}
 		if err == nil {

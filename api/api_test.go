@@ -94,12 +94,19 @@ var contract = []endpoint{
 var additions = []endpoint{
 	{"GET", "/openapi.json", authNone, false, false, []int{200}},
 	{"GET", "/v1/admin/overview", authAdmin, false, false, []int{200, 400, 500, 503}},
+	{"GET", "/v1/admin/clients/{uid}", authAdmin, false, false, []int{200}},
 }
 
 // round2 are the routes of API.md's "Additions of round 2" that have landed.
 var round2 = []endpoint{
 	{"POST", "/v1/progress", authClient, true, false, []int{200, 409}},
 	{"PATCH", "/v1/admin/templates/{id}", authAdmin, true, true, []int{200}},
+	{"GET", "/v1/dispatches", authClient, false, false, []int{200}},
+	{"GET", "/v1/admin/dispatches", authAdmin, false, false, []int{200}},
+	{"POST", "/v1/admin/dispatches/{log_id}/expire", authAdmin, false, true, []int{200, 409}},
+	{"POST", "/v1/admin/dispatches/{log_id}/retry", authAdmin, false, true, []int{200, 409}},
+	{"POST", "/v1/admin/dispatches/{log_id}/cancel", authAdmin, false, true, []int{200, 409}},
+	{"PUT", "/v1/admin/clients/{uid}", authAdmin, true, false, []int{200}},
 }
 
 func expectedCodes(e endpoint) []int {
@@ -126,8 +133,8 @@ var contractFields = map[string][]string{
 	"Error":             {"error"},
 	"EnrollRequest":     {"uid", "enroll_secret"},
 	"ClientKeyResponse": {"client_key"},
-	"FetchRequest":      {"wait_ms"},
-	"FetchResult":       {"task", "next_due_at"},
+	"FetchRequest":      {"wait_ms", "max", "template_ids", "complete"},
+	"FetchResult":       {"task", "tasks", "next_due_at"},
 	"Assignment": {"log_id", "task_id", "kind", "due_at", "template_id", "params", "redo", "attempt",
 		"lease_expires_at"},
 	"CompleteRequest": {"log_id", "result", "detail"},
@@ -157,7 +164,11 @@ var contractFields = map[string][]string{
 		"latency_ms_p95", "claimed", "remaining", "dead"},
 	"TaskPatch": {"executor", "start_time", "template_id", "params", "dispatch_times", "mode", "priority",
 		"status", "lease_seconds", "max_attempts", "retry_backoff_seconds", "space_minutes", "end_time"},
-	"AuditList":  {"entries", "next_cursor"},
+	"AuditList":            {"entries", "next_cursor"},
+	"DispatchList":         {"dispatches", "next_cursor"},
+	"ClientSettingRequest": {"max_in_flight"},
+	"DispatchRecord": {"log_id", "uid", "task_id", "due_at", "attempt", "state", "result", "detail", "checkpoint",
+		"stage", "dispatched_at", "finished_at"},
 	"AuditEntry": {"at", "actor", "action", "target", "before", "after"},
 }
 
@@ -184,6 +195,13 @@ var contractBodies = map[string]struct{ request, response string }{
 	"GET /v1/admin/events":                        {"", "EventList"},
 	"GET /v1/admin/stats":                         {"", "Stats"},
 	"GET /v1/admin/audit":                         {"", "AuditList"},
+	"GET /v1/dispatches":                          {"", "DispatchList"},
+	"GET /v1/admin/dispatches":                    {"", "DispatchList"},
+	"POST /v1/admin/dispatches/{log_id}/expire":   {"", "DispatchRecord"},
+	"POST /v1/admin/dispatches/{log_id}/retry":    {"", "DispatchRecord"},
+	"POST /v1/admin/dispatches/{log_id}/cancel":   {"", "DispatchRecord"},
+	"PUT /v1/admin/clients/{uid}":                 {"ClientSettingRequest", "ClientSetting"},
+	"GET /v1/admin/clients/{uid}":                 {"", "ClientSetting"},
 	"GET /healthz":                                {"", "Health"},
 	"GET /readyz":                                 {"", "Ready"},
 	"DELETE /v1/admin/templates/{id}":             {"", ""},
@@ -194,11 +212,13 @@ var contractBodies = map[string]struct{ request, response string }{
 
 // contractQuery is the query parameters API.md lists for each list route.
 var contractQuery = map[string][]string{
-	"GET /v1/admin/tasks":    {"executor", "kind", "status", "limit", "cursor", "template_id" /* an addition */},
-	"GET /v1/admin/schedule": {"executor", "from", "to"},
-	"GET /v1/admin/events":   {"uid", "task_id", "type", "from", "to", "limit", "cursor"},
-	"GET /v1/admin/stats":    {"from", "to"},
-	"GET /v1/admin/audit":    {"from", "to", "limit", "cursor"},
+	"GET /v1/admin/tasks":      {"executor", "kind", "status", "limit", "cursor", "template_id" /* an addition */},
+	"GET /v1/admin/schedule":   {"executor", "from", "to"},
+	"GET /v1/admin/events":     {"uid", "task_id", "type", "from", "to", "limit", "cursor"},
+	"GET /v1/admin/stats":      {"from", "to"},
+	"GET /v1/admin/audit":      {"from", "to", "limit", "cursor"},
+	"GET /v1/dispatches":       {"state", "limit", "cursor"},
+	"GET /v1/admin/dispatches": {"uid", "task_id", "state", "from", "to", "limit", "cursor"},
 }
 
 var methods = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}

@@ -13,14 +13,20 @@ import (
 // internal/store): the claim, the dispatch records' life, and lease expiry. Every fact
 // that must not be lost goes through it.
 type Store interface {
-	// Claim dispatches occurrence occ to uid at now if the rules allow (the task is
-	// active and has it, the user has attempts left, the quota a slot).
-	Claim(ctx context.Context, uid string, occ taskd.Occurrence, now time.Time) (taskd.ClaimOutcome, *taskd.Dispatch, error)
+	// Claim dispatches occurrence occ to uid at now, into the open slot take names, if
+	// the rules allow (the task is active and has it and is of a template take allows,
+	// the user has attempts left, the quota a slot).
+	Claim(ctx context.Context, uid string, occ taskd.Occurrence, now time.Time, take taskd.Take) (taskd.ClaimOutcome, *taskd.Dispatch, error)
 	// Resume takes up a waiting dispatch of uid (a retry, a parked or expired
-	// attempt); redo says it is handed out again rather than claimed anew.
-	Resume(ctx context.Context, uid, logID string, now time.Time) (outcome taskd.ClaimOutcome, d *taskd.Dispatch, redo bool, err error)
-	// OpenDispatch returns the dispatch holding uid's open slot, or nil.
+	// attempt) into the open slot take names; redo says it is handed out again rather
+	// than claimed anew.
+	Resume(ctx context.Context, uid, logID string, now time.Time, take taskd.Take) (outcome taskd.ClaimOutcome, d *taskd.Dispatch, redo bool, err error)
+	// OpenDispatch returns the dispatch holding uid's open slot 1, or nil.
 	OpenDispatch(ctx context.Context, uid string) (*taskd.Dispatch, error)
+	// OpenSlots returns uid's max_in_flight and the slots its open dispatches hold.
+	OpenSlots(ctx context.Context, uid string) (int, []taskd.OpenSlot, error)
+	// GetDispatch returns the dispatch with logID (taskd.ErrNotFound for none).
+	GetDispatch(ctx context.Context, logID string) (*taskd.Dispatch, error)
 	// Redo records that d is handed out again; false when it is no longer open.
 	Redo(ctx context.Context, d *taskd.Dispatch, now time.Time) (bool, error)
 	// Expire expires logID if its lease has run out; nil when there was nothing to do.
@@ -44,6 +50,8 @@ type Store interface {
 type Cache interface {
 	// Peek checks keyHash (unless empty) and returns uid's heap as due at now.
 	Peek(ctx context.Context, uid, keyHash string, now time.Time) (schedule.View, error)
+	// PeekN is Peek returning up to n due entries.
+	PeekN(ctx context.Context, uid, keyHash string, now time.Time, n int) (schedule.View, error)
 	// Pop removes popped entries, leaving the open-dispatch hint.
 	Pop(ctx context.Context, uid string, popped []schedule.Entry) error
 	// SetOpen records logID as uid's open dispatch and removes popped entries.

@@ -40,6 +40,10 @@ func (h *Handlers) decodeAuthenticated(w http.ResponseWriter, r *http.Request, u
 
 type fetchRequest struct {
 	WaitMS *int64 `json:"wait_ms"`
+	// Max and TemplateIDs make a batch fetch: up to max tasks at once (bounded by the
+	// client's max_in_flight), only of those templates.
+	Max         *int64  `json:"max"`
+	TemplateIDs []int64 `json:"template_ids"`
 	// Complete, when present, is completed first, by the rules of POST /v1/complete:
 	// one request per cycle.
 	Complete *completeRequest `json:"complete"`
@@ -68,8 +72,18 @@ func (h *Handlers) Fetch() http.Handler {
 			}
 			wait = time.Duration(min(*req.WaitMS, 3_600_000)) * time.Millisecond
 		}
+		batch, err := parseBatch(req)
+		if err != nil {
+			web.Error(w, r, h.log, err)
+			return
+		}
+		fetch := func() (FetchResult, error) {
+			if batch != nil {
+				return h.svc.FetchBatch(r.Context(), uid, hash, *batch, wait)
+			}
+			return h.svc.Fetch(r.Context(), uid, hash, wait)
+		}
 		var res FetchResult
-		var err error
 		if req.Complete != nil {
 			// A fetch is not under the server's per-request bound (its long poll
 			// bounds each round); the complete it carries is, as on its own. Once it is
@@ -81,27 +95,74 @@ func (h *Handlers) Fetch() http.Handler {
 				web.Error(w, r, h.log, cerr)
 				return
 			}
-			if c.move != nil {
-				// A stage move is its own complete, then the fetch as usual.
+			switch {
+			case c.move != nil, batch != nil:
+				// A stage move, or a complete before a batch, is its own complete, then
+				// the fetch as usual.
 				bounded, cancel := context.WithTimeout(r.Context(), h.svc.cfg.RequestTimeout)
-				err = h.svc.CompleteStage(bounded, uid, hash, c.logID, c.detail, *c.move)
+				if c.move != nil {
+					err = h.svc.CompleteStage(bounded, uid, hash, c.logID, c.detail, *c.move)
+				} else {
+					err = h.svc.Complete(bounded, uid, hash, c.logID, c.result, c.detail)
+				}
 				cancel()
 				if err == nil {
-					res, err = h.svc.Fetch(r.Context(), uid, hash, wait)
+					res, err = fetch()
 				}
-			} else {
+			default:
 				res, err = h.svc.CompleteAndFetch(r.Context(), uid, hash, c.logID, c.result, c.detail, wait)
 			}
 		} else {
-			res, err = h.svc.Fetch(r.Context(), uid, hash, wait)
+			res, err = fetch()
 		}
 		if err != nil {
 			web.Error(w, r, h.log, err)
 			return
 		}
+		if batch != nil {
+			// A batch's reply always has its tasks, [] for none.
+			web.Encode(w, http.StatusOK, batchReply{Task: res.Task, Tasks: nonNil(res.Tasks), NextDueAt: res.NextDueAt})
+			return
+		}
 		web.Encode(w, http.StatusOK, res)
 	})
 }
+
+// batchReply is a batch fetch's reply: tasks always present, task its first or null.
+type batchReply struct {
+	Task      *Assignment   `json:"task"`
+	Tasks     []*Assignment `json:"tasks"`
+	NextDueAt *time.Time    `json:"next_due_at"`
+}
+
+// parseBatch checks a fetch's max and template_ids; nil for a fetch without either.
+func parseBatch(req fetchRequest) (*Batch, error) {
+	if req.Max == nil && req.TemplateIDs == nil {
+		return nil, nil
+	}
+	b := &Batch{Max: 1}
+	if req.Max != nil {
+		if *req.Max < 1 || *req.Max > taskd.MaxInFlightLimit {
+			return nil, taskd.Errorf(taskd.CodeInvalid, "max: must be 1..%d, got %d", taskd.MaxInFlightLimit, *req.Max)
+		}
+		b.Max = int(*req.Max)
+	}
+	if req.TemplateIDs != nil {
+		if len(req.TemplateIDs) == 0 || len(req.TemplateIDs) > maxTemplateIDs {
+			return nil, taskd.Errorf(taskd.CodeInvalid, "template_ids: give 1..%d template ids, or leave it out for any template", maxTemplateIDs)
+		}
+		for i, id := range req.TemplateIDs {
+			if id < 1 {
+				return nil, taskd.Errorf(taskd.CodeInvalid, "template_ids[%d]: must be a template id (>= 1), got %d", i, id)
+			}
+		}
+		b.Templates = req.TemplateIDs
+	}
+	return b, nil
+}
+
+// maxTemplateIDs bounds a fetch's template_ids.
+const maxTemplateIDs = 100
 
 type completeRequest struct {
 	LogID  string          `json:"log_id"`
@@ -247,4 +308,12 @@ func parseComplete(req completeRequest, prefix string) (parsedComplete, error) {
 		c.move.Delay = time.Duration(*req.DelaySeconds) * time.Second
 	}
 	return c, nil
+}
+
+// nonNil is tasks, or an empty list for none.
+func nonNil(tasks []*Assignment) []*Assignment {
+	if tasks == nil {
+		return []*Assignment{}
+	}
+	return tasks
 }

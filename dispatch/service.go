@@ -74,8 +74,11 @@ type Assignment struct {
 
 // FetchResult is a fetch's answer: a task or none, and when the next one is due.
 type FetchResult struct {
-	Task      *Assignment `json:"task"`
-	NextDueAt *time.Time  `json:"next_due_at"`
+	Task *Assignment `json:"task"`
+	// Tasks is a batch fetch's tasks, in heap order (Task is the first); nil for a
+	// fetch without max.
+	Tasks     []*Assignment `json:"tasks,omitempty"`
+	NextDueAt *time.Time    `json:"next_due_at"`
 }
 
 func assignment(d *taskd.Dispatch, redo bool) *Assignment {
@@ -133,6 +136,25 @@ type peeked struct {
 // longPoll fetches in rounds until a task is due or wait runs out; first, if not nil,
 // is the first round's view.
 func (s *Service) longPoll(ctx context.Context, uid, keyHash string, wait time.Duration, first *peeked) (FetchResult, error) {
+	return s.poll(ctx, wait, func(round context.Context) (FetchResult, error) {
+		if first == nil {
+			return s.fetch(round, uid, keyHash)
+		}
+		res, err := s.fetchFrom(round, uid, first.view, s.now())
+		if err == nil && res.Task == nil && first.completed != "" {
+			// Nothing was dispatched, so nothing overwrote the completed dispatch's
+			// hint.
+			s.clearOpen(round, uid, schedule.OpenIs(first.completed))
+		}
+		first = nil
+		return res, err
+	})
+}
+
+// poll runs a fetch's rounds, each bounded by the request bound, until one hands out a
+// task or wait (capped) runs out; between rounds it sleeps until the next due time
+// the last round saw, or a poll step.
+func (s *Service) poll(ctx context.Context, wait time.Duration, fetch func(round context.Context) (FetchResult, error)) (FetchResult, error) {
 	wait = min(wait, s.cfg.MaxWait)
 	deadline := s.clock.Now().Add(wait)
 	// The wait is also bounded in real time, so that a long poll ends even when the
@@ -140,19 +162,7 @@ func (s *Service) longPoll(ctx context.Context, uid, keyHash string, wait time.D
 	realDeadline := time.Now().Add(wait)
 	for {
 		round, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
-		var res FetchResult
-		var err error
-		if first != nil {
-			res, err = s.fetchFrom(round, uid, first.view, s.now())
-			if err == nil && res.Task == nil && first.completed != "" {
-				// Nothing was dispatched, so nothing overwrote the completed
-				// dispatch's hint.
-				s.clearOpen(round, uid, schedule.OpenIs(first.completed))
-			}
-			first = nil
-		} else {
-			res, err = s.fetch(round, uid, keyHash)
-		}
+		res, err := fetch(round)
 		cancel()
 		if err != nil || res.Task != nil || wait <= 0 {
 			return res, err
@@ -172,7 +182,7 @@ func (s *Service) longPoll(ctx context.Context, uid, keyHash string, wait time.D
 			return res, nil
 		case <-t.C:
 		}
-		// keyHash stays: every round's peek checks it again (in the same script, at no
+		// Every round's peek checks the client key again (in the same script, at no
 		// cost), so a key revoked during a long poll stops it.
 	}
 }
@@ -206,7 +216,7 @@ func (s *Service) fetchFrom(ctx context.Context, uid string, view schedule.View,
 		var popped []schedule.Entry
 		waits := false
 		for i, e := range view.Due {
-			outcome, d, redo, err := s.take(ctx, uid, e, now)
+			outcome, d, redo, err := s.take(ctx, uid, e, now, taskd.Single)
 			if err != nil {
 				s.pop(ctx, uid, popped)
 				s.forgetOpen(ctx, uid)
@@ -222,9 +232,12 @@ func (s *Service) fetchFrom(ctx context.Context, uid string, view schedule.View,
 				}
 				s.setOpen(ctx, uid, d.LogID, popped)
 				return FetchResult{Task: assignment(d, redo), NextDueAt: nextDue(&e, view.Due[i+1:], view.Next)}, nil
-			case taskd.UserBusy:
+			case taskd.UserBusy, taskd.Holding:
 				// Another request of this user dispatched first: hand that one out, or,
-				// if it is already finished, look at the heap again.
+				// if it is already finished, look at the heap again. Holding: the user
+				// holds this until_exhausted occurrence open, in slot 1 (that one is
+				// handed out) or in another slot a batch fetch gave it (the entry stays
+				// and the next is tried).
 				s.cfg.Metrics.ClaimRefused("user_busy")
 				s.pop(ctx, uid, popped)
 				res, done, err := s.resumeOpen(ctx, uid, schedule.NoneOpen, now, view)
@@ -232,6 +245,10 @@ func (s *Service) fetchFrom(ctx context.Context, uid string, view schedule.View,
 					return res, err
 				}
 				popped = nil
+				if outcome == taskd.Holding {
+					waits = true
+					continue
+				}
 			case taskd.NotDue: // a retry a little early by this node's clock: it stays
 				waits = true
 				continue
@@ -262,13 +279,14 @@ func staysOnOffer(e schedule.Entry, d *taskd.Dispatch) bool {
 	return e.LogID == "" && d.Mode == taskd.ModeUntilExhausted
 }
 
-// take dispatches a due heap entry to uid: it claims the entry's occurrence, or, for a
-// waiting dispatch of the user, resumes it (redo says it is handed out again).
-func (s *Service) take(ctx context.Context, uid string, e schedule.Entry, now time.Time) (taskd.ClaimOutcome, *taskd.Dispatch, bool, error) {
+// take dispatches a due heap entry to uid, into the open slot tk names: it claims the
+// entry's occurrence, or, for a waiting dispatch of the user, resumes it (redo says it
+// is handed out again).
+func (s *Service) take(ctx context.Context, uid string, e schedule.Entry, now time.Time, tk taskd.Take) (taskd.ClaimOutcome, *taskd.Dispatch, bool, error) {
 	if e.LogID != "" {
-		return s.store.Resume(ctx, uid, e.LogID, now)
+		return s.store.Resume(ctx, uid, e.LogID, now, tk)
 	}
-	outcome, d, err := s.store.Claim(ctx, uid, e.Occurrence(), now)
+	outcome, d, err := s.store.Claim(ctx, uid, e.Occurrence(), now, tk)
 	return outcome, d, false, err
 }
 
@@ -511,11 +529,12 @@ func (s *Service) finish(ctx context.Context, uid, logID string, clearHint bool,
 	switch outcome {
 	case taskd.Completed:
 		clear()
-		if d.Mode == taskd.ModeUntilExhausted && d.State == taskd.StateDone && (d.Attempt > 1 || d.Stage != "") {
+		if d.Mode == taskd.ModeUntilExhausted && d.State == taskd.StateDone && (d.Attempt > 1 || d.Stage != "" || d.Resumed) {
 			// The occurrence stays on offer to this user while quota lasts. A first
 			// attempt's heap entry stayed in place (staysOnOffer); a later attempt came
-			// from a waiting dispatch's entry (so did any stage but a first), and the
-			// rebuild from the new cursor puts the occurrence back.
+			// from a waiting dispatch's entry (so did any stage but a first, and the
+			// attempt after an admin's retry), and the rebuild from the new cursor puts
+			// the occurrence back.
 			return outcome, true, s.cache.InvalidateUser(ctx, uid)
 		}
 		return outcome, false, nil

@@ -97,6 +97,7 @@ type phaseOptions struct {
 	failRate float64
 	seed     uint64
 	combine  bool // carry each complete on the next fetch as the same user
+	batch    int  // fetch up to this many tasks at once (0: single fetches)
 }
 
 // phaseResult is what a phase's agents did.
@@ -189,6 +190,10 @@ type carried struct {
 // cycle is one agent cycle: fetch (carrying the previous complete, if any); if a task
 // came, think, then complete it, or, with opts.combine, return it to be carried.
 func cycle(ctx context.Context, c *Client, key string, begin time.Time, opts phaseOptions, rng *mrand.Rand, rec *recorder, ctrs *counters, prev *carried) *carried {
+	if opts.batch > 0 {
+		batchCycle(ctx, c, key, begin, opts, rng, rec, ctrs)
+		return nil
+	}
 	var reply FetchReply
 	var err error
 	if prev != nil {
@@ -234,6 +239,48 @@ func cycle(ctx context.Context, c *Client, key string, begin time.Time, opts pha
 	}
 	finish(ctx, c, key, done, rec, ctrs)
 	return nil
+}
+
+// batchCycle is a batch run's cycle: one batch fetch (max opts.batch); the tasks that
+// came are worked together (think) and completed concurrently, as an agent holding
+// several tasks would.
+func batchCycle(ctx context.Context, c *Client, key string, begin time.Time, opts phaseOptions, rng *mrand.Rand, rec *recorder, ctrs *counters) {
+	reply, err := c.FetchBatch(ctx, key, opts.batch)
+	rec.latency(EndpointFetch, time.Since(begin))
+	ctrs.requests.Add(1)
+	if err != nil {
+		recordErr(rec, ctrs, EndpointFetch, err)
+		return
+	}
+	rec.fetches++
+	if len(reply.Tasks) == 0 {
+		rec.empty++
+		return
+	}
+	dones := make([]*carried, len(reply.Tasks))
+	for i, t := range reply.Tasks {
+		if t.Redo {
+			rec.redos++
+		} else {
+			rec.dispatched++
+		}
+		rec.gotLogIDs = append(rec.gotLogIDs, t.LogID)
+		dones[i] = &carried{logID: t.LogID, success: opts.failRate == 0 || rng.Float64() >= opts.failRate}
+	}
+	if opts.think > 0 && !sleep(ctx, opts.think) {
+		return
+	}
+	// Each complete records into a recorder of its own; they are merged after.
+	recs := make([]*recorder, len(dones))
+	var wg sync.WaitGroup
+	for i, done := range dones {
+		recs[i] = newRecorder()
+		wg.Go(func() { finish(ctx, c, key, done, recs[i], ctrs) })
+	}
+	wg.Wait()
+	for _, r := range recs {
+		rec.merge(r)
+	}
 }
 
 // finish sends a complete on its own.

@@ -170,6 +170,20 @@ func (c *Client) Fetch(ctx context.Context, key string) (FetchReply, error) {
 	return r, err
 }
 
+// BatchReply is a batch fetch's answer.
+type BatchReply struct {
+	Tasks     []*Assignment `json:"tasks"`
+	NextDueAt *time.Time    `json:"next_due_at"`
+}
+
+// FetchBatch polls once as the key's owner for up to max tasks.
+func (c *Client) FetchBatch(ctx context.Context, key string, max int) (BatchReply, error) {
+	var r BatchReply
+	body, _ := json.Marshal(map[string]any{"max": max})
+	err := c.do(ctx, http.MethodPost, "/v1/fetch", key, body, &r)
+	return r, err
+}
+
 // Complete reports a task's result.
 func (c *Client) Complete(ctx context.Context, key, logID string, success bool) error {
 	body, _ := json.Marshal(completeBody(logID, success))

@@ -69,6 +69,9 @@ type Config struct {
 	// Combine carries each complete on the agent's next fetch as the same user (POST
 	// /v1/fetch with "complete"): one request per cycle.
 	Combine bool
+	// Batch makes each fetch a batch fetch of up to Batch tasks ("max"), each user's
+	// max_in_flight set to Batch at setup; 0: single fetches.
+	Batch   int
 	Warmup  bool          // poll every user once before the timed run
 	Timeout time.Duration // per request
 
@@ -131,6 +134,8 @@ func (c *Config) table(dispatchToken *string) config.Table {
 			Value: config.Duration(&c.Think, config.NotNegative), Skip: runOnly},
 		{Flag: "combine", Default: "false", Usage: "carry each complete on the next fetch as the same user: one request per cycle",
 			Value: config.Bool(&c.Combine), Skip: runOnly},
+		{Flag: "batch", Default: "0", Usage: "fetch up to this many tasks at once (fetch with max; each user's max_in_flight is set to it at setup) and complete them together; 0: single fetches",
+			Value: config.Int(&c.Batch, config.Between(0, 100)), Skip: runOnly},
 		{Flag: "fail-rate", Default: "0.05", Usage: "share of completions reported as failure (0..1)",
 			Value: config.Float(&c.FailRate, config.Between(0.0, 1.0)), Skip: runOnly},
 		{Flag: "warmup", Default: "true", Usage: "poll every user once before the timed run (reported apart)",
@@ -254,6 +259,9 @@ func (c Config) Validate() error {
 		// work and their users' polls come back empty, which measures misses, not
 		// dispatch.
 		errs = append(errs, src.Errorf("-rotate", "-workload cycles needs a rotate task per group so that every poll finds work: at least -groups (%d), got %d", s.Groups, s.Rotate))
+	}
+	if c.Batch > 0 && c.Combine {
+		errs = append(errs, src.Errorf("-batch", "does not go with -combine (a batch's completes are sent on their own), got %d", c.Batch))
 	}
 	if n := s.Once + s.Rotate; s.Once >= 0 && s.Rotate >= 0 && (n < 1 || n > 1_000_000) {
 		errs = append(errs, fmt.Errorf("-once, -rotate: need 1..1000000 tasks together, got %d and %d", s.Once, s.Rotate))

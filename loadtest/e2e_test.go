@@ -115,3 +115,29 @@ func TestEndToEndOpenModel(t *testing.T) {
 		t.Errorf("open model: %+v", rep.Run)
 	}
 }
+
+// A batch run (fetch with max 10, every user's max_in_flight 10) dispatches several
+// tasks per fetch, completes them all, and passes its check (no quota over-dispatched,
+// no occurrence twice to a user, every dispatch seen by an agent).
+func TestEndToEndBatch(t *testing.T) {
+	t.Parallel()
+	url, db := startServer(t)
+	cfg := tinyConfig(url)
+	cfg.Workload, cfg.Batch, cfg.Warmup = WorkloadCycles, 10, false
+	rep, err := Run(t.Context(), cfg, Progress{})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	r := rep.Run
+	if r.Errors != 0 || r.Fetches == 0 || r.Dispatched <= r.Fetches || !rep.Passed() {
+		t.Fatalf("batch run: %+v (check %+v)", r, rep.Check)
+	}
+	var n int
+	if err := db.QueryRow("SELECT COUNT(*) FROM client_setting WHERE max_in_flight = 10").Scan(&n); err != nil || n != cfg.Size.Users {
+		t.Fatalf("max_in_flight set for %d users (%v), want %d", n, err, cfg.Size.Users)
+	}
+	if int64(rep.Check.AgentCompleted) != r.Cycles || rep.Check.UnseenDispatches != 0 {
+		t.Errorf("cross-check: agents completed %d, run says %d; unseen dispatches %d",
+			rep.Check.AgentCompleted, r.Cycles, rep.Check.UnseenDispatches)
+	}
+}

@@ -61,6 +61,7 @@ func Run(ctx context.Context, cfg Config, prog Progress) (*Report, error) {
 	s := cfg.Size
 	rep.RunID, rep.Preset, rep.Workload, rep.Rate = runID, cfg.Preset, cfg.Workload, cfg.Rate
 	rep.Think, rep.FailRate, rep.Combine = float64(cfg.Think)/float64(time.Millisecond), cfg.FailRate, cfg.Combine
+	rep.Batch = cfg.Batch
 	rep.Scenario = &SizeJSON{Users: s.Users, Groups: s.Groups, Templates: s.Templates, Once: s.Once, Rotate: s.Rotate, Agents: s.Agents}
 
 	sc := NewScenario(cfg, runID, time.Now())
@@ -98,6 +99,7 @@ func Run(ctx context.Context, cfg Config, prog Progress) (*Report, error) {
 	}
 	opts := base
 	opts.deadline, opts.cycles, opts.rate, opts.combine = time.Now().Add(s.Duration), cfg.Cycles, cfg.Rate, cfg.Combine
+	opts.batch = cfg.Batch
 	opts.seed++
 	rep.Run = phase("run", opts)
 	if err := ctx.Err(); err != nil {

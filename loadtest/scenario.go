@@ -19,6 +19,8 @@ type Scenario struct {
 	GroupIDs  []string            // gids in creation order
 	Templates []TemplateSpec
 	Tasks     []TaskSpec
+	// MaxInFlight is every user's max_in_flight (a batch run's); 0 or 1: the default.
+	MaxInFlight int
 }
 
 // TemplateSpec is a parameter template to create.
@@ -87,7 +89,7 @@ func GroupID(runID string, j int) string { return fmt.Sprintf("%s-g%d", runID, j
 func NewScenario(cfg Config, runID string, now time.Time) *Scenario {
 	now = now.UTC().Truncate(time.Second)
 	rng := mrand.New(mrand.NewPCG(cfg.Seed, 0x10ad7e57))
-	s := &Scenario{RunID: runID, Workload: cfg.Workload, Created: now, Groups: map[string][]string{}}
+	s := &Scenario{RunID: runID, Workload: cfg.Workload, Created: now, Groups: map[string][]string{}, MaxInFlight: cfg.Batch}
 	size := cfg.Size
 	for j := 0; j < size.Groups; j++ {
 		s.GroupIDs = append(s.GroupIDs, GroupID(runID, j))

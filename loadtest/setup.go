@@ -25,7 +25,8 @@ type Deployed struct {
 const membersChunk = 1000
 
 // Setup creates sc on the server with at most concurrency admin requests in flight:
-// templates, one client key per user, group memberships, then the tasks.
+// templates, one client key per user (and its max_in_flight, for a batch run), group
+// memberships, then the tasks.
 func Setup(ctx context.Context, c *Client, sc *Scenario, concurrency int, progress func(stage string, done, total int)) (*Deployed, error) {
 	start := time.Now()
 	d := &Deployed{Scenario: sc, Keys: make([]string, len(sc.Users)), TaskIDs: map[string]bool{}}
@@ -74,6 +75,11 @@ func Setup(ctx context.Context, c *Client, sc *Scenario, concurrency int, progre
 			}
 			if err := call(gctx, http.MethodPost, "/v1/admin/clients/"+idPath(uid)+"/keys", nil, &r); err != nil {
 				return fmt.Errorf("issue key for %s: %w", uid, err)
+			}
+			if sc.MaxInFlight > 1 {
+				if err := call(gctx, http.MethodPut, "/v1/admin/clients/"+idPath(uid), map[string]any{"max_in_flight": sc.MaxInFlight}, nil); err != nil {
+					return fmt.Errorf("set max_in_flight of %s: %w", uid, err)
+				}
 			}
 			d.Keys[i] = r.ClientKey
 			if n := done.Add(1); n%5000 == 0 {

@@ -108,6 +108,11 @@ func (c *Cache) peek(ctx context.Context, uid, groups, keyHash string, now time.
 // entries due at now, rebuilding the heap from MySQL first if it is cold or stale. A
 // warm peek is one Redis round trip.
 func (c *Cache) Peek(ctx context.Context, uid, keyHash string, now time.Time) (schedule.View, error) {
+	return c.PeekN(ctx, uid, keyHash, now, c.cfg.MaxDue)
+}
+
+// PeekN is Peek returning up to maxDue due entries (a batch fetch's).
+func (c *Cache) PeekN(ctx context.Context, uid, keyHash string, now time.Time, maxDue int) (schedule.View, error) {
 	var groups string
 	if g, ok := c.groups.Load(uid); ok {
 		groups = g.(string)
@@ -118,7 +123,7 @@ func (c *Cache) Peek(ctx context.Context, uid, keyHash string, now time.Time) (s
 		if attempt == 50 {
 			return schedule.View{}, taskd.Errorf(taskd.CodeUnavailable, "heap of user %s did not settle", uid)
 		}
-		res, err := c.peek(ctx, uid, groups, keyHash, now, c.cfg.MaxDue)
+		res, err := c.peek(ctx, uid, groups, keyHash, now, maxDue)
 		if err != nil {
 			return schedule.View{}, err
 		}
@@ -145,21 +150,21 @@ func (c *Cache) Peek(ctx context.Context, uid, keyHash string, now time.Time) (s
 			// than this request: after a few refusals, serve it without caching it.
 			if b != nil && b.written {
 				if refused++; refused >= maxRefusals {
-					return b.view(res[1].(string), now, c.cfg.MaxDue), nil
+					return b.view(res[1].(string), now, maxDue), nil
 				}
 			}
 			prev := b
 			b, err = c.rebuild(ctx, uid, res[3].(string))
 			if errors.Is(err, ErrOverBudget) && prev != nil {
 				// An offer read from MySQL during this request is in hand.
-				return prev.view(res[1].(string), now, c.cfg.MaxDue), nil
+				return prev.view(res[1].(string), now, maxDue), nil
 			}
 			if err != nil {
 				return schedule.View{}, err
 			}
 			if b != nil && !b.written {
 				if refused++; refused >= maxRefusals {
-					return b.view(res[1].(string), now, c.cfg.MaxDue), nil
+					return b.view(res[1].(string), now, maxDue), nil
 				}
 			}
 			if g, ok := c.groups.Load(uid); ok {

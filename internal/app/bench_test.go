@@ -11,6 +11,7 @@ import (
 
 	"github.com/taskpull/taskd"
 	"github.com/taskpull/taskd/clientkey"
+	"github.com/taskpull/taskd/dispatch"
 	"github.com/taskpull/taskd/internal/app"
 	"github.com/taskpull/taskd/internal/testenv"
 )
@@ -302,5 +303,61 @@ func BenchmarkHeapRebuild(b *testing.B) {
 	b.StopTimer()
 	if n, _ := e.rdb.ZCard(ctx, cache.Keys().Heap("1")).Result(); n != 550 {
 		b.Fatalf("heap has %d entries, want 550", n)
+	}
+}
+
+// A batch of 10 against 10 single fetches: a user with max_in_flight 10 and ten
+// rotations due every minute; each iteration the clock moves a minute and the user
+// takes the ten due tasks, by one batch fetch (max 10) or by ten fetches (the single
+// path's one request per cycle: a fetch carrying the previous complete), and completes
+// them. ns/task is the time per task handed out and completed.
+func BenchmarkBatchFetch(b *testing.B) {
+	for _, batch := range []bool{true, false} {
+		name := "single x10"
+		if batch {
+			name = "batch of 10"
+		}
+		b.Run(name, func(b *testing.B) {
+			e := newEnv(b, 1)
+			for range 10 {
+				e.task("rotate", map[string]any{"executor": "uid_1", "start_time": ts(t0), "space_minutes": 1})
+			}
+			e.setMaxInFlight("1", 10)
+			uid, hash, _ := clientkey.Parse(e.key("1"))
+			svc := e.apps[0].Dispatch
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				e.clock.Advance(time.Minute)
+				if batch {
+					r, err := svc.FetchBatch(ctx, uid, hash, dispatch.Batch{Max: 10}, 0)
+					if err != nil || len(r.Tasks) != 10 {
+						b.Fatalf("batch: %d tasks, %v", len(r.Tasks), err)
+					}
+					for _, t := range r.Tasks {
+						if err := svc.Complete(ctx, uid, hash, t.LogID, taskd.ResultSuccess, nil); err != nil {
+							b.Fatal(err)
+						}
+					}
+					continue
+				}
+				r, err := svc.Fetch(ctx, uid, hash, 0)
+				for n := 1; ; n++ {
+					if err != nil || r.Task == nil {
+						b.Fatalf("fetch %d: %+v %v", n, r.Task, err)
+					}
+					if n == 10 {
+						break
+					}
+					r, err = svc.CompleteAndFetch(ctx, uid, hash, r.Task.LogID, taskd.ResultSuccess, nil, 0)
+				}
+				if err := svc.Complete(ctx, uid, hash, r.Task.LogID, taskd.ResultSuccess, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(10*b.N), "ns/task")
+		})
 	}
 }

@@ -53,6 +53,7 @@ func (a *App) routes() http.Handler {
 	r.Method(http.MethodPost, "/v1/fetch", client.Fetch())
 	r.Method(http.MethodPost, "/v1/complete", client.Complete())
 	r.Method(http.MethodPost, "/v1/progress", client.Progress())
+	r.Method(http.MethodGet, "/v1/dispatches", dispatch.NewRecords(a.deps.Store, a.Cache, log).List())
 
 	isClientKey := func(ctx context.Context, key string) bool {
 		_, err := a.Keys.Verify(ctx, key)
@@ -83,6 +84,12 @@ func (a *App) routes() http.Handler {
 		r.Method(http.MethodGet, "/stats", h.Stats())
 		r.Method(http.MethodGet, "/overview", h.Overview())
 		r.Method(http.MethodGet, "/audit", h.Audit())
+		r.Method(http.MethodGet, "/clients/{uid}", h.GetClient())
+		r.Method(http.MethodPut, "/clients/{uid}", h.PutClient())
+		r.Method(http.MethodGet, "/dispatches", h.ListDispatches())
+		r.Method(http.MethodPost, "/dispatches/{log_id}/expire", h.ExpireDispatch())
+		r.Method(http.MethodPost, "/dispatches/{log_id}/retry", h.RetryDispatch())
+		r.Method(http.MethodPost, "/dispatches/{log_id}/cancel", h.CancelDispatch())
 	})
 	return r
 }

@@ -273,7 +273,7 @@ func TestGroupCommitUnderConcurrency(t *testing.T) {
 			<-start
 			for round := range 3 {
 				for _, occ := range occs {
-					outcome, d, err := st.Claim(ctx, uid, occ, batchAt)
+					outcome, d, err := st.Claim(ctx, uid, occ, batchAt, taskd.Single)
 					if err != nil {
 						t.Error(err)
 						return
@@ -342,7 +342,7 @@ func TestGroupCommitOff(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			outcome, d, err := st.Claim(ctx, fmt.Sprint(u), occ, batchAt)
+			outcome, d, err := st.Claim(ctx, fmt.Sprint(u), occ, batchAt, taskd.Single)
 			if err != nil {
 				t.Error(err)
 				return

@@ -141,22 +141,25 @@ func loadDispatchTask(ctx context.Context, tx *sql.Tx, k taskd.TaskKey) (*dispat
 	return m[k], err
 }
 
-// Claim tries to dispatch occurrence occ to uid at now. On Claimed it returns the new
-// open record; its attempt counts the user's earlier attempts at the occurrence that
-// expired. It waits for the commit of the batch it joins.
-func (s *Store) Claim(ctx context.Context, uid string, occ taskd.Occurrence, now time.Time) (taskd.ClaimOutcome, *taskd.Dispatch, error) {
+// Claim tries to dispatch occurrence occ to uid at now, into the open slot take names
+// (UserBusy when that slot is taken) and only if the task's template is one take
+// allows (Filtered otherwise). On Claimed it returns the new open record; its attempt
+// counts the user's latest expired attempts at the occurrence. It waits for the commit
+// of the batch it joins.
+func (s *Store) Claim(ctx context.Context, uid string, occ taskd.Occurrence, now time.Time, take taskd.Take) (taskd.ClaimOutcome, *taskd.Dispatch, error) {
 	if s.claims == nil {
-		return s.claimOne(ctx, uid, occ, now)
+		return s.claimOne(ctx, uid, occ, now, take)
 	}
 	occ.DueAt = occ.DueAt.UTC() // a map key in the batch, as MySQL gives it back
-	out, err := s.claims.do(ctx, claimIn{uid: uid, occ: occ, now: now})
+	out, err := s.claims.do(ctx, claimIn{uid: uid, occ: occ, now: now, take: take})
 	return out.outcome, out.d, mysqlErr("claim "+occ.String(), err)
 }
 
 type claimIn struct {
-	uid string
-	occ taskd.Occurrence
-	now time.Time
+	uid  string
+	occ  taskd.Occurrence
+	now  time.Time
+	take taskd.Take
 }
 
 type claimOut struct {
@@ -182,7 +185,7 @@ func (s *Store) runClaims(jobs []*claimJob) {
 }
 
 func (s *Store) claimAlone(j *claimJob) (claimOut, error) {
-	outcome, d, err := s.claimOne(j.ctx, j.in.uid, j.in.occ, j.in.now)
+	outcome, d, err := s.claimOne(j.ctx, j.in.uid, j.in.occ, j.in.now, j.in.take)
 	return claimOut{outcome, d}, err
 }
 
@@ -251,8 +254,11 @@ func (s *Store) claimAll(ctx context.Context, c *claimRun) error {
 		return err
 	}
 	for i, j := range c.jobs {
-		if !c.task(i).offers(j.in.occ) {
+		switch t := c.task(i); {
+		case !t.offers(j.in.occ):
 			c.st[i].outcome = taskd.Gone
+		case !j.in.take.Allows(t.templateID):
+			c.st[i].outcome = taskd.Filtered
 		}
 	}
 	if err := c.takeHolds(ctx); err != nil {
@@ -262,7 +268,10 @@ func (s *Store) claimAll(ctx context.Context, c *claimRun) error {
 		return err
 	}
 	for _, i := range c.open() {
-		if !taskd.MayClaim(c.st[i].prior, c.task(i).settings.MaxAttempts) {
+		switch prior := c.st[i].prior; {
+		case prior == priorHolding:
+			c.st[i].outcome = taskd.Holding
+		case !taskd.MayClaim(prior, c.task(i).settings.MaxAttempts):
 			c.st[i].outcome = taskd.AlreadyHad
 		}
 	}
@@ -290,14 +299,22 @@ func (s *Store) claimAll(ctx context.Context, c *claimRun) error {
 }
 
 // priorExpr is, over a user's dispatch records of one until_exhausted occurrence, the
-// attempts the user already used at it: -1 if one waits for a retry, is dead, or is a
-// completed stage whose next stage waits (the user may not take it again now), else the attempts of its expired records. Its
+// attempts the user already used at it: priorHolding if one is open (in another of the
+// user's slots); -1 if the user may not take it now: one waits for a retry or the
+// next stage (a retry an admin asked for too), or was cancelled by an admin (for
+// good), or the latest died; else the attempt of the latest record if it expired (the
+// attempts at its stage since the last completion), 0 after a completion. Its
 // arguments are priorArgs.
-const priorExpr = `IF(SUM(state IN (?, ?) OR (state = ? AND waiting_uid IS NOT NULL)) > 0, -1,
-	COALESCE(MAX(IF(state = ?, attempt, 0)), 0))`
+const priorExpr = `IF(SUM(state = ?) > 0, -2,
+	IF(SUM(state = ? OR (state IN (?, ?) AND waiting_uid IS NOT NULL) OR cancelled_at IS NOT NULL) > 0, -1,
+	COALESCE(CAST(SUBSTRING_INDEX(GROUP_CONCAT(IF(state = ?, attempt, IF(state = ?, -1, 0))
+	ORDER BY dispatched_at DESC, log_id DESC), ',', 1) AS SIGNED), 0)))`
+
+// priorHolding is priorExpr's "the user holds the occurrence open".
+const priorHolding = -2
 
 func priorArgs() []any {
-	return []any{taskd.StateRetryWait, taskd.StateDead, taskd.StateStaged, taskd.StateExpired}
+	return []any{taskd.StateOpen, taskd.StateRetryWait, taskd.StateStaged, taskd.StateDead, taskd.StateExpired, taskd.StateDead}
 }
 
 // occUser is a once_per_user hold's key.
@@ -478,35 +495,37 @@ func occArgs(occs []taskd.Occurrence, n []int) []any {
 	return args
 }
 
-// grant gives the open claims their slots in batch order, against the locked counters,
-// and inserts their dispatch records; it returns the slots added per occurrence. A
-// user's second claim in the batch, or a claim of a user whose open slot is already
-// taken (found when the insert hits the open-slot key), is UserBusy, and the slots are
-// given again without it.
+// grant gives the open claims their quota slots in batch order, against the locked
+// counters, and inserts their dispatch records; it returns the slots added per
+// occurrence. A second claim of the same user's open slot in the batch, or a claim of
+// an open slot already taken (found when the insert hits the open-slot key), is
+// UserBusy, and the quota slots are given again without it.
 func (c *claimRun) grant(ctx context.Context, claimed map[taskd.Occurrence]int) (map[taskd.Occurrence]int, error) {
-	busy := map[string]bool{}
+	busy := map[userSlot]bool{}
 	for {
 		added := map[taskd.Occurrence]int{}
-		users := map[string]bool{}
+		users := map[userSlot]bool{}
 		decided := map[int]taskd.ClaimOutcome{}
 		var granted []int
 		var ds []*taskd.Dispatch
 		for _, i := range c.open() {
 			in, t := c.jobs[i].in, c.task(i)
+			us := userSlot{in.uid, in.take.OpenSlot()}
 			// In the single path's order: the counter first, then the open slot.
 			switch {
 			case t.quota == 0, t.quota > 0 && claimed[in.occ]+added[in.occ] >= t.quota:
 				decided[i] = taskd.Exhausted
 				continue
-			case busy[in.uid] || users[in.uid]:
+			case busy[us] || users[us]:
 				decided[i] = taskd.UserBusy
 				continue
 			}
 			decided[i] = taskd.Claimed
 			added[in.occ]++
-			users[in.uid] = true
+			users[us] = true
 			granted = append(granted, i)
 			d := t.newDispatch(in.uid, in.occ, c.st[i].prior, in.now)
+			d.Slot = in.take.OpenSlot()
 			if c.st[i].takenUpFound {
 				d.Checkpoint = c.st[i].takenUp.Checkpoint
 				if c.st[i].takenUp.Stage != "" {
@@ -529,37 +548,48 @@ func (c *claimRun) grant(ctx context.Context, claimed map[taskd.Occurrence]int) 
 		if !isDuplicate(err) {
 			return nil, err
 		}
-		uids := make([]any, 0, len(granted))
+		slots := make([]userSlot, 0, len(granted))
 		for _, i := range granted {
-			uids = append(uids, c.jobs[i].in.uid)
+			slots = append(slots, userSlot{c.jobs[i].in.uid, c.jobs[i].in.take.OpenSlot()})
 		}
-		found, qerr := openUsers(ctx, c.tx, uids)
+		found, qerr := takenSlots(ctx, c.tx, slots)
 		if qerr != nil {
 			return nil, qerr
 		}
 		if len(found) == 0 {
 			return nil, err
 		}
-		for _, u := range found {
-			busy[u] = true
+		for _, us := range found {
+			busy[us] = true
 		}
 	}
 }
 
-// openUsers returns which of uids hold an open dispatch.
-func openUsers(ctx context.Context, tx *sql.Tx, uids []any) ([]string, error) {
-	rows, err := tx.QueryContext(ctx, "SELECT open_uid FROM dispatch WHERE open_uid IN ("+marks(len(uids))+")", uids...)
+// userSlot is one of a user's open slots.
+type userSlot struct {
+	uid  string
+	slot int
+}
+
+// takenSlots returns which of slots an open dispatch holds.
+func takenSlots(ctx context.Context, tx *sql.Tx, slots []userSlot) ([]userSlot, error) {
+	args := make([]any, 0, 2*len(slots))
+	for _, us := range slots {
+		args = append(args, us.uid, us.slot)
+	}
+	rows, err := tx.QueryContext(ctx, "SELECT open_uid, open_slot FROM dispatch WHERE "+
+		anyOf(len(slots), "open_uid", "open_slot"), args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []string
+	var out []userSlot
 	for rows.Next() {
-		var u string
-		if err := rows.Scan(&u); err != nil {
+		var us userSlot
+		if err := rows.Scan(&us.uid, &us.slot); err != nil {
 			return nil, err
 		}
-		out = append(out, u)
+		out = append(out, us)
 	}
 	return out, rows.Err()
 }
@@ -623,7 +653,7 @@ func (c *claimRun) writeCounters(ctx context.Context, claimed, added map[taskd.O
 // priorAttempts takes uid's hold on occ for a claim and returns the attempts uid
 // already used at it (expiries that left attempts), or -1 when uid may not take it: it
 // holds it (open or waiting for a retry), finished it for good (once_per_user), or it
-// is dead for uid.
+// is dead for uid; priorHolding when an until_exhausted occurrence is open for uid.
 //
 // until_exhausted reads them in share mode, as readPriors does.
 //
@@ -667,7 +697,7 @@ var errAbort = errors.New("abort")
 // the attempts of a re-take), a conditional increment of the counter, the record. It
 // serves the claims a batch leaves alone: a user's once_per_user hold that exists
 // already (held: AlreadyHad; released by an expiry: a re-take).
-func (s *Store) claimOne(ctx context.Context, uid string, occ taskd.Occurrence, now time.Time) (taskd.ClaimOutcome, *taskd.Dispatch, error) {
+func (s *Store) claimOne(ctx context.Context, uid string, occ taskd.Occurrence, now time.Time, take taskd.Take) (taskd.ClaimOutcome, *taskd.Dispatch, error) {
 	var outcome taskd.ClaimOutcome
 	var d *taskd.Dispatch
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
@@ -680,11 +710,18 @@ func (s *Store) claimOne(ctx context.Context, uid string, occ taskd.Occurrence, 
 			outcome = taskd.Gone
 			return errAbort
 		}
-		prior, err := priorAttempts(ctx, tx, t.mode, occ, uid)
-		if err != nil {
-			return err
+		if !take.Allows(t.templateID) {
+			outcome = taskd.Filtered
+			return errAbort
 		}
-		if !taskd.MayClaim(prior, t.settings.MaxAttempts) {
+		prior, err := priorAttempts(ctx, tx, t.mode, occ, uid)
+		switch {
+		case err != nil:
+			return err
+		case prior == priorHolding:
+			outcome = taskd.Holding
+			return errAbort
+		case !taskd.MayClaim(prior, t.settings.MaxAttempts):
 			outcome = taskd.AlreadyHad
 			return errAbort
 		}
@@ -704,6 +741,7 @@ func (s *Store) claimOne(ctx context.Context, uid string, occ taskd.Occurrence, 
 			return errAbort
 		}
 		d = t.newDispatch(uid, occ, prior, now)
+		d.Slot = take.OpenSlot()
 		if prior > 0 {
 			if _, err := takeUp(ctx, tx, d); err != nil {
 				return err
@@ -734,20 +772,24 @@ func insertDispatches(ctx context.Context, tx *sql.Tx, ds []*taskd.Dispatch) err
 	if len(ds) == 0 {
 		return nil
 	}
-	const cols = 21
+	const cols = 23
 	args := make([]any, 0, cols*len(ds))
 	for _, d := range ds {
 		if d.LeaseSeconds > 0 {
 			exp := d.DispatchedAt.Add(time.Duration(d.LeaseSeconds) * time.Second)
 			d.LeaseExpiresAt = &exp
 		}
-		args = append(args, d.LogID, d.UID, d.UID, d.Occurrence.Task.Kind, d.Occurrence.Task.ID, d.Occurrence.DueAt,
+		if d.Slot == 0 {
+			d.Slot = 1
+		}
+		args = append(args, d.LogID, d.UID, d.UID, d.Slot, d.Occurrence.Task.Kind, d.Occurrence.Task.ID, d.Occurrence.DueAt,
 			d.Mode, d.Attempt, d.MaxAttempts, d.BackoffSeconds, d.RetryMultiplier, d.RetryMaxSeconds, d.LeaseSeconds, taskd.StateOpen, d.TemplateID,
-			string(d.Params), d.DispatchedAt, d.LeaseExpiresAt, nullJSON(d.Checkpoint), nullString(d.Stage), nullJSON(d.Context))
+			string(d.Params), d.DispatchedAt, d.LeaseExpiresAt, nullJSON(d.Checkpoint), nullString(d.Stage), nullJSON(d.Context),
+			d.Resumed)
 	}
-	_, err := tx.ExecContext(ctx, `INSERT INTO dispatch (log_id, uid, open_uid, task_kind, task_id, due_at,
+	_, err := tx.ExecContext(ctx, `INSERT INTO dispatch (log_id, uid, open_uid, open_slot, task_kind, task_id, due_at,
 		mode, attempt, max_attempts, retry_backoff_seconds, retry_multiplier, retry_max_seconds, lease_seconds, state, template_id, params,
-		dispatched_at, lease_expires_at, checkpoint, stage, context) VALUES `+tuples(len(ds), cols), args...)
+		dispatched_at, lease_expires_at, checkpoint, stage, context, resumed) VALUES `+tuples(len(ds), cols), args...)
 	return err
 }
 

@@ -47,7 +47,7 @@ func TestClaimRespectsQuotaWhateverTheDSN(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			outcome, _, err := st.Claim(ctx, uid, occ, now)
+			outcome, _, err := st.Claim(ctx, uid, occ, now, taskd.Single)
 			if err != nil {
 				t.Error(err)
 			}

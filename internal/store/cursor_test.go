@@ -35,7 +35,7 @@ func TestCompleteMovesCursorAndExcludeSet(t *testing.T) {
 	}
 	done := func(occ taskd.Occurrence) {
 		t.Helper()
-		outcome, d, err := st.Claim(ctx, "1", occ, at)
+		outcome, d, err := st.Claim(ctx, "1", occ, at, taskd.Single)
 		if err != nil || outcome != taskd.Claimed {
 			t.Fatalf("claim %s: %v, %v", occ, outcome, err)
 		}

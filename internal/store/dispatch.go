@@ -18,7 +18,7 @@ import (
 const dispatchColumns = `log_id, uid, task_kind, task_id, due_at, mode, attempt, max_attempts,
 	retry_backoff_seconds, retry_multiplier, retry_max_seconds, lease_seconds, state, COALESCE(result, 0), template_id, params,
 	dispatched_at, lease_expires_at, retry_at, finished_at, redo_count, checkpoint, COALESCE(stage, ''), context,
-	COALESCE(next_stage, ''), next_context`
+	COALESCE(next_stage, ''), next_context, resumed, retried_at IS NOT NULL, cancelled_at IS NOT NULL`
 
 type scanner interface{ Scan(...any) error }
 
@@ -30,7 +30,7 @@ func scanDispatch(row scanner, extra ...any) (*taskd.Dispatch, error) {
 	dest := []any{&d.LogID, &d.UID, &d.Occurrence.Task.Kind, &d.Occurrence.Task.ID, &d.Occurrence.DueAt,
 		&d.Mode, &d.Attempt, &d.MaxAttempts, &d.BackoffSeconds, &d.RetryMultiplier, &d.RetryMaxSeconds, &d.LeaseSeconds, &d.State, &d.Result,
 		&d.TemplateID, &params, &d.DispatchedAt, &d.LeaseExpiresAt, &d.RetryAt, &d.FinishedAt, &d.RedoCount, &checkpoint, &d.Stage, &context,
-		&d.NextStage, &nextContext}
+		&d.NextStage, &nextContext, &d.Resumed, &d.Retried, &d.Cancelled}
 	err := row.Scan(append(dest, extra...)...)
 	if err != nil {
 		return nil, err
@@ -41,10 +41,11 @@ func scanDispatch(row scanner, extra ...any) (*taskd.Dispatch, error) {
 	return &d, nil
 }
 
-// OpenDispatch returns the dispatch holding uid's open slot, or nil.
+// OpenDispatch returns the dispatch holding uid's open slot 1 (a fetch without max
+// uses no other), or nil.
 func (s *Store) OpenDispatch(ctx context.Context, uid string) (*taskd.Dispatch, error) {
 	d, err := scanDispatch(s.db.QueryRowContext(ctx,
-		"SELECT "+dispatchColumns+" FROM dispatch WHERE open_uid = ?", uid))
+		"SELECT "+dispatchColumns+" FROM dispatch WHERE open_uid = ? AND open_slot = 1", uid))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -100,7 +101,9 @@ func (s *Store) Redo(ctx context.Context, d *taskd.Dispatch, now time.Time) (boo
 // (redo says which kind), UserBusy when the user holds another open dispatch (the
 // entry stays), NotDue when the backoff is not over (the entry stays), and Gone when
 // there is nothing to resume (finished meanwhile, its task paused again or deleted).
-func (s *Store) Resume(ctx context.Context, uid, logID string, now time.Time) (outcome taskd.ClaimOutcome, d *taskd.Dispatch, redo bool, err error) {
+// The dispatch takes the open slot take names (UserBusy: another dispatch holds it),
+// and Filtered leaves a dispatch of a template take does not allow waiting.
+func (s *Store) Resume(ctx context.Context, uid, logID string, now time.Time, take taskd.Take) (outcome taskd.ClaimOutcome, d *taskd.Dispatch, redo bool, err error) {
 	var reclaim *taskd.Occurrence
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		outcome, d, redo, reclaim = taskd.Gone, nil, false, nil
@@ -121,28 +124,31 @@ func (s *Store) Resume(ctx context.Context, uid, logID string, now time.Time) (o
 			return err
 		}
 		switch {
-		case (t == nil || t.status == taskd.StatusDeleted) && prev.State == taskd.StateExpired:
+		case (t == nil || t.status == taskd.StatusDeleted) && (prev.State == taskd.StateExpired || prev.State == taskd.StateDead):
 			_, err := tx.ExecContext(ctx, "UPDATE dispatch SET waiting_uid = NULL WHERE log_id = ?", logID)
 			return err
 		case t == nil || t.status == taskd.StatusDeleted:
 			return s.cancel(ctx, tx, []*taskd.Dispatch{prev}, now)
 		case t.status != taskd.StatusActive:
 			return errAbort // paused: it waits for the task's resume (which rebuilds the heap)
+		case !take.Allows(t.templateID):
+			outcome = taskd.Filtered
+			return errAbort
 		}
 		switch prev.State {
 		case taskd.StateExpired:
 			reclaim = &prev.Occurrence // claimed below, in a transaction of its own
 			return errAbort
-		case taskd.StateRetryWait, taskd.StateStaged:
+		case taskd.StateRetryWait, taskd.StateStaged, taskd.StateDead:
 			if prev.RetryAt != nil && now.Before(*prev.RetryAt) {
 				outcome = taskd.NotDue
 				return errAbort
 			}
-			// A failed attempt is superseded by the next; a completed stage stays as it
-			// is and stops waiting.
-			state := taskd.StateRetried
-			if prev.State == taskd.StateStaged {
-				state = taskd.StateStaged
+			// A failed attempt is superseded by the next; a completed stage, or a dead
+			// attempt an admin retried, stays as it is and stops waiting.
+			state := prev.State
+			if prev.State == taskd.StateRetryWait {
+				state = taskd.StateRetried
 			}
 			if _, err := tx.ExecContext(ctx,
 				"UPDATE dispatch SET state = ?, waiting_uid = NULL WHERE log_id = ?", state, logID); err != nil {
@@ -151,9 +157,13 @@ func (s *Store) Resume(ctx context.Context, uid, logID string, now time.Time) (o
 			next := *prev
 			next.LogID = newID()
 			next.Attempt = prev.Attempt + 1
-			if prev.State == taskd.StateStaged {
+			switch prev.State {
+			case taskd.StateStaged:
 				next.Attempt, next.Stage, next.Context = 1, prev.NextStage, prev.NextContext
+			case taskd.StateDead:
+				next.Attempt = 1 // counted afresh: the admin's retry
 			}
+			next.Resumed, next.Retried, next.Cancelled = true, false, false
 			next.NextStage, next.NextContext = "", nil
 			next.State = taskd.StateOpen
 			next.Result = 0
@@ -163,6 +173,7 @@ func (s *Store) Resume(ctx context.Context, uid, logID string, now time.Time) (o
 			next.DispatchedAt = now
 			next.LeaseExpiresAt, next.RetryAt, next.FinishedAt = nil, nil, nil
 			next.RedoCount = 0
+			next.Slot = take.OpenSlot()
 			// The task's settings as they are now: a template or task edit reaches the
 			// retry and the next stage.
 			next.MaxAttempts = taskd.MaxAttemptsOf(t.settings.MaxAttempts)
@@ -181,8 +192,8 @@ func (s *Store) Resume(ctx context.Context, uid, logID string, now time.Time) (o
 			if prev.LeaseExpired(now) {
 				return errAbort // the sweep expires it, and the expiry re-offers it
 			}
-			if _, err := tx.ExecContext(ctx, `UPDATE dispatch SET open_uid = uid, waiting_uid = NULL,
-				redo_count = redo_count + 1, last_redo_at = ? WHERE log_id = ?`, now, logID); err != nil {
+			if _, err := tx.ExecContext(ctx, `UPDATE dispatch SET open_uid = uid, open_slot = ?, waiting_uid = NULL,
+				redo_count = redo_count + 1, last_redo_at = ? WHERE log_id = ?`, take.OpenSlot(), now, logID); err != nil {
 				if isDuplicate(err) {
 					outcome = taskd.UserBusy
 					return errAbort
@@ -190,6 +201,7 @@ func (s *Store) Resume(ctx context.Context, uid, logID string, now time.Time) (o
 				return err
 			}
 			prev.RedoCount++
+			prev.Slot = take.OpenSlot()
 			outcome, d, redo = taskd.Claimed, prev, true
 			return s.emit(ctx, tx, d, taskd.EventRedo, now)
 		}
@@ -202,7 +214,7 @@ func (s *Store) Resume(ctx context.Context, uid, logID string, now time.Time) (o
 		return 0, nil, false, mysqlErr("resume "+logID, err)
 	}
 	if reclaim != nil {
-		return s.reclaim(ctx, uid, logID, *reclaim, now)
+		return s.reclaim(ctx, uid, logID, *reclaim, now, take)
 	}
 	if outcome != taskd.Claimed {
 		d, redo = nil, false
@@ -212,11 +224,11 @@ func (s *Store) Resume(ctx context.Context, uid, logID string, now time.Time) (o
 
 // reclaim claims again, for uid, the occurrence of its expired dispatch logID (as its
 // next attempt, by the rules of any claim), then ends the record's wait whatever the
-// claim came to, but for UserBusy (it waits on). A crash between the two leaves the
+// claim came to, but for UserBusy, Holding and Filtered (it waits on). A crash between the two leaves the
 // wait, and the next resume finds the claim already made.
-func (s *Store) reclaim(ctx context.Context, uid, logID string, occ taskd.Occurrence, now time.Time) (taskd.ClaimOutcome, *taskd.Dispatch, bool, error) {
-	outcome, d, err := s.Claim(ctx, uid, occ, now)
-	if err != nil || outcome == taskd.UserBusy {
+func (s *Store) reclaim(ctx context.Context, uid, logID string, occ taskd.Occurrence, now time.Time, take taskd.Take) (taskd.ClaimOutcome, *taskd.Dispatch, bool, error) {
+	outcome, d, err := s.Claim(ctx, uid, occ, now, take)
+	if err != nil || outcome == taskd.UserBusy || outcome == taskd.Holding || outcome == taskd.Filtered {
 		return outcome, d, false, err
 	}
 	if _, err := s.db.ExecContext(ctx, "UPDATE dispatch SET waiting_uid = NULL WHERE log_id = ? AND waiting_uid = ?",
@@ -237,13 +249,13 @@ func (s *Store) cancel(ctx context.Context, tx *sql.Tx, ds []*taskd.Dispatch, no
 		// A record that finished before (a failed attempt or a completed stage waiting
 		// for what follows) keeps its time: its complete event stays where it was.
 		if _, err := tx.ExecContext(ctx, `UPDATE dispatch SET state = ?, finished_at = COALESCE(finished_at, ?),
-			open_uid = NULL, waiting_uid = NULL WHERE log_id = ?`, taskd.StateCancelled, now, d.LogID); err != nil {
+			cancelled_at = ?, open_uid = NULL, waiting_uid = NULL WHERE log_id = ?`, taskd.StateCancelled, now, now, d.LogID); err != nil {
 			return err
 		}
 		if d.FinishedAt == nil {
 			d.FinishedAt = &now
 		}
-		d.State = taskd.StateCancelled
+		d.State, d.Cancelled = taskd.StateCancelled, true
 		if err := s.emit(ctx, tx, d, taskd.EventCancel, now); err != nil {
 			return err
 		}
@@ -272,9 +284,11 @@ func (s *Store) cancelTask(ctx context.Context, tx *sql.Tx, key taskd.TaskKey, n
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	// Expired attempts waiting to be taken again just stop waiting.
+	// Expired attempts waiting to be taken again, and dead ones waiting for an admin's
+	// retry, just stop waiting.
 	if _, err := tx.ExecContext(ctx, `UPDATE dispatch SET waiting_uid = NULL
-		WHERE task_kind = ? AND task_id = ? AND state = ? AND waiting_uid IS NOT NULL`, key.Kind, key.ID, taskd.StateExpired); err != nil {
+		WHERE task_kind = ? AND task_id = ? AND state IN (?, ?) AND waiting_uid IS NOT NULL`,
+		key.Kind, key.ID, taskd.StateExpired, taskd.StateDead); err != nil {
 		return err
 	}
 	return s.cancel(ctx, tx, ds, now)
@@ -353,14 +367,26 @@ func (s *Store) Expire(ctx context.Context, logID string, now time.Time) (*taskd
 // the user: the slot stays taken, the user's cursor moves past it, and a dead event
 // follows the expire event.
 func (s *Store) expire(ctx context.Context, tx *sql.Tx, d *taskd.Dispatch, now time.Time) error {
+	return s.expireAs(ctx, tx, d, now, false)
+}
+
+// expireAs is expire, or with byAdmin an admin's expire: on the last attempt the
+// record is expired rather than dead, and the slot goes back to the pool all the same
+// (the user's cursor moves past the occurrence, and its used-up attempts keep it from
+// taking it again).
+func (s *Store) expireAs(ctx context.Context, tx *sql.Tx, d *taskd.Dispatch, now time.Time, byAdmin bool) error {
 	state := d.ExpiryState()
+	last := state == taskd.StateDead
+	if byAdmin {
+		state = taskd.StateExpired
+	}
 	dead := state == taskd.StateDead
 	// With attempts left, the expired record waits beside the user's slot (waiting_uid)
 	// until the user takes the occurrence again: its heap may no longer offer it (the
 	// cursor moved past it while a retry waited, or it is older than the catch-up).
 	if _, err := tx.ExecContext(ctx,
 		"UPDATE dispatch SET state = ?, finished_at = ?, open_uid = NULL, waiting_uid = IF(?, NULL, uid) WHERE log_id = ?",
-		state, now, dead, d.LogID); err != nil {
+		state, now, last, d.LogID); err != nil {
 		return err
 	}
 	d.State, d.FinishedAt = state, &now
@@ -399,6 +425,12 @@ func (s *Store) expire(ctx context.Context, tx *sql.Tx, d *taskd.Dispatch, now t
 	if err := tx.QueryRowContext(ctx, "SELECT executor FROM "+taskTable(o.Task.Kind)+" WHERE id = ?",
 		o.Task.ID).Scan(&d.Executor); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return err
+	}
+	if last {
+		// An admin's expire of the last attempt: the user is done with the occurrence.
+		if err := advanceCursors(ctx, tx, []*taskd.Dispatch{d}); err != nil {
+			return err
+		}
 	}
 	return s.emit(ctx, tx, d, taskd.EventExpire, now)
 }
@@ -531,8 +563,8 @@ func (s *Store) LoadSource(ctx context.Context, uid string, groups []string, fro
 	return src, nil
 }
 
-// waiting lists uid's dispatches waiting beside its open slot: retries (from their
-// retry time), and, when their task is active, parked open dispatches and expired ones
+// waiting lists uid's dispatches waiting beside its open slot: retries, next stages
+// and dead attempts an admin retried (from their retry time), and, when their task is active, parked open dispatches and expired ones
 // with attempts left (at once).
 func (s *Store) waiting(ctx context.Context, uid string) ([]schedule.WaitingDispatch, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT d.log_id, d.state, d.due_at, d.retry_at,
@@ -556,7 +588,8 @@ func (s *Store) waiting(ctx context.Context, uid string) ([]schedule.WaitingDisp
 			return nil, mysqlErr("waiting dispatches", err)
 		}
 		switch {
-		case (state == taskd.StateRetryWait || state == taskd.StateStaged) && retryAt.Valid && status != taskd.StatusPaused:
+		case (state == taskd.StateRetryWait || state == taskd.StateStaged || state == taskd.StateDead) && retryAt.Valid &&
+			status != taskd.StatusPaused:
 			w.At = retryAt.Time.UTC()
 		case (state == taskd.StateOpen || state == taskd.StateExpired) && status == taskd.StatusActive:
 			w.At = due.UTC()

@@ -101,8 +101,8 @@ func (s *Store) Claims(ctx context.Context, tasks []taskd.TaskKey, from, to time
 
 // Events derives events from the dispatch records, newest first: each record is a
 // dispatch event, its completion a complete event, its expiry an expire event and its
-// latest redo a redo event; a dead one a dead event, a cancelled one a cancel event.
-// Event ids are taskd.EventID's: the same the outbox gives the event.
+// latest redo a redo event; a dead one a dead event, a cancelled one a cancel event
+// (at its cancel), a dead one an admin retried a retry event (at the retry). Event ids are taskd.EventID's: the same the outbox gives the event.
 func (s *Store) Events(ctx context.Context, f taskd.EventFilter, after *taskd.EventCursor, limit int) ([]taskd.StoredEvent, error) {
 	where := ""
 	var common []any
@@ -122,7 +122,8 @@ func (s *Store) Events(ctx context.Context, f taskd.EventFilter, after *taskd.Ev
 		{taskd.EventComplete, "finished_at", " AND result IS NOT NULL"},
 		{taskd.EventExpire, "finished_at", " AND (state = 4 OR (state = 6 AND result IS NULL))"},
 		{taskd.EventDead, "finished_at", " AND state = 6"},
-		{taskd.EventCancel, "finished_at", " AND state = 7"},
+		{taskd.EventCancel, "cancelled_at", ""},
+		{taskd.EventRetry, "retried_at", ""},
 		{taskd.EventRedo, "last_redo_at", ""},
 	}
 	var selects []string

@@ -1,0 +1,277 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/schedule"
+)
+
+// Batch fetch (seed 004's hold-N): a fetch with max hands out up to min(max, free
+// slots) distinct due tasks at once, in heap order, each its own dispatch with its own
+// log id and lease, taking one of the user's open slots 1..max_in_flight (the open-slot
+// key makes that bound MySQL's). The claims of one batch are submitted together, so
+// that the group commit decides them in one transaction; quotas hold per task exactly
+// as for single fetches. A client holding all its slots gets its open dispatches again
+// (redo), as a single fetch gets its one open dispatch.
+
+// Batch is what a batch fetch asks for.
+type Batch struct {
+	// Max is how many tasks at most (1..taskd.MaxInFlightLimit).
+	Max int
+	// Templates, when not empty, restricts the fetch to tasks of those templates.
+	Templates []int64
+}
+
+// FetchBatch hands uid up to b.Max due tasks, bounded by its free slots; with wait > 0
+// it long-polls until at least one is due or wait (capped) runs out.
+func (s *Service) FetchBatch(ctx context.Context, uid, keyHash string, b Batch, wait time.Duration) (FetchResult, error) {
+	if keyHash == "" {
+		return FetchResult{}, taskd.Errorf(taskd.CodeUnauthenticated, "missing client key")
+	}
+	return s.counted(s.poll(ctx, wait, func(round context.Context) (FetchResult, error) {
+		return s.batch(round, uid, keyHash, b)
+	}))
+}
+
+// batch is one round of a batch fetch.
+func (s *Service) batch(ctx context.Context, uid, keyHash string, b Batch) (FetchResult, error) {
+	now := s.now()
+	asked := s.peekSize(b.Max, 0)
+	view, err := s.cache.PeekN(ctx, uid, keyHash, now, asked)
+	if err != nil {
+		return FetchResult{}, err
+	}
+	free, held, err := s.freeSlots(ctx, uid, now)
+	if err != nil {
+		return FetchResult{}, err
+	}
+	if free.expired {
+		// An expiry put occurrences back on offer: the heap is rebuilt.
+		if view, err = s.cache.PeekN(ctx, uid, "", now, asked); err != nil {
+			return FetchResult{}, err
+		}
+	}
+	slots := free.slots[:min(len(free.slots), b.Max)]
+	if len(slots) == 0 {
+		return s.redoHeld(ctx, held, b.Max, now, view)
+	}
+	return s.takeBatch(ctx, uid, view, asked, slots, b, now)
+}
+
+// peekSize is how many due entries a batch peeks at: the entries it already decided to
+// leave (skipped), and enough beyond them for want tasks with some refused.
+func (s *Service) peekSize(want, skipped int) int {
+	return min(skipped+2*want+8, 1000)
+}
+
+// freeState is a user's free open slots, in slot order, and whether finding them
+// expired a dispatch past its lease.
+type freeState struct {
+	slots   []int
+	expired bool
+}
+
+// freeSlots reads uid's max_in_flight and open dispatches, expires those past their
+// lease (their slots are free then), and returns the free slots and the held ones'
+// log ids (in slot order).
+func (s *Service) freeSlots(ctx context.Context, uid string, now time.Time) (freeState, []string, error) {
+	var f freeState
+	mif, open, err := s.store.OpenSlots(ctx, uid)
+	if err != nil {
+		return f, nil, err
+	}
+	slices.SortFunc(open, func(a, b taskd.OpenSlot) int { return a.Slot - b.Slot })
+	taken := map[int]bool{}
+	var held []string
+	for _, o := range open {
+		if o.LeaseExpiresAt != nil && !now.Before(*o.LeaseExpiresAt) {
+			if err := s.expired(ctx, o.LogID, now); err != nil {
+				return f, nil, err
+			}
+			f.expired = true
+			continue
+		}
+		taken[o.Slot] = true
+		held = append(held, o.LogID)
+	}
+	for slot := 1; slot <= mif; slot++ {
+		if !taken[slot] {
+			f.slots = append(f.slots, slot)
+		}
+	}
+	return f, held, nil
+}
+
+// redoHeld hands out up to max of the user's open dispatches again (redo), when it has
+// no slot free: the client lost them, or asks before it finished any.
+func (s *Service) redoHeld(ctx context.Context, held []string, max int, now time.Time, view schedule.View) (FetchResult, error) {
+	var res FetchResult
+	for _, logID := range held[:min(len(held), max)] {
+		d, err := s.store.GetDispatch(ctx, logID)
+		if errors.Is(err, taskd.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return s.partial(res, err)
+		}
+		if d.State != taskd.StateOpen {
+			continue // completed meanwhile
+		}
+		redone, err := s.store.Redo(ctx, d, now)
+		if err != nil {
+			return s.partial(res, err)
+		}
+		if redone {
+			res.Tasks = append(res.Tasks, assignment(d, true))
+		}
+	}
+	return s.finishBatch(res, nextDue(nil, view.Due, view.Next)), nil
+}
+
+// partial is a batch's answer when an error stopped it: the tasks it already handed
+// out (they are dispatched, and the client must know of them), or the error when there
+// are none.
+func (s *Service) partial(res FetchResult, err error) (FetchResult, error) {
+	if len(res.Tasks) == 0 {
+		return FetchResult{}, err
+	}
+	return s.finishBatch(res, nil), nil
+}
+
+// finishBatch sets a batch answer's first task and next due time.
+func (s *Service) finishBatch(res FetchResult, next *time.Time) FetchResult {
+	if len(res.Tasks) > 0 {
+		res.Task = res.Tasks[0]
+	}
+	if res.Tasks == nil {
+		res.Tasks = []*Assignment{}
+	}
+	res.NextDueAt = next
+	return res
+}
+
+// taken is one claim or resume of a batch.
+type taken struct {
+	entry   schedule.Entry
+	slot    int
+	outcome taskd.ClaimOutcome
+	d       *taskd.Dispatch
+	redo    bool
+	err     error
+}
+
+// takeBatch walks uid's due entries in heap order and takes them into the free slots:
+// each round submits as many claims as there are free slots, together (the group
+// commit decides them in one transaction), and a slot whose claim was refused goes to
+// the next entry. Entries refused for good are popped; entries left for another fetch
+// (a retry not yet due, another template, an occurrence the user holds in another
+// slot) stay and are not tried again in this fetch. view is a peek of asked entries:
+// when it had that many and all are tried, the heap may have more, and it peeks again.
+func (s *Service) takeBatch(ctx context.Context, uid string, view schedule.View, asked int, slots []int, b Batch, now time.Time) (FetchResult, error) {
+	var res FetchResult
+	var popped []schedule.Entry
+	slot1 := "" // the log id dispatched into slot 1, for the single fetch's hint
+	tried := map[schedule.Entry]bool{}
+	var after []time.Time // the next occurrences of the entries handed out
+	pos := 0              // view.Due[:pos] are tried
+	for round := 0; len(slots) > 0 && round < maxRounds; round++ {
+		var batch []taken
+		for ; pos < len(view.Due) && len(batch) < len(slots); pos++ {
+			if e := view.Due[pos]; !tried[e] {
+				batch = append(batch, taken{entry: e, slot: slots[len(batch)]})
+			}
+		}
+		if len(batch) == 0 {
+			if len(view.Due) < asked {
+				break // the heap has no more due entries
+			}
+			s.pop(ctx, uid, popped)
+			popped = nil
+			asked = s.peekSize(len(slots), len(tried))
+			var err error
+			if view, err = s.cache.PeekN(ctx, uid, "", now, asked); err != nil {
+				return s.partial(s.withHint(ctx, uid, res, slot1, nil), err)
+			}
+			pos = 0
+			if !slices.ContainsFunc(view.Due, func(e schedule.Entry) bool { return !tried[e] }) {
+				break
+			}
+			continue
+		}
+		var wg sync.WaitGroup
+		for i := range batch {
+			wg.Go(func() {
+				t := &batch[i]
+				t.outcome, t.d, t.redo, t.err = s.take(ctx, uid, t.entry, now, taskd.Take{Slot: t.slot, Templates: b.Templates})
+			})
+		}
+		wg.Wait()
+		var again []int // slots whose claim was refused: free for the next entries
+		var failed error
+		for _, t := range batch {
+			tried[t.entry] = true
+			switch {
+			case t.err != nil:
+				failed = t.err
+			case t.outcome == taskd.Claimed:
+				if !t.redo {
+					s.cfg.Metrics.Dispatched(t.d.Occurrence.Task.Kind.String())
+				}
+				if !staysOnOffer(t.entry, t.d) {
+					popped = append(popped, t.entry)
+				}
+				if t.slot == 1 {
+					slot1 = t.d.LogID
+				}
+				if n, ok := t.entry.Next(); ok {
+					after = append(after, n.DueAt)
+				}
+				res.Tasks = append(res.Tasks, assignment(t.d, t.redo))
+			case t.outcome == taskd.UserBusy:
+				// Another request of this user took the slot: it is not free, and the
+				// entry may still go into another.
+				s.cfg.Metrics.ClaimRefused("user_busy")
+				delete(tried, t.entry)
+			case t.outcome == taskd.NotDue, t.outcome == taskd.Holding, t.outcome == taskd.Filtered:
+				again = append(again, t.slot) // the entry stays in the heap
+			default:
+				s.cfg.Metrics.ClaimRefused(refusal(t.outcome))
+				popped = append(popped, t.entry)
+				again = append(again, t.slot)
+			}
+		}
+		if failed != nil {
+			s.forgetOpen(ctx, uid)
+			s.pop(ctx, uid, popped)
+			return s.partial(s.finishBatch(res, nil), failed)
+		}
+		slots = append(again, slots[len(batch):]...)
+		slices.Sort(slots)
+	}
+	res = s.withHint(ctx, uid, res, slot1, popped)
+	rest := view.Due[min(pos, len(view.Due)):]
+	next := nextDue(nil, slices.DeleteFunc(slices.Clone(rest), func(e schedule.Entry) bool { return tried[e] }), view.Next)
+	for _, t := range after {
+		if next == nil || t.Before(*next) {
+			next = &t
+		}
+	}
+	return s.finishBatch(res, next), nil
+}
+
+// withHint writes a batch's outcome to the cache: the popped entries go, and a
+// dispatch into slot 1 becomes the open-dispatch hint (a fetch without max uses slot 1
+// only, and reads the hint).
+func (s *Service) withHint(ctx context.Context, uid string, res FetchResult, slot1 string, popped []schedule.Entry) FetchResult {
+	if slot1 != "" {
+		s.setOpen(ctx, uid, slot1, popped)
+	} else {
+		s.pop(ctx, uid, popped)
+	}
+	return res
+}

@@ -1,0 +1,89 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/taskpull/taskd"
+)
+
+// A client's settings (max_in_flight) and the open slots a batch fetch reads.
+
+// ClientSetting returns uid's settings, with the defaults for a client no admin set,
+// and how many dispatches it holds open.
+func (s *Store) ClientSetting(ctx context.Context, uid string) (taskd.ClientSetting, error) {
+	c, err := clientSetting(ctx, s.db, uid)
+	return c, mysqlErr("client setting", err)
+}
+
+func clientSetting(ctx context.Context, q rowQuerier, uid string) (taskd.ClientSetting, error) {
+	c := taskd.ClientSetting{UID: uid, MaxInFlight: taskd.DefaultMaxInFlight}
+	var mif sql.NullInt64
+	err := q.QueryRowContext(ctx, `SELECT c.max_in_flight, c.updated_at,
+		(SELECT COUNT(*) FROM dispatch WHERE open_uid = ?)
+		FROM (SELECT 1) one LEFT JOIN client_setting c ON c.uid = ?`, uid, uid).Scan(&mif, &c.UpdatedAt, &c.Open)
+	if err != nil {
+		return c, err
+	}
+	if mif.Valid {
+		c.MaxInFlight = int(mif.Int64)
+	}
+	if c.UpdatedAt != nil {
+		*c.UpdatedAt = c.UpdatedAt.UTC()
+	}
+	return c, nil
+}
+
+// SetMaxInFlight sets how many dispatches uid may hold open at once, audited
+// (client.update). Lowering it takes nothing back: dispatches open in slots above the
+// new limit run to their end, and their slots are not handed out again.
+func (s *Store) SetMaxInFlight(ctx context.Context, actor, uid string, n int, now time.Time) (taskd.ClientSetting, error) {
+	var after taskd.ClientSetting
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		before, err := clientSetting(ctx, tx, uid)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO client_setting (uid, max_in_flight, updated_at) VALUES (?, ?, ?)
+			ON DUPLICATE KEY UPDATE max_in_flight = VALUES(max_in_flight), updated_at = VALUES(updated_at)`,
+			uid, n, now); err != nil {
+			return err
+		}
+		after = before
+		after.MaxInFlight, after.UpdatedAt = n, &now
+		type setting struct {
+			MaxInFlight int `json:"max_in_flight"`
+		}
+		return audit(ctx, tx, actor, "client.update", "user:"+uid, setting{before.MaxInFlight}, setting{n}, now)
+	})
+	return after, mysqlErr("set max_in_flight", err)
+}
+
+// OpenSlots returns uid's max_in_flight and the slots of its open dispatches, in one
+// read (the dispatches' open-slot key).
+func (s *Store) OpenSlots(ctx context.Context, uid string) (int, []taskd.OpenSlot, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT c.max_in_flight, d.open_slot, d.log_id, d.lease_expires_at
+		FROM (SELECT 1) one LEFT JOIN client_setting c ON c.uid = ? LEFT JOIN dispatch d ON d.open_uid = ?`, uid, uid)
+	if err != nil {
+		return 0, nil, mysqlErr("open slots", err)
+	}
+	defer rows.Close()
+	mif := taskd.DefaultMaxInFlight
+	var open []taskd.OpenSlot
+	for rows.Next() {
+		var n, slot sql.NullInt64
+		var logID sql.NullString
+		var lease *time.Time
+		if err := rows.Scan(&n, &slot, &logID, &lease); err != nil {
+			return 0, nil, mysqlErr("open slots", err)
+		}
+		if n.Valid {
+			mif = int(n.Int64)
+		}
+		if logID.Valid {
+			open = append(open, taskd.OpenSlot{Slot: int(slot.Int64), LogID: logID.String, LeaseExpiresAt: lease})
+		}
+	}
+	return mif, open, mysqlErr("open slots", rows.Err())
+}
