@@ -71,6 +71,10 @@ type Dispatch struct {
 	// admin's retry), not claimed from the user's heap. Retried says an admin sent this
 	// dead record's occurrence back to its user; Cancelled that it was ended for good.
 	Resumed, Retried, Cancelled bool
+	// HeldFrom is, as a complete read the record, the earliest due time of an
+	// until_exhausted occurrence its user holds open in another slot (nil: none): the
+	// user's cursor stops there (batch fetches complete out of heap order).
+	HeldFrom *time.Time
 	// Checkpoint is the latest progress the agent saved (POST /v1/progress), nil for
 	// none; the next dispatch of the occurrence to the same user starts with it.
 	Checkpoint json.RawMessage

@@ -58,16 +58,25 @@ func (s *Service) batch(ctx context.Context, uid, keyHash string, b Batch) (Fetc
 	}
 	slots := free.slots[:min(len(free.slots), b.Max)]
 	if len(slots) == 0 {
-		return s.redoHeld(ctx, held, b.Max, now, view)
+		return s.redoHeld(ctx, held, b, now, nextDue(nil, view.Due, view.Next))
 	}
-	return s.takeBatch(ctx, uid, view, asked, slots, b, now)
+	res, err := s.takeBatch(ctx, uid, view, asked, slots, b, now)
+	if err == nil && len(res.Tasks) == 0 && len(held) > 0 {
+		// Nothing new: the held ones, again (a client that lost a reply gets its
+		// dispatches back once no new work is ahead of them).
+		return s.redoHeld(ctx, held, b, now, res.NextDueAt)
+	}
+	return res, err
 }
 
 // peekSize is how many due entries a batch peeks at: the entries it already decided to
 // leave (skipped), and enough beyond them for want tasks with some refused.
 func (s *Service) peekSize(want, skipped int) int {
-	return min(skipped+2*want+8, 1000)
+	return min(skipped+2*want+8, maxPeek)
 }
+
+// maxPeek bounds a batch's peek.
+const maxPeek = 1000
 
 // freeState is a user's free open slots, in slot order, and whether finding them
 // expired a dispatch past its lease.
@@ -107,11 +116,16 @@ func (s *Service) freeSlots(ctx context.Context, uid string, now time.Time) (fre
 	return f, held, nil
 }
 
-// redoHeld hands out up to max of the user's open dispatches again (redo), when it has
-// no slot free: the client lost them, or asks before it finished any.
-func (s *Service) redoHeld(ctx context.Context, held []string, max int, now time.Time, view schedule.View) (FetchResult, error) {
+// redoHeld hands out up to b.Max of the user's open dispatches of b's templates again
+// (redo), when it has no slot free or nothing new is due: the client lost them, or
+// asks before it finished any. next is the reply's next_due_at.
+func (s *Service) redoHeld(ctx context.Context, held []string, b Batch, now time.Time, next *time.Time) (FetchResult, error) {
 	var res FetchResult
-	for _, logID := range held[:min(len(held), max)] {
+	only := taskd.Take{Templates: b.Templates}
+	for _, logID := range held {
+		if len(res.Tasks) == b.Max {
+			break
+		}
 		d, err := s.store.GetDispatch(ctx, logID)
 		if errors.Is(err, taskd.ErrNotFound) {
 			continue
@@ -119,8 +133,8 @@ func (s *Service) redoHeld(ctx context.Context, held []string, max int, now time
 		if err != nil {
 			return s.partial(res, err)
 		}
-		if d.State != taskd.StateOpen {
-			continue // completed meanwhile
+		if d.State != taskd.StateOpen || !only.Allows(d.TemplateID) {
+			continue // completed meanwhile, or of another template
 		}
 		redone, err := s.store.Redo(ctx, d, now)
 		if err != nil {
@@ -130,7 +144,7 @@ func (s *Service) redoHeld(ctx context.Context, held []string, max int, now time
 			res.Tasks = append(res.Tasks, assignment(d, true))
 		}
 	}
-	return s.finishBatch(res, nextDue(nil, view.Due, view.Next)), nil
+	return s.finishBatch(res, next), nil
 }
 
 // partial is a batch's answer when an error stopped it: the tasks it already handed
@@ -170,37 +184,66 @@ type taken struct {
 // commit decides them in one transaction), and a slot whose claim was refused goes to
 // the next entry. Entries refused for good are popped; entries left for another fetch
 // (a retry not yet due, another template, an occurrence the user holds in another
-// slot) stay and are not tried again in this fetch. view is a peek of asked entries:
-// when it had that many and all are tried, the heap may have more, and it peeks again.
+// slot) stay and are not tried again in this fetch. A popped rotation's next
+// occurrence takes its place, as the heap's pop does: when it is due it joins the
+// walk at once, without another peek. view is a peek of asked entries: when it had
+// that many and all are tried with slots left, the heap may have more, and it peeks
+// again.
 func (s *Service) takeBatch(ctx context.Context, uid string, view schedule.View, asked int, slots []int, b Batch, now time.Time) (FetchResult, error) {
 	var res FetchResult
 	var popped []schedule.Entry
 	slot1 := "" // the log id dispatched into slot 1, for the single fetch's hint
 	tried := map[schedule.Entry]bool{}
-	var after []time.Time // the next occurrences of the entries handed out
-	pos := 0              // view.Due[:pos] are tried
-	for round := 0; len(slots) > 0 && round < maxRounds; round++ {
-		var batch []taken
-		for ; pos < len(view.Due) && len(batch) < len(slots); pos++ {
-			if e := view.Due[pos]; !tried[e] {
-				batch = append(batch, taken{entry: e, slot: slots[len(batch)]})
+	var after []time.Time // the next occurrences, not yet due, of the entries popped
+	walk := slices.Clone(view.Due)
+	pop := func(e schedule.Entry) {
+		popped = append(popped, e)
+		if n, ok := e.Next(); ok {
+			if n.DueAt.After(now) {
+				after = append(after, n.DueAt)
+			} else {
+				walk = append(walk, n)
 			}
 		}
+	}
+	known := map[taskd.TaskKey]int64{} // the templates of the tasks seen, with template_ids
+	for round := 0; len(slots) > 0 && round < maxRounds; round++ {
+		if err := s.leaveOut(ctx, walk, tried, known, b); err != nil {
+			return s.partial(s.withHint(ctx, uid, res, slot1, popped), err)
+		}
+		slices.SortFunc(walk, func(a, b schedule.Entry) int {
+			switch {
+			case schedule.Less(a, b):
+				return -1
+			case schedule.Less(b, a):
+				return 1
+			}
+			return 0
+		})
+		var batch []taken
+		rest := walk[:0:0]
+		for _, e := range walk {
+			switch {
+			case tried[e]:
+			case len(batch) < len(slots):
+				batch = append(batch, taken{entry: e, slot: slots[len(batch)]})
+			default:
+				rest = append(rest, e)
+			}
+		}
+		walk = rest
 		if len(batch) == 0 {
 			if len(view.Due) < asked {
 				break // the heap has no more due entries
 			}
 			s.pop(ctx, uid, popped)
 			popped = nil
-			asked = s.peekSize(len(slots), len(tried))
+			asked = min(max(s.peekSize(len(slots), len(tried)), 2*asked), maxPeek)
 			var err error
 			if view, err = s.cache.PeekN(ctx, uid, "", now, asked); err != nil {
 				return s.partial(s.withHint(ctx, uid, res, slot1, nil), err)
 			}
-			pos = 0
-			if !slices.ContainsFunc(view.Due, func(e schedule.Entry) bool { return !tried[e] }) {
-				break
-			}
+			walk = slices.Clone(view.Due)
 			continue
 		}
 		var wg sync.WaitGroup
@@ -223,13 +266,12 @@ func (s *Service) takeBatch(ctx context.Context, uid string, view schedule.View,
 					s.cfg.Metrics.Dispatched(t.d.Occurrence.Task.Kind.String())
 				}
 				if !staysOnOffer(t.entry, t.d) {
-					popped = append(popped, t.entry)
+					pop(t.entry)
+				} else if n, ok := t.entry.Next(); ok {
+					after = append(after, n.DueAt)
 				}
 				if t.slot == 1 {
 					slot1 = t.d.LogID
-				}
-				if n, ok := t.entry.Next(); ok {
-					after = append(after, n.DueAt)
 				}
 				res.Tasks = append(res.Tasks, assignment(t.d, t.redo))
 			case t.outcome == taskd.UserBusy:
@@ -237,11 +279,12 @@ func (s *Service) takeBatch(ctx context.Context, uid string, view schedule.View,
 				// entry may still go into another.
 				s.cfg.Metrics.ClaimRefused("user_busy")
 				delete(tried, t.entry)
+				walk = append(walk, t.entry)
 			case t.outcome == taskd.NotDue, t.outcome == taskd.Holding, t.outcome == taskd.Filtered:
 				again = append(again, t.slot) // the entry stays in the heap
 			default:
 				s.cfg.Metrics.ClaimRefused(refusal(t.outcome))
-				popped = append(popped, t.entry)
+				pop(t.entry)
 				again = append(again, t.slot)
 			}
 		}
@@ -254,14 +297,57 @@ func (s *Service) takeBatch(ctx context.Context, uid string, view schedule.View,
 		slices.Sort(slots)
 	}
 	res = s.withHint(ctx, uid, res, slot1, popped)
-	rest := view.Due[min(pos, len(view.Due)):]
-	next := nextDue(nil, slices.DeleteFunc(slices.Clone(rest), func(e schedule.Entry) bool { return tried[e] }), view.Next)
-	for _, t := range after {
+	var next *time.Time
+	consider := func(t time.Time) {
 		if next == nil || t.Before(*next) {
 			next = &t
 		}
 	}
+	for _, e := range walk {
+		if !tried[e] {
+			consider(e.DueAt)
+		}
+	}
+	if view.Next != nil {
+		consider(view.Next.DueAt)
+	}
+	for _, t := range after {
+		consider(t)
+	}
 	return s.finishBatch(res, next), nil
+}
+
+// leaveOut marks tried, with b's template_ids, the entries of tasks of other templates,
+// reading the templates it does not know yet (into known) in one query: a due task of
+// another template costs no claim. (The claim checks again: an edit in between gives
+// Filtered.) A waiting dispatch's entry names no task, and is left to its resume.
+func (s *Service) leaveOut(ctx context.Context, walk []schedule.Entry, tried map[schedule.Entry]bool, known map[taskd.TaskKey]int64, b Batch) error {
+	if len(b.Templates) == 0 {
+		return nil
+	}
+	var unknown []taskd.TaskKey
+	for _, e := range walk {
+		if _, ok := known[e.Task]; !ok && e.LogID == "" && !tried[e] {
+			known[e.Task] = 0 // asked for below
+			unknown = append(unknown, e.Task)
+		}
+	}
+	if len(unknown) > 0 {
+		m, err := s.store.TaskTemplates(ctx, unknown)
+		if err != nil {
+			return err
+		}
+		for _, k := range unknown {
+			known[k] = m[k] // 0: no such task; the claim finds it gone
+		}
+	}
+	only := taskd.Take{Templates: b.Templates}
+	for _, e := range walk {
+		if id := known[e.Task]; e.LogID == "" && id != 0 && !only.Allows(id) {
+			tried[e] = true
+		}
+	}
+	return nil
 }
 
 // withHint writes a batch's outcome to the cache: the popped entries go, and a

@@ -25,6 +25,8 @@ type Store interface {
 	OpenDispatch(ctx context.Context, uid string) (*taskd.Dispatch, error)
 	// OpenSlots returns uid's max_in_flight and the slots its open dispatches hold.
 	OpenSlots(ctx context.Context, uid string) (int, []taskd.OpenSlot, error)
+	// TaskTemplates returns the template of each of keys that exists.
+	TaskTemplates(ctx context.Context, keys []taskd.TaskKey) (map[taskd.TaskKey]int64, error)
 	// GetDispatch returns the dispatch with logID (taskd.ErrNotFound for none).
 	GetDispatch(ctx context.Context, logID string) (*taskd.Dispatch, error)
 	// Redo records that d is handed out again; false when it is no longer open.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/taskpull/taskd"
@@ -211,11 +212,16 @@ func (s *Service) fetchFrom(ctx context.Context, uid string, view schedule.View,
 		}
 	}
 	// 2. Take the first due entry that still has a slot for this user: an occurrence to
-	// claim, or one of the user's waiting dispatches to resume.
+	// claim, or one of the user's waiting dispatches to resume. held are the entries the
+	// user holds open in another slot: they stay, and are not what the user waits for.
+	held := map[schedule.Entry]bool{}
 	for round := 0; len(view.Due) > 0 && round < maxRounds; round++ {
 		var popped []schedule.Entry
 		waits := false
 		for i, e := range view.Due {
+			if held[e] {
+				continue
+			}
 			outcome, d, redo, err := s.take(ctx, uid, e, now, taskd.Single)
 			if err != nil {
 				s.pop(ctx, uid, popped)
@@ -246,6 +252,7 @@ func (s *Service) fetchFrom(ctx context.Context, uid string, view schedule.View,
 				}
 				popped = nil
 				if outcome == taskd.Holding {
+					held[e] = true
 					waits = true
 					continue
 				}
@@ -267,7 +274,8 @@ func (s *Service) fetchFrom(ctx context.Context, uid string, view schedule.View,
 			return FetchResult{}, err
 		}
 	}
-	return FetchResult{NextDueAt: nextDue(nil, view.Due, view.Next)}, nil
+	rest := slices.DeleteFunc(slices.Clone(view.Due), func(e schedule.Entry) bool { return held[e] })
+	return FetchResult{NextDueAt: nextDue(nil, rest, view.Next)}, nil
 }
 
 // staysOnOffer reports whether the heap entry e, just dispatched as d, stays in the

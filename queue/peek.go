@@ -119,8 +119,15 @@ func (c *Cache) PeekN(ctx context.Context, uid, keyHash string, now time.Time, m
 	}
 	refused := 0
 	var b *built // the last rebuild's
+	// Another node's rebuild of the user holds the lock (for up to LockTTL, longer on a
+	// loaded machine): a peek waits for it in 5 ms steps as long as its request
+	// allows (without a deadline, LockTTL), not just its 50 attempts.
+	settle := time.Now().Add(c.cfg.LockTTL)
+	if d, ok := ctx.Deadline(); ok {
+		settle = d
+	}
 	for attempt := 0; ; attempt++ {
-		if attempt == 50 {
+		if attempt >= 50 && time.Now().After(settle) {
 			return schedule.View{}, taskd.Errorf(taskd.CodeUnavailable, "heap of user %s did not settle", uid)
 		}
 		res, err := c.peek(ctx, uid, groups, keyHash, now, maxDue)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -202,9 +203,13 @@ func TestBatchFetchTemplateIDs(t *testing.T) {
 		e.mustComplete(k, d.LogID)
 	}
 	// Completed out of heap order (the cursor passed the open template-2 tasks): they
-	// stay open, nothing is handed out twice, and slots are free: nothing again.
-	if r := e.batch(0, k, 10, nil); len(r.Tasks) != 0 {
-		t.Fatalf("the rest: %s, want none", taskIDs(r.Tasks))
+	// stay open, and nothing new is due: they come back (redo), only of the templates
+	// asked for.
+	if r := e.batch(0, k, 10, map[string]any{"template_ids": []int64{t1}}); len(r.Tasks) != 0 {
+		t.Fatalf("template %d with nothing of it due or held: %s, want none", t1, taskIDs(r.Tasks))
+	}
+	if r := e.batch(0, k, 10, nil); taskIDs(r.Tasks) != strings.Join(of2, "(redo) ")+"(redo)" {
+		t.Fatalf("the rest: %s, want the template-%d tasks again", taskIDs(r.Tasks), t2)
 	}
 	if c := e.admin("GET", "/v1/admin/clients/1", nil); c["open"] != 3.0 {
 		t.Fatalf("client: %v, want the 3 template-%d tasks open", c, t2)
@@ -225,8 +230,8 @@ func TestBatchFetchUntilExhaustedOnceAtATime(t *testing.T) {
 	if got := taskIDs(r.Tasks); got != ue+" "+other {
 		t.Fatalf("batch: %s, want %s %s", got, ue, other)
 	}
-	if r := e.batch(0, k, 5, nil); len(r.Tasks) != 0 {
-		t.Fatalf("second batch while both are open: %s", taskIDs(r.Tasks))
+	if r := e.batch(0, k, 5, nil); taskIDs(r.Tasks) != ue+"(redo) "+other+"(redo)" {
+		t.Fatalf("second batch while both are open: %s, want both again (nothing new)", taskIDs(r.Tasks))
 	}
 	e.mustComplete(k, r.Tasks[0].LogID)
 	if r := e.batch(0, k, 5, nil); taskIDs(r.Tasks) != ue {
@@ -360,4 +365,137 @@ func TestBatchFetchUnderConcurrencyAcrossTwoInstances(t *testing.T) {
 		t.Errorf("the until_exhausted occurrence went to one user twice at once")
 	}
 	e.checkClaims()
+}
+
+// Several slots, completed out of heap order: an until_exhausted occurrence the user
+// held open while it completed a later task stays on offer after its own completion,
+// also after a heap rebuild (the cursor did not pass it).
+func TestBatchOutOfOrderKeepsUntilExhaustedOnOffer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	ue := e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0.Add(-10 * time.Minute)), "mode": "until_exhausted",
+		"dispatch_times": 10})
+	e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0.Add(-5 * time.Minute))})
+	k := e.key("1")
+	e.setMaxInFlight("1", 2)
+	r := e.batch(0, k, 2, nil)
+	if len(r.Tasks) != 2 || r.Tasks[0].TaskID != ue {
+		t.Fatalf("batch: %s", taskIDs(r.Tasks))
+	}
+	e.mustComplete(k, r.Tasks[1].LogID) // the later one first
+	e.mustComplete(k, r.Tasks[0].LogID)
+	flushPrefix(e)
+	if r := e.batch(0, k, 2, nil); taskIDs(r.Tasks) != ue {
+		t.Fatalf("after the rebuild: %q, want %s again (quota left)", taskIDs(r.Tasks), ue)
+	}
+}
+
+// An until_exhausted dispatch that expires with attempts left leaves the user's heap
+// with both the occurrence and the waiting expired record: a batch with free slots
+// takes the occurrence once, never twice at the same time.
+func TestBatchUntilExhaustedNeverOpenTwice(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0.Add(-10 * time.Minute)), "mode": "until_exhausted",
+		"dispatch_times": 30, "lease_seconds": 60, "max_attempts": 5})
+	k := e.key("1")
+	e.setMaxInFlight("1", 3)
+	for i := range 8 {
+		if r := e.batch(0, k, 3, nil); len(r.Tasks) == 0 {
+			t.Fatalf("round %d: nothing", i)
+		}
+		e.clock.Advance(61 * time.Second)
+		r := e.batch(0, k, 3, nil)
+		if n := e.count("SELECT COUNT(*) FROM dispatch WHERE uid = '1' AND state = 1"); n > 1 || len(r.Tasks) > 1 {
+			t.Fatalf("round %d: %s, %d open: the occurrence open twice for one user", i, taskIDs(r.Tasks), n)
+		}
+		for _, d := range r.Tasks {
+			e.mustComplete(k, d.LogID)
+		}
+	}
+}
+
+// A client that lost a batch reply holds dispatches it does not know of: once no new
+// work is due, its batch fetches hand them back (redo) though slots are free.
+func TestBatchHandsBackHeldDispatchesWhenNothingNewIsDue(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	for i := range 4 {
+		e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0.Add(time.Duration(i-10) * time.Minute))})
+	}
+	k := e.key("1")
+	e.setMaxInFlight("1", 3)
+	r := e.batch(0, k, 3, nil)
+	lost := r.Tasks[0].LogID + " " + r.Tasks[1].LogID
+	e.mustComplete(k, r.Tasks[2].LogID)
+	r = e.batch(0, k, 3, nil) // the fourth task: new work first
+	if len(r.Tasks) != 1 || r.Tasks[0].Redo {
+		t.Fatalf("with new work due: %s", taskIDs(r.Tasks))
+	}
+	e.mustComplete(k, r.Tasks[0].LogID)
+	r = e.batch(0, k, 3, nil)
+	got := ""
+	for _, d := range r.Tasks {
+		if !d.Redo {
+			t.Fatalf("a new task with nothing due: %+v", d)
+		}
+		got += " " + d.LogID
+	}
+	if got != " "+lost {
+		t.Fatalf("nothing new due: %q, want the held %q again", got, lost)
+	}
+}
+
+// A fetch for one template walks past many due tasks of another without a claim each,
+// and finds the one it asks for; a long poll for it does not spin.
+func TestBatchTemplateIDsPastManyOthers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	tx, ty := e.template(), e.template()
+	for i := range 40 {
+		e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0.Add(time.Duration(i-50) * time.Minute)), "template_id": tx})
+	}
+	want := e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0.Add(-time.Minute)), "template_id": ty})
+	k := e.key("1")
+	var claims atomic.Int64
+	e.store.ObserveBatches(func(kind string, size int, err error) {
+		if kind == "claim" {
+			claims.Add(int64(size))
+		}
+	})
+	r := e.batch(0, k, 1, map[string]any{"template_ids": []int64{ty}})
+	if taskIDs(r.Tasks) != want {
+		t.Fatalf("filtered fetch: %q, want %s", taskIDs(r.Tasks), want)
+	}
+	e.mustComplete(k, r.Tasks[0].LogID)
+	before := claims.Load()
+	start := time.Now()
+	r = e.batch(0, k, 1, map[string]any{"template_ids": []int64{ty}, "wait_ms": 1000})
+	if len(r.Tasks) != 0 || r.NextDueAt != nil || time.Since(start) < 900*time.Millisecond {
+		t.Fatalf("long poll with nothing of template %d: %s, next %v, after %v", ty, taskIDs(r.Tasks), r.NextDueAt, time.Since(start))
+	}
+	if n := claims.Load() - before; n != 0 {
+		t.Errorf("a long poll for template %d made %d claims of other templates' tasks", ty, n)
+	}
+}
+
+// A single fetch (slot 1) while a batch holds an until_exhausted occurrence in slot 2:
+// the held one is not what it waits for, so a long poll does not spin on it.
+func TestSingleFetchBesideABatchHeldOccurrence(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	first := e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0.Add(-20 * time.Minute))})
+	ue := e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0.Add(-10 * time.Minute)), "mode": "until_exhausted",
+		"dispatch_times": 10})
+	k := e.key("1")
+	e.setMaxInFlight("1", 2)
+	r := e.batch(0, k, 2, nil)
+	if taskIDs(r.Tasks) != first+" "+ue {
+		t.Fatalf("batch: %s", taskIDs(r.Tasks))
+	}
+	e.mustComplete(k, r.Tasks[0].LogID) // slot 1 free; the occurrence held in slot 2
+	single := e.fetch(0, k)
+	if single.Task != nil || single.NextDueAt != nil {
+		t.Fatalf("single fetch: %+v next %v, want nothing and no next due time", single.Task, single.NextDueAt)
+	}
 }

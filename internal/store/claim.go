@@ -505,6 +505,7 @@ func (c *claimRun) grant(ctx context.Context, claimed map[taskd.Occurrence]int) 
 	for {
 		added := map[taskd.Occurrence]int{}
 		users := map[userSlot]bool{}
+		holding := map[occUser]bool{} // the occurrences granted in the batch, by user
 		decided := map[int]taskd.ClaimOutcome{}
 		var granted []int
 		var ds []*taskd.Dispatch
@@ -519,10 +520,16 @@ func (c *claimRun) grant(ctx context.Context, claimed map[taskd.Occurrence]int) 
 			case busy[us] || users[us]:
 				decided[i] = taskd.UserBusy
 				continue
+			case holding[occUser{in.occ, in.uid}]:
+				// A second claim of one occurrence by one user in the batch (into
+				// another slot): the first holds it open.
+				decided[i] = taskd.Holding
+				continue
 			}
 			decided[i] = taskd.Claimed
 			added[in.occ]++
 			users[us] = true
+			holding[occUser{in.occ, in.uid}] = true
 			granted = append(granted, i)
 			d := t.newDispatch(in.uid, in.occ, c.st[i].prior, in.now)
 			d.Slot = in.take.OpenSlot()
@@ -749,7 +756,7 @@ func (s *Store) claimOne(ctx context.Context, uid string, occ taskd.Occurrence, 
 		}
 		if err := insertDispatches(ctx, tx, []*taskd.Dispatch{d}); err != nil {
 			if isDuplicate(err) {
-				outcome = taskd.UserBusy
+				outcome = busyOutcome(err)
 				return errAbort
 			}
 			return err

@@ -87,3 +87,38 @@ func (s *Store) OpenSlots(ctx context.Context, uid string) (int, []taskd.OpenSlo
 	}
 	return mif, open, mysqlErr("open slots", rows.Err())
 }
+
+// TaskTemplates returns the template of each of keys that exists (a batch fetch with
+// template_ids leaves out, before any claim, the entries of tasks of other templates;
+// the claim checks again, in its transaction).
+func (s *Store) TaskTemplates(ctx context.Context, keys []taskd.TaskKey) (map[taskd.TaskKey]int64, error) {
+	out := make(map[taskd.TaskKey]int64, len(keys))
+	for _, kind := range []taskd.Kind{taskd.KindOnce, taskd.KindRotate} {
+		var ids []any
+		for _, k := range keys {
+			if k.Kind == kind {
+				ids = append(ids, k.ID)
+			}
+		}
+		if len(ids) == 0 {
+			continue
+		}
+		rows, err := s.db.QueryContext(ctx, "SELECT id, template_id FROM "+taskTable(kind)+" WHERE id IN ("+marks(len(ids))+")", ids...)
+		if err != nil {
+			return nil, mysqlErr("task templates", err)
+		}
+		for rows.Next() {
+			var id, tpl int64
+			if err := rows.Scan(&id, &tpl); err != nil {
+				rows.Close()
+				return nil, mysqlErr("task templates", err)
+			}
+			out[taskd.TaskKey{Kind: kind, ID: id}] = tpl
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, mysqlErr("task templates", err)
+		}
+	}
+	return out, nil
+}

@@ -107,21 +107,29 @@ func (s *Store) completeBatch(ctx context.Context, jobs []*completeJob) ([]compl
 	return outs, nil
 }
 
-// lockDispatches reads the records of ids FOR UPDATE.
+// lockDispatches reads the records of ids FOR UPDATE, each with its HeldFrom (a probe
+// of the open-slot key's few rows of its user, in the same statement).
 func lockDispatches(ctx context.Context, tx *sql.Tx, ids []any) (map[string]*taskd.Dispatch, error) {
 	out := make(map[string]*taskd.Dispatch, len(ids))
 	if len(ids) == 0 {
 		return out, nil
 	}
-	rows, err := tx.QueryContext(ctx, "SELECT "+dispatchColumns+" FROM dispatch WHERE log_id IN ("+marks(len(ids))+") FOR UPDATE", ids...)
+	rows, err := tx.QueryContext(ctx, "SELECT "+dispatchColumns+`, (SELECT MIN(o.due_at) FROM dispatch o
+		WHERE o.open_uid = dispatch.uid AND o.mode = ? AND o.log_id <> dispatch.log_id)
+		FROM dispatch WHERE log_id IN (`+marks(len(ids))+") FOR UPDATE", append([]any{taskd.ModeUntilExhausted}, ids...)...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	for rows.Next() {
-		d, err := scanDispatch(rows)
+		var held *time.Time
+		d, err := scanDispatch(rows, &held)
 		if err != nil {
 			return nil, err
+		}
+		if held != nil {
+			h := held.UTC()
+			d.HeldFrom = &h
 		}
 		out[d.LogID] = d
 	}
@@ -313,6 +321,13 @@ func (s *Store) completeAlone(ctx context.Context, op, uid, logID string, now ti
 // the cursor and starts the exclude set afresh; one at it joins the set. Assignments
 // run left to right, so exclude_keys is decided against the cursor before cursor_at
 // moves. Two records of one user apply one after the other.
+//
+// A user with several open slots (batch fetch) completes out of heap order: the
+// cursor does not pass an until_exhausted occurrence the user still holds open
+// (HeldFrom, read by the complete), or a rebuild would drop it from the offer it must
+// stay on after its completion. The cursor stops at that occurrence then, and the
+// completed key is not excluded (a once_per_user occurrence offered again is refused
+// by its hold).
 func advanceCursors(ctx context.Context, tx *sql.Tx, ds []*taskd.Dispatch) error {
 	if len(ds) == 0 {
 		return nil
@@ -322,11 +337,14 @@ func advanceCursors(ctx context.Context, tx *sql.Tx, ds []*taskd.Dispatch) error
 	args := make([]any, 0, 4*len(ds))
 	for _, d := range ds {
 		fresh := []string{} // until_exhausted: not excluded
-		if d.Mode == taskd.ModeOncePerUser {
+		cursor := d.Occurrence.DueAt
+		if d.HeldFrom != nil && d.HeldFrom.Before(cursor) {
+			cursor = *d.HeldFrom
+		} else if d.Mode == taskd.ModeOncePerUser {
 			fresh = append(fresh, d.Occurrence.String())
 		}
 		b, _ := json.Marshal(fresh)
-		args = append(args, d.UID, d.Occurrence.DueAt, string(b), *d.FinishedAt)
+		args = append(args, d.UID, cursor, string(b), *d.FinishedAt)
 	}
 	_, err := tx.ExecContext(ctx, `INSERT INTO user_state (uid, cursor_at, exclude_keys, updated_at)
 		VALUES `+tuples(len(ds), 4)+`

@@ -181,7 +181,7 @@ func (s *Store) Resume(ctx context.Context, uid, logID string, now time.Time, ta
 			next.RetryMaxSeconds = t.settings.RetryMaxSeconds
 			if err := insertDispatches(ctx, tx, []*taskd.Dispatch{&next}); err != nil {
 				if isDuplicate(err) {
-					outcome = taskd.UserBusy
+					outcome = busyOutcome(err)
 					return errAbort
 				}
 				return err
@@ -195,7 +195,7 @@ func (s *Store) Resume(ctx context.Context, uid, logID string, now time.Time, ta
 			if _, err := tx.ExecContext(ctx, `UPDATE dispatch SET open_uid = uid, open_slot = ?, waiting_uid = NULL,
 				redo_count = redo_count + 1, last_redo_at = ? WHERE log_id = ?`, take.OpenSlot(), now, logID); err != nil {
 				if isDuplicate(err) {
-					outcome = taskd.UserBusy
+					outcome = busyOutcome(err)
 					return errAbort
 				}
 				return err

@@ -12,9 +12,10 @@ import (
 // running alone afterwards the requests it leaves alone.
 
 type BatchClaim struct {
-	UID string
-	Occ taskd.Occurrence
-	Now time.Time
+	UID  string
+	Occ  taskd.Occurrence
+	Now  time.Time
+	Take taskd.Take
 }
 
 type BatchComplete struct {
@@ -36,7 +37,7 @@ type BatchResult[O any] struct {
 func (s *Store) ClaimBatch(ctx context.Context, cs []BatchClaim) ([]BatchResult[taskd.ClaimOutcome], error) {
 	jobs := make([]*claimJob, len(cs))
 	for i, c := range cs {
-		jobs[i] = &claimJob{ctx: ctx, in: claimIn{uid: c.UID, occ: c.Occ, now: c.Now}, done: make(chan struct{})}
+		jobs[i] = &claimJob{ctx: ctx, in: claimIn{uid: c.UID, occ: c.Occ, now: c.Now, take: c.Take}, done: make(chan struct{})}
 	}
 	outs, err := s.claimBatch(ctx, jobs)
 	if err != nil {

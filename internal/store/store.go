@@ -17,6 +17,7 @@ import (
 	migratemysql "github.com/golang-migrate/migrate/v4/database/mysql"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 
+	"github.com/taskpull/taskd"
 	schema "github.com/taskpull/taskd/sql"
 )
 
@@ -229,6 +230,22 @@ func retryable(err error) bool {
 func isDuplicate(err error) bool {
 	var me *mysql.MySQLError
 	return errors.As(err, &me) && me.Number == 1062
+}
+
+// isOpenTwice reports whether err is a dispatch insert that hit uq_open_occurrence: the
+// user holds that occurrence open already (in another slot).
+func isOpenTwice(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1062 && strings.Contains(me.Message, "uq_open_occurrence")
+}
+
+// busyOutcome is what a dispatch insert that hit a unique key comes to: Holding when
+// the user holds the occurrence open already, UserBusy when the slot is taken.
+func busyOutcome(err error) taskd.ClaimOutcome {
+	if isOpenTwice(err) {
+		return taskd.Holding
+	}
+	return taskd.UserBusy
 }
 
 // inTx runs fn in a transaction, retrying on deadlock a few times.

@@ -1,0 +1,1 @@
+ALTER TABLE dispatch DROP KEY uq_open_occurrence;
