@@ -109,6 +109,7 @@ const (
 	NotDue                             // (Resume) the retry's backoff is not over yet: keep the entry
 	Holding                            // until_exhausted, and the user holds it open in another slot: keep the entry
 	Filtered                           // not of a template the fetch asked for: keep the entry
+	RateBound                          // the task's dispatch_rate_per_minute is used up this minute: keep the entry
 )
 
 // CompleteOutcome is what a complete came to.

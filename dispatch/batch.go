@@ -282,6 +282,12 @@ func (s *Service) takeBatch(ctx context.Context, uid string, view schedule.View,
 				walk = append(walk, t.entry)
 			case t.outcome == taskd.NotDue, t.outcome == taskd.Holding, t.outcome == taskd.Filtered:
 				again = append(again, t.slot) // the entry stays in the heap
+			case t.outcome == taskd.RateBound:
+				// The task's rate is used up this minute: the entry stays, and the
+				// minute's end is when to look again.
+				s.cfg.Metrics.ClaimRefused("rate_bound")
+				again = append(again, t.slot)
+				after = append(after, now.Truncate(time.Minute).Add(time.Minute))
 			default:
 				s.cfg.Metrics.ClaimRefused(refusal(t.outcome))
 				pop(t.entry)

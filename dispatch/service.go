@@ -213,8 +213,11 @@ func (s *Service) fetchFrom(ctx context.Context, uid string, view schedule.View,
 	}
 	// 2. Take the first due entry that still has a slot for this user: an occurrence to
 	// claim, or one of the user's waiting dispatches to resume. held are the entries the
-	// user holds open in another slot: they stay, and are not what the user waits for.
+	// user holds open in another slot, or whose task's dispatch rate is used up this
+	// minute: they stay, and are not what the user waits for (a rate opens again at
+	// rateOpens).
 	held := map[schedule.Entry]bool{}
+	var rateOpens *time.Time
 	for round := 0; len(view.Due) > 0 && round < maxRounds; round++ {
 		var popped []schedule.Entry
 		waits := false
@@ -259,6 +262,11 @@ func (s *Service) fetchFrom(ctx context.Context, uid string, view schedule.View,
 			case taskd.NotDue: // a retry a little early by this node's clock: it stays
 				waits = true
 				continue
+			case taskd.RateBound:
+				s.cfg.Metrics.ClaimRefused("rate_bound")
+				held[e], waits = true, true
+				rateOpens = new(now.Truncate(time.Minute).Add(time.Minute))
+				continue
 			default: // exhausted, already had it, or gone: drop it, try the next
 				s.cfg.Metrics.ClaimRefused(refusal(outcome))
 				popped = append(popped, e)
@@ -275,7 +283,11 @@ func (s *Service) fetchFrom(ctx context.Context, uid string, view schedule.View,
 		}
 	}
 	rest := slices.DeleteFunc(slices.Clone(view.Due), func(e schedule.Entry) bool { return held[e] })
-	return FetchResult{NextDueAt: nextDue(nil, rest, view.Next)}, nil
+	next := nextDue(nil, rest, view.Next)
+	if rateOpens != nil && (next == nil || rateOpens.Before(*next)) {
+		next = rateOpens
+	}
+	return FetchResult{NextDueAt: next}, nil
 }
 
 // staysOnOffer reports whether the heap entry e, just dispatched as d, stays in the

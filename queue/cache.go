@@ -62,6 +62,12 @@ type Config struct {
 	// that lost its data does not send every poll to MySQL at once. Zero: no bound.
 	RebuildRate  float64
 	RebuildBurst int
+	// PollRate and PollBurst bound each user's polls (fetches, and each round of a long
+	// poll), over every node (the limiter lives in Redis, beside the user's heap, and is
+	// checked in the same round trip as the heap): so many a second, so many at once. A
+	// poll beyond it answers 429 rate_limited with Retry-After. Zero: no bound.
+	PollRate  float64
+	PollBurst int
 	// Metrics records lookups and rebuilds; nil records nothing.
 	Metrics *metrics.Metrics
 }
@@ -94,6 +100,18 @@ func (c *Config) setDefaults() {
 	if c.RebuildBurst <= 0 {
 		c.RebuildBurst = max(1, int(c.RebuildRate))
 	}
+	if c.PollBurst <= 0 {
+		c.PollBurst = max(1, int(c.PollRate))
+	}
+}
+
+// pollLimit is the poll limit as the peek script takes it: the emission interval in
+// milliseconds (0: no limit) and the burst.
+func (c *Cache) pollLimit() (int64, int) {
+	if c.cfg.PollRate <= 0 {
+		return 0, 0
+	}
+	return max(1, int64(1000/c.cfg.PollRate)), c.cfg.PollBurst
 }
 
 // Cache is the Redis side of the per-user heaps, open-dispatch hints and client keys.

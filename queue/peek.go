@@ -19,9 +19,13 @@ import (
 // generations of the user's groups live on other slots, and peek reads them in the same
 // round trip and compares them with the ones the heap names.
 //
-// KEYS: user hash, heap, client key set. ARGV: now, horizon (the heap must cover up to
-// it), max entries, the key hash ("" to skip the check), the catch-up floor (an entry
-// older than it makes the heap stale: the cursor never lags more). Returns {"badkey"};
+// KEYS: user hash, heap, client key set, poll limiter. ARGV: now, horizon (the heap must
+// cover up to it), max entries, the key hash ("" to skip the check), the catch-up floor
+// (an entry older than it makes the heap stale: the cursor never lags more), the poll
+// limit's emission interval in ms (0: no limit), its burst, now in ms. A poll with a
+// valid key is counted against the limit (GCRA: each poll moves the key's theoretical
+// arrival time on by the interval; a poll that would move it more than a burst ahead of
+// now is refused, and changes nothing). Returns {"badkey"}; {"limited", ms to wait};
 // {"nokeys", heap status}; {status, open, groups, ver} with status cold or stale; or
 // {"ok", open, groups, ver, due (member, score, ...), next (member, score), gens, cut},
 // where cut is the window's end of a cut heap holding no entry not yet due (the next
@@ -62,6 +66,13 @@ elseif tonumber(h[5]) < tonumber(ARGV[2]) then
 end
 if status == 'ok' and stale_below(KEYS[2], ARGV[5]) then status = 'stale' end
 if nokeys then return {'nokeys', status} end
+local interval = tonumber(ARGV[6])
+if ARGV[4] ~= '' and interval > 0 then
+  local now, burst = tonumber(ARGV[8]), tonumber(ARGV[7])
+  local tat = math.max(tonumber(redis.call('GET', KEYS[4]) or '0'), now) + interval
+  if tat - now > burst * interval then return {'limited', tostring(tat - now - burst * interval)} end
+  redis.call('SET', KEYS[4], tat, 'PX', tat - now)
+end
 if status ~= 'ok' then return {status, open, h[3] or '', ver} end
 local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[3]))
 local nxt = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. ARGV[1], '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
@@ -76,8 +87,9 @@ return {status, open, h[3], ver, due, nxt, h[4], cut}
 // other groups than the caller believed (ask again with the heap's), and "stale" when a
 // generation the heap names has moved.
 func (c *Cache) peek(ctx context.Context, uid, groups, keyHash string, now time.Time, maxDue int) ([]any, error) {
-	keys := []string{c.keys.User(uid), c.keys.Heap(uid), c.keys.ClientKeys(uid)}
-	args := []any{now.Unix(), now.Add(c.cfg.Horizon).Unix(), maxDue, keyHash, c.floor(now)}
+	keys := []string{c.keys.User(uid), c.keys.Heap(uid), c.keys.ClientKeys(uid), c.keys.Poll(uid)}
+	interval, burst := c.pollLimit()
+	args := []any{now.Unix(), now.Add(c.cfg.Horizon).Unix(), maxDue, keyHash, c.floor(now), interval, burst, now.UnixMilli()}
 	gids := splitGroups(groups)
 	var script *redis.Cmd
 	var gens []*redis.StringCmd
@@ -140,6 +152,13 @@ func (c *Cache) PeekN(ctx context.Context, uid, keyHash string, now time.Time, m
 			return parseView(res)
 		case "badkey":
 			return schedule.View{}, ErrBadKey
+		case "limited":
+			ms, _ := strconv.ParseInt(res[1].(string), 10, 64)
+			c.cfg.Metrics.RateLimited("poll")
+			err := taskd.Errorf(taskd.CodeRateLimited, "user %s polls faster than %g a second (burst %d); try again later",
+				uid, c.cfg.PollRate, c.cfg.PollBurst)
+			err.RetryAfter = time.Duration(ms) * time.Millisecond
+			return schedule.View{}, err
 		case "nokeys":
 			// Only a user whose heap needs a rebuild too is turned away when the
 			// rebuild budget is spent: a warm user's key set expires every KeyTTL.
@@ -149,8 +168,10 @@ func (c *Cache) PeekN(ctx context.Context, uid, keyHash string, now time.Time, m
 		case "groups":
 			groups = res[2].(string)
 			c.groups.Store(uid, groups)
+			keyHash = "" // checked, and the poll counted: not again
 		case "cold", "stale":
 			c.cfg.Metrics.HeapLookup(false)
+			keyHash = "" // checked, and the poll counted: not again
 			// Invalidations keep landing between a rebuild's reads and its write (the
 			// write refused), or just after it (what it wrote is stale already: a
 			// group generation moved). The offer a rebuild read from MySQL is no older

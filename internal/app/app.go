@@ -60,6 +60,7 @@ func New(cfg Config, deps Deps) *App {
 	a := &App{cfg: cfg, deps: deps, Registry: prometheus.NewRegistry()}
 	a.metrics = metrics.New(a.Registry)
 	metrics.RegisterQueued(a.Registry, deps.Store.Queued)
+	metrics.RegisterLimits(a.Registry, cfg.PollRate, cfg.PollBurst)
 	deps.Store.ObserveBatches(func(kind string, size int, err error) {
 		a.metrics.Batch(kind, size, err != nil)
 		if err != nil {
@@ -69,7 +70,8 @@ func New(cfg Config, deps Deps) *App {
 	a.guard = authguard.New(cfg.AuthFailureBurst, cfg.AuthFailureRate, nil)
 	a.Cache = queue.NewCache(deps.Redis, loader, deps.Clock,
 		queue.Config{Prefix: cfg.RedisPrefix, CatchUp: cfg.CatchUp, KeyTTL: cfg.KeyRecheck,
-			RebuildRate: cfg.RebuildRate, RebuildBurst: cfg.RebuildBurst, Metrics: a.metrics})
+			RebuildRate: cfg.RebuildRate, RebuildBurst: cfg.RebuildBurst, PollRate: cfg.PollRate, PollBurst: cfg.PollBurst,
+			Metrics: a.metrics})
 	a.Keys = clientkey.New(deps.Store, a.Cache, deps.Clock, deps.Log,
 		clientkey.Config{EnrollSecret: cfg.EnrollSecret, KeysPerUID: cfg.KeysPerUID, KeyRecheck: cfg.KeyRecheck})
 	a.Dispatch = dispatch.NewService(deps.Store, a.Cache, deps.Clock, deps.Log,
@@ -82,9 +84,13 @@ func New(cfg Config, deps Deps) *App {
 // Handler is the HTTP API.
 func (a *App) Handler() http.Handler { return a.handler }
 
-// RunBackground runs the background work (the lease sweeper) until ctx is done.
+// RunBackground runs the background work (the lease sweeper, the retention janitor)
+// until ctx is done.
 func (a *App) RunBackground(ctx context.Context) {
+	done := make(chan struct{})
+	go func() { a.runJanitor(ctx); close(done) }()
 	a.Dispatch.RunSweeper(ctx, a.cfg.SweepInterval)
+	<-done
 }
 
 // Open connects to MySQL (creating and migrating the database) and Redis.

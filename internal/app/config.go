@@ -30,8 +30,13 @@ type Config struct {
 	EnrollSecret  string
 	MaxWait       time.Duration
 	SweepInterval time.Duration
-	Shutdown      time.Duration
-	MySQLConns    int
+	// RetainDispatches and RetainOutbox are how long finished dispatch records and
+	// outbox rows are kept (0: for ever); the janitor looks every RetentionInterval.
+	RetainDispatches  time.Duration
+	RetainOutbox      time.Duration
+	RetentionInterval time.Duration
+	Shutdown          time.Duration
+	MySQLConns        int
 	// MySQLBatch and MySQLLanes shape the group commit (store.OpenOptions).
 	MySQLBatch int
 	MySQLLanes int
@@ -48,6 +53,10 @@ type Config struct {
 	// bucket); past it a poll answers 503 (queue.Config).
 	RebuildRate  float64
 	RebuildBurst int
+	// PollRate and PollBurst bound each user's polls over all nodes (a limiter in Redis,
+	// checked in the poll's own round trip); past it a poll answers 429. Zero: no limit.
+	PollRate  float64
+	PollBurst int
 	// KeyRecheck is how long a cached client key set (or the answer that a uid has no
 	// key) is trusted before it is read from MySQL again.
 	KeyRecheck time.Duration
@@ -80,6 +89,10 @@ func (c *Config) table() config.Table {
 			Value: config.Float(&c.RebuildRate, config.Positive)},
 		{Env: "DISPATCH_REBUILD_BURST", Flag: "rebuild-burst", Default: "1000", Usage: "heap rebuilds this node makes at once before DISPATCH_REBUILD_RATE applies",
 			Value: config.Int(&c.RebuildBurst, config.Positive)},
+		{Env: "DISPATCH_POLL_RATE", Flag: "poll-rate", Default: "50", Usage: "fetches (and long-poll rounds) a second each user may make, over all nodes (GCRA in Redis, in the fetch's own round trip); past it a fetch answers 429 rate_limited with Retry-After; 0: no limit",
+			Value: config.Float(&c.PollRate, config.NotNegative)},
+		{Env: "DISPATCH_POLL_BURST", Flag: "poll-burst", Default: "100", Usage: "fetches each user may make at once before DISPATCH_POLL_RATE applies",
+			Value: config.Int(&c.PollBurst, config.Positive)},
 		{Env: "DISPATCH_KAFKA_BROKERS", Flag: "kafka-brokers", Usage: "comma-separated Kafka brokers; empty: no Kafka, events stay in MySQL",
 			Value: config.List(&c.KafkaBrokers)},
 		{Env: "DISPATCH_ES_URLS", Flag: "es-urls", Usage: "comma-separated Elasticsearch URLs; reserved for reading admin events from Elasticsearch, not used by dispatchd yet (logsink reads it)",
@@ -94,6 +107,12 @@ func (c *Config) table() config.Table {
 			Value: config.Duration(&c.MaxWait, config.Positive, config.AtMost(5*time.Minute))},
 		{Env: "DISPATCH_SWEEP_INTERVAL", Flag: "sweep-interval", Default: "5s", Usage: "how often expired leases are swept",
 			Value: config.Duration(&c.SweepInterval, config.Positive)},
+		{Env: "DISPATCH_RETAIN_DISPATCHES", Flag: "retain-dispatches", Default: "720h", Usage: "how long finished dispatch records are kept (the admin events, stats and dispatch lists read them); older ones are deleted in small batches by one node at a time; 0: for ever",
+			Value: config.Duration(&c.RetainDispatches, config.NotNegative)},
+		{Env: "DISPATCH_RETAIN_OUTBOX", Flag: "retain-outbox", Default: "168h", Usage: "how long an event may wait in the outbox for Kafka before it is deleted undelivered (a warning is logged); 0: for ever",
+			Value: config.Duration(&c.RetainOutbox, config.NotNegative)},
+		{Env: "DISPATCH_RETENTION_INTERVAL", Flag: "retention-interval", Default: "10m", Usage: "how often the retention janitor looks",
+			Value: config.Duration(&c.RetentionInterval, config.Positive)},
 		{Env: "DISPATCH_SHUTDOWN_TIMEOUT", Flag: "shutdown-timeout", Default: "20s", Usage: "how long in-flight requests may take to finish on SIGTERM",
 			Value: config.Duration(&c.Shutdown, config.Positive)},
 		{Env: "DISPATCH_MYSQL_CONNS", Flag: "mysql-conns", Default: "32", Usage: "MySQL connection pool size",

@@ -27,6 +27,8 @@ type Metrics struct {
 	overBudget    prometheus.Counter
 	batches       *prometheus.HistogramVec
 	fallbacks     *prometheus.CounterVec
+	rateLimited   *prometheus.CounterVec
+	pruned        *prometheus.CounterVec
 }
 
 // New registers the server's metrics (and the Go and process collectors) on reg.
@@ -55,7 +57,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"kind"}),
 		claimRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "taskd_quota_claim_conflicts_total",
-			Help: "Claims refused, by reason: exhausted, already_had, gone, user_busy.",
+			Help: "Claims refused, by reason: exhausted, already_had, gone, user_busy, rate_bound (the task's dispatch_rate_per_minute).",
 		}, []string{"reason"}),
 		overBudget: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "taskd_heap_rebuilds_over_budget_total",
@@ -79,9 +81,17 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "taskd_group_commit_fallbacks_total",
 			Help: "Group-commit batches that failed as a whole and ran their requests one by one, by kind.",
 		}, []string{"kind"}),
+		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskd_rate_limited_total",
+			Help: "Requests answered 429 rate_limited, by limit: poll (a client polling faster than DISPATCH_POLL_RATE).",
+		}, []string{"limit"}),
+		pruned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskd_retention_deleted_rows_total",
+			Help: "Rows the retention janitor deleted, by table: dispatch (finished records past DISPATCH_RETAIN_DISPATCHES), event_outbox (past DISPATCH_RETAIN_OUTBOX).",
+		}, []string{"table"}),
 	}
 	reg.MustRegister(m.requests, m.fetches, m.dispatches, m.completions, m.expiries, m.claimRefusals,
-		m.heapLookups, m.rebuilds, m.overBudget, m.batches, m.fallbacks,
+		m.heapLookups, m.rebuilds, m.overBudget, m.batches, m.fallbacks, m.rateLimited, m.pruned,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -206,6 +216,32 @@ func (m *Metrics) Rebuilt(d time.Duration) {
 	if m != nil {
 		m.rebuilds.Observe(d.Seconds())
 	}
+}
+
+// Pruned records rows the retention janitor deleted from table.
+func (m *Metrics) Pruned(table string, n int64) {
+	if m != nil && n > 0 {
+		m.pruned.WithLabelValues(table).Add(float64(n))
+	}
+}
+
+// RateLimited records a request answered 429 by limit.
+func (m *Metrics) RateLimited(limit string) {
+	if m != nil {
+		m.rateLimited.WithLabelValues(limit).Inc()
+	}
+}
+
+// RegisterLimits exposes the configured limits: the poll rate (per second, per user; 0
+// for none) and its burst.
+func RegisterLimits(reg prometheus.Registerer, pollRate float64, pollBurst int) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "taskd_poll_rate_limit",
+			Help: "Polls a second allowed to each user over all nodes (DISPATCH_POLL_RATE); 0: no limit."},
+			func() float64 { return pollRate }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "taskd_poll_burst_limit",
+			Help: "Polls at once allowed to each user (DISPATCH_POLL_BURST)."},
+			func() float64 { return float64(pollBurst) }))
 }
 
 // OverBudget records a poll turned away because the node's rebuild budget was spent.

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -279,7 +280,11 @@ func (s *Store) claimAll(ctx context.Context, c *claimRun) error {
 	if err != nil {
 		return err
 	}
-	added, err := c.grant(ctx, claimed)
+	used, err := c.lockRates(ctx)
+	if err != nil {
+		return err
+	}
+	added, err := c.grant(ctx, claimed, used)
 	if err != nil {
 		return err
 	}
@@ -287,6 +292,9 @@ func (s *Store) claimAll(ctx context.Context, c *claimRun) error {
 		return err
 	}
 	if err := c.writeCounters(ctx, claimed, added); err != nil {
+		return err
+	}
+	if err := c.writeRates(ctx, used); err != nil {
 		return err
 	}
 	var evs []taskd.Event
@@ -500,10 +508,11 @@ func occArgs(occs []taskd.Occurrence, n []int) []any {
 // occurrence. A second claim of the same user's open slot in the batch, or a claim of
 // an open slot already taken (found when the insert hits the open-slot key), is
 // UserBusy, and the quota slots are given again without it.
-func (c *claimRun) grant(ctx context.Context, claimed map[taskd.Occurrence]int) (map[taskd.Occurrence]int, error) {
+func (c *claimRun) grant(ctx context.Context, claimed map[taskd.Occurrence]int, used map[taskd.TaskKey]int) (map[taskd.Occurrence]int, error) {
 	busy := map[userSlot]bool{}
 	for {
 		added := map[taskd.Occurrence]int{}
+		rated := map[taskd.TaskKey]int{} // claims granted per rate-bound task
 		users := map[userSlot]bool{}
 		holding := map[occUser]bool{} // the occurrences granted in the batch, by user
 		decided := map[int]taskd.ClaimOutcome{}
@@ -517,6 +526,9 @@ func (c *claimRun) grant(ctx context.Context, claimed map[taskd.Occurrence]int) 
 			case t.quota == 0, t.quota > 0 && claimed[in.occ]+added[in.occ] >= t.quota:
 				decided[i] = taskd.Exhausted
 				continue
+			case t.settings.DispatchRatePerMinute > 0 && used[in.occ.Task]+rated[in.occ.Task] >= t.settings.DispatchRatePerMinute:
+				decided[i] = taskd.RateBound
+				continue
 			case busy[us] || users[us]:
 				decided[i] = taskd.UserBusy
 				continue
@@ -528,6 +540,7 @@ func (c *claimRun) grant(ctx context.Context, claimed map[taskd.Occurrence]int) 
 			}
 			decided[i] = taskd.Claimed
 			added[in.occ]++
+			rated[in.occ.Task]++
 			users[us] = true
 			holding[occUser{in.occ, in.uid}] = true
 			granted = append(granted, i)
@@ -614,6 +627,120 @@ func (c *claimRun) releaseHolds(ctx context.Context) error {
 	}
 	_, err := c.tx.ExecContext(ctx, "DELETE FROM occurrence_user WHERE "+anyOf(len(idx), holdCols...), c.holdArgs(idx)...)
 	return err
+}
+
+// rateWindow is the minute a claim at now counts in, for dispatch_rate_per_minute.
+func rateWindow(now time.Time) time.Time { return now.UTC().Truncate(time.Minute) }
+
+// lockRates locks the rate rows of the open claims' rate-bound tasks and returns how
+// many of each task's claims the current minute holds (a row of an earlier minute:
+// none); a task without a row is absent. The batch's claims share one minute: the
+// first claim's.
+func (c *claimRun) lockRates(ctx context.Context) (map[taskd.TaskKey]int, error) {
+	used := map[taskd.TaskKey]int{}
+	var keys []taskd.TaskKey
+	for _, i := range c.open() {
+		if k := c.jobs[i].in.occ.Task; c.task(i).settings.DispatchRatePerMinute > 0 && !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return used, nil
+	}
+	slices.SortFunc(keys, func(a, b taskd.TaskKey) int { return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.ID, b.ID)) })
+	args := make([]any, 0, 2*len(keys))
+	for _, k := range keys {
+		args = append(args, k.Kind, k.ID)
+	}
+	rows, err := c.tx.QueryContext(ctx, "SELECT task_kind, task_id, window_at, dispatched FROM task_rate WHERE "+
+		anyOf(len(keys), "task_kind", "task_id")+" FOR UPDATE", args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	window := rateWindow(c.jobs[0].in.now)
+	for rows.Next() {
+		var k taskd.TaskKey
+		var at time.Time
+		var n int
+		if err := rows.Scan(&k.Kind, &k.ID, &at, &n); err != nil {
+			return nil, err
+		}
+		used[k] = 0
+		if at.Equal(window) {
+			used[k] = n
+		}
+	}
+	return used, rows.Err()
+}
+
+// writeRates counts the granted claims of rate-bound tasks in their rows: a row the
+// batch holds locked is rewritten (a new minute starts from the batch's claims); a row
+// it found missing is inserted, and if a concurrent claim inserted it meanwhile the
+// batch runs again, since its decision read none.
+func (c *claimRun) writeRates(ctx context.Context, used map[taskd.TaskKey]int) error {
+	per := map[taskd.TaskKey]int{}
+	for i := range c.jobs {
+		if c.st[i].outcome == taskd.Claimed && c.task(i).settings.DispatchRatePerMinute > 0 {
+			per[c.jobs[i].in.occ.Task]++
+		}
+	}
+	if len(per) == 0 {
+		return nil
+	}
+	window := rateWindow(c.jobs[0].in.now)
+	keys := slices.SortedFunc(maps.Keys(per), func(a, b taskd.TaskKey) int {
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.ID, b.ID))
+	})
+	for _, k := range keys {
+		n := per[k]
+		if _, held := used[k]; held {
+			if _, err := c.tx.ExecContext(ctx, `UPDATE task_rate SET dispatched = IF(window_at = ?, dispatched + ?, ?),
+				window_at = ? WHERE task_kind = ? AND task_id = ?`, window, n, n, window, k.Kind, k.ID); err != nil {
+				return err
+			}
+			continue
+		}
+		if _, err := c.tx.ExecContext(ctx, "INSERT INTO task_rate (task_kind, task_id, window_at, dispatched) VALUES (?, ?, ?, ?)",
+			k.Kind, k.ID, window, n); err != nil {
+			if isDuplicate(err) {
+				return errConflict
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// takeRate counts one claim of rate-bound task k at now against its rate, in the claim
+// transaction; false when the current minute's rate is used up (nothing written).
+func takeRate(ctx context.Context, tx *sql.Tx, k taskd.TaskKey, rate int, now time.Time) (bool, error) {
+	window := rateWindow(now)
+	var at time.Time
+	var n int
+	err := tx.QueryRowContext(ctx, "SELECT window_at, dispatched FROM task_rate WHERE task_kind = ? AND task_id = ? FOR UPDATE",
+		k.Kind, k.ID).Scan(&at, &n)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		if _, err := tx.ExecContext(ctx, "INSERT INTO task_rate (task_kind, task_id, window_at, dispatched) VALUES (?, ?, ?, 1)",
+			k.Kind, k.ID, window); err != nil {
+			if isDuplicate(err) {
+				return false, errConflict
+			}
+			return false, err
+		}
+		return true, nil
+	case err != nil:
+		return false, err
+	case at.Equal(window) && n >= rate:
+		return false, nil
+	}
+	if !at.Equal(window) {
+		n = 0
+	}
+	_, err = tx.ExecContext(ctx, "UPDATE task_rate SET window_at = ?, dispatched = ? WHERE task_kind = ? AND task_id = ?",
+		window, n+1, k.Kind, k.ID)
+	return err == nil, err
 }
 
 // errConflict is a transaction that met a concurrent one's write where it had read
@@ -746,6 +873,14 @@ func (s *Store) claimOne(ctx context.Context, uid string, occ taskd.Occurrence, 
 		} else if n == 0 || t.quota == 0 {
 			outcome = taskd.Exhausted
 			return errAbort
+		}
+		if rate := t.settings.DispatchRatePerMinute; rate > 0 {
+			if ok, err := takeRate(ctx, tx, occ.Task, rate, now); err != nil {
+				return err
+			} else if !ok {
+				outcome = taskd.RateBound
+				return errAbort
+			}
 		}
 		d = t.newDispatch(uid, occ, prior, now)
 		d.Slot = take.OpenSlot()

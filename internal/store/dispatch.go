@@ -224,11 +224,11 @@ func (s *Store) Resume(ctx context.Context, uid, logID string, now time.Time, ta
 
 // reclaim claims again, for uid, the occurrence of its expired dispatch logID (as its
 // next attempt, by the rules of any claim), then ends the record's wait whatever the
-// claim came to, but for UserBusy, Holding and Filtered (it waits on). A crash between the two leaves the
+// claim came to, but for UserBusy, Holding, Filtered and RateBound (it waits on). A crash between the two leaves the
 // wait, and the next resume finds the claim already made.
 func (s *Store) reclaim(ctx context.Context, uid, logID string, occ taskd.Occurrence, now time.Time, take taskd.Take) (taskd.ClaimOutcome, *taskd.Dispatch, bool, error) {
 	outcome, d, err := s.Claim(ctx, uid, occ, now, take)
-	if err != nil || outcome == taskd.UserBusy || outcome == taskd.Holding || outcome == taskd.Filtered {
+	if err != nil || outcome == taskd.UserBusy || outcome == taskd.Holding || outcome == taskd.Filtered || outcome == taskd.RateBound {
 		return outcome, d, false, err
 	}
 	if _, err := s.db.ExecContext(ctx, "UPDATE dispatch SET waiting_uid = NULL WHERE log_id = ? AND waiting_uid = ?",

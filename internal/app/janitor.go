@@ -1,0 +1,88 @@
+package app
+
+import (
+	"context"
+	"time"
+
+	"github.com/taskpull/taskd/internal/store"
+)
+
+// The retention janitor: finished dispatch records older than DISPATCH_RETAIN_DISPATCHES
+// and outbox rows older than DISPATCH_RETAIN_OUTBOX are deleted every
+// DISPATCH_RETENTION_INTERVAL, in batches of pruneBatch rows, each its own short
+// statement with a pause between (no long locks, no long transactions), by one node at
+// a time (the janitor lease, a MySQL advisory lock).
+
+// pruneBatch is how many rows of each kind one statement deletes at most.
+const pruneBatch = 500
+
+// runJanitor prunes every interval until ctx is done.
+func (a *App) runJanitor(ctx context.Context) {
+	if a.cfg.RetentionInterval <= 0 || (a.cfg.RetainDispatches <= 0 && a.cfg.RetainOutbox <= 0) {
+		return
+	}
+	t := time.NewTicker(a.cfg.RetentionInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := a.Prune(ctx); err != nil && ctx.Err() == nil {
+				a.deps.Log.WarnContext(ctx, "retention: prune failed", "err", err)
+			}
+		}
+	}
+}
+
+// Pruned is what one Prune deleted; Skipped says another node holds the janitor lease.
+type Pruned struct {
+	Dispatches, Outbox int64
+	Skipped            bool
+}
+
+// Prune deletes what is past its retention now, if this node gets the janitor lease.
+func (a *App) Prune(ctx context.Context) (Pruned, error) {
+	var p Pruned
+	lease, err := a.deps.Store.TryLease(ctx, "janitor")
+	if err != nil || lease == nil {
+		p.Skipped = lease == nil
+		return p, err
+	}
+	defer lease.Release()
+	now := a.deps.Clock.Now().UTC()
+	var c struct{ d, o time.Time }
+	if a.cfg.RetainDispatches > 0 {
+		c.d = now.Add(-a.cfg.RetainDispatches)
+	}
+	if a.cfg.RetainOutbox > 0 {
+		c.o = now.Add(-a.cfg.RetainOutbox)
+	}
+	for {
+		d, o, err := a.deps.Store.PruneBatch(ctx, store.Cutoffs{Dispatches: c.d, Outbox: c.o}, pruneBatch)
+		p.Dispatches, p.Outbox = p.Dispatches+d, p.Outbox+o
+		a.metrics.Pruned("dispatch", d)
+		a.metrics.Pruned("event_outbox", o)
+		if err != nil {
+			return p, err
+		}
+		if d < pruneBatch && o < pruneBatch {
+			break
+		}
+		t := time.NewTimer(10 * time.Millisecond) // let other work at the rows in between
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return p, ctx.Err()
+		case <-t.C:
+		}
+	}
+	if p.Outbox > 0 {
+		a.deps.Log.WarnContext(ctx, "retention: outbox rows older than DISPATCH_RETAIN_OUTBOX deleted before Kafka took them",
+			"count", p.Outbox)
+	}
+	if p.Dispatches > 0 {
+		a.deps.Log.InfoContext(ctx, "retention: finished dispatch records deleted", "count", p.Dispatches)
+	}
+	return p, nil
+}
