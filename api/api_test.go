@@ -107,6 +107,7 @@ var round2 = []endpoint{
 	{"POST", "/v1/admin/dispatches/{log_id}/retry", authAdmin, false, true, []int{200, 409}},
 	{"POST", "/v1/admin/dispatches/{log_id}/cancel", authAdmin, false, true, []int{200, 409}},
 	{"PUT", "/v1/admin/clients/{uid}", authAdmin, true, false, []int{200}},
+	{"GET", "/v1/admin/nodes", authAdmin, false, false, []int{200}},
 }
 
 func expectedCodes(e endpoint) []int {
@@ -167,6 +168,8 @@ var contractFields = map[string][]string{
 	"AuditList":            {"entries", "next_cursor"},
 	"DispatchList":         {"dispatches", "next_cursor"},
 	"ClientSettingRequest": {"max_in_flight"},
+	"NodeList":             {"nodes"},
+	"Node":                 {"node", "started_at", "last_seen", "roles"},
 	"DispatchRecord": {"log_id", "uid", "task_id", "due_at", "attempt", "state", "result", "detail", "checkpoint",
 		"stage", "dispatched_at", "finished_at"},
 	"AuditEntry": {"at", "actor", "action", "target", "before", "after"},
@@ -202,6 +205,7 @@ var contractBodies = map[string]struct{ request, response string }{
 	"POST /v1/admin/dispatches/{log_id}/cancel":   {"", "DispatchRecord"},
 	"PUT /v1/admin/clients/{uid}":                 {"ClientSettingRequest", "ClientSetting"},
 	"GET /v1/admin/clients/{uid}":                 {"", "ClientSetting"},
+	"GET /v1/admin/nodes":                         {"", "NodeList"},
 	"GET /healthz":                                {"", "Health"},
 	"GET /readyz":                                 {"", "Ready"},
 	"DELETE /v1/admin/templates/{id}":             {"", ""},

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/taskpull/taskd"
@@ -33,6 +34,11 @@ type Service struct {
 	clock clock.Clock
 	log   *slog.Logger
 	cfg   Config
+	// rateBound remembers, per task, that a claim found its dispatch_rate_per_minute
+	// used up: for a second (or to the minute's end, if sooner) this node refuses its
+	// claims without asking MySQL, so users waiting on it cost one claim a second, and
+	// an edit that lifts the bound reaches them within the second.
+	rateBound sync.Map // taskd.TaskKey -> time.Time
 }
 
 // NewService wires the service.
@@ -129,9 +135,12 @@ func (s *Service) counted(res FetchResult, err error) (FetchResult, error) {
 
 // peeked is a fetch's first round prepared by CompleteAndFetch: the view peeked before
 // the complete, and, if the hint in Redis still names it, the log id it completed.
+// Without a view (stale, only checked), the first round peeks afresh without the key:
+// this request's own peek checked it and counted the poll.
 type peeked struct {
 	view      schedule.View
 	completed string
+	stale     bool
 }
 
 // longPoll fetches in rounds until a task is due or wait runs out; first, if not nil,
@@ -140,6 +149,10 @@ func (s *Service) longPoll(ctx context.Context, uid, keyHash string, wait time.D
 	return s.poll(ctx, wait, func(round context.Context) (FetchResult, error) {
 		if first == nil {
 			return s.fetch(round, uid, keyHash)
+		}
+		if first.stale {
+			first = nil
+			return s.fetch(round, uid, "")
 		}
 		res, err := s.fetchFrom(round, uid, first.view, s.now())
 		if err == nil && res.Task == nil && first.completed != "" {
@@ -306,7 +319,20 @@ func (s *Service) take(ctx context.Context, uid string, e schedule.Entry, now ti
 	if e.LogID != "" {
 		return s.store.Resume(ctx, uid, e.LogID, now, tk)
 	}
+	if until, ok := s.rateBound.Load(e.Task); ok {
+		if now.Before(until.(time.Time)) {
+			return taskd.RateBound, nil, false, nil
+		}
+		s.rateBound.Delete(e.Task)
+	}
 	outcome, d, err := s.store.Claim(ctx, uid, e.Occurrence(), now, tk)
+	if outcome == taskd.RateBound {
+		until := now.Add(time.Second)
+		if minute := now.Truncate(time.Minute).Add(time.Minute); minute.Before(until) {
+			until = minute
+		}
+		s.rateBound.Store(e.Task, until)
+	}
 	return outcome, d, false, err
 }
 
@@ -487,7 +513,7 @@ func (s *Service) CompleteAndFetch(ctx context.Context, uid, keyHash, logID stri
 		if outcome != taskd.AlreadyDone {
 			s.clearOpen(bounded, uid, schedule.OpenIs(logID))
 		}
-		return s.counted(s.longPoll(ctx, uid, keyHash, wait, nil))
+		return s.counted(s.longPoll(ctx, uid, keyHash, wait, &peeked{stale: true}))
 	}
 	first := &peeked{view: view}
 	if hintIsCompleted && outcome == taskd.Completed {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"strings"
 	"sync"
@@ -106,12 +107,12 @@ func (c *Config) setDefaults() {
 }
 
 // pollLimit is the poll limit as the peek script takes it: the emission interval in
-// milliseconds (0: no limit) and the burst.
+// microseconds (0: no limit) and the burst.
 func (c *Cache) pollLimit() (int64, int) {
 	if c.cfg.PollRate <= 0 {
 		return 0, 0
 	}
-	return max(1, int64(1000/c.cfg.PollRate)), c.cfg.PollBurst
+	return max(1, int64(math.Round(1e6/c.cfg.PollRate))), c.cfg.PollBurst
 }
 
 // Cache is the Redis side of the per-user heaps, open-dispatch hints and client keys.

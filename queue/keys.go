@@ -22,7 +22,7 @@ func (k Keys) Heap(uid string) string { return k.Prefix + "{u:" + uid + "}:heap"
 func (k Keys) ClientKeys(uid string) string { return k.Prefix + "{u:" + uid + "}:keys" }
 
 // Poll is the user's poll rate limiter: the theoretical arrival time of its next poll
-// (GCRA), in milliseconds; it expires once a full burst is available again.
+// (GCRA), in microseconds; it expires a second after a full burst is available again.
 func (k Keys) Poll(uid string) string { return k.Prefix + "{u:" + uid + "}:poll" }
 
 // Lock is the short cross-node lock held while one node rebuilds the user's heap.

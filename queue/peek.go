@@ -22,10 +22,10 @@ import (
 // KEYS: user hash, heap, client key set, poll limiter. ARGV: now, horizon (the heap must
 // cover up to it), max entries, the key hash ("" to skip the check), the catch-up floor
 // (an entry older than it makes the heap stale: the cursor never lags more), the poll
-// limit's emission interval in ms (0: no limit), its burst, now in ms. A poll with a
+// limit's emission interval in µs (0: no limit), its burst, now in µs. A poll with a
 // valid key is counted against the limit (GCRA: each poll moves the key's theoretical
 // arrival time on by the interval; a poll that would move it more than a burst ahead of
-// now is refused, and changes nothing). Returns {"badkey"}; {"limited", ms to wait};
+// now is refused, and changes nothing). Returns {"badkey"}; {"limited", µs to wait};
 // {"nokeys", heap status}; {status, open, groups, ver} with status cold or stale; or
 // {"ok", open, groups, ver, due (member, score, ...), next (member, score), gens, cut},
 // where cut is the window's end of a cut heap holding no entry not yet due (the next
@@ -70,8 +70,11 @@ local interval = tonumber(ARGV[6])
 if ARGV[4] ~= '' and interval > 0 then
   local now, burst = tonumber(ARGV[8]), tonumber(ARGV[7])
   local tat = math.max(tonumber(redis.call('GET', KEYS[4]) or '0'), now) + interval
-  if tat - now > burst * interval then return {'limited', tostring(tat - now - burst * interval)} end
-  redis.call('SET', KEYS[4], tat, 'PX', tat - now)
+  -- '%.0f': a number's default string form keeps 14 digits, and µs since 1970 have 16.
+  if tat - now > burst * interval then return {'limited', string.format('%.0f', tat - now - burst * interval)} end
+  -- It expires a second after a whole burst is free again (the margin keeps a node's
+  -- clock, which now comes from, and Redis's, which expires it, from disagreeing).
+  redis.call('SET', KEYS[4], string.format('%.0f', tat), 'PX', math.ceil((tat - now) / 1000) + 1000)
 end
 if status ~= 'ok' then return {status, open, h[3] or '', ver} end
 local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[3]))
@@ -89,7 +92,7 @@ return {status, open, h[3], ver, due, nxt, h[4], cut}
 func (c *Cache) peek(ctx context.Context, uid, groups, keyHash string, now time.Time, maxDue int) ([]any, error) {
 	keys := []string{c.keys.User(uid), c.keys.Heap(uid), c.keys.ClientKeys(uid), c.keys.Poll(uid)}
 	interval, burst := c.pollLimit()
-	args := []any{now.Unix(), now.Add(c.cfg.Horizon).Unix(), maxDue, keyHash, c.floor(now), interval, burst, now.UnixMilli()}
+	args := []any{now.Unix(), now.Add(c.cfg.Horizon).Unix(), maxDue, keyHash, c.floor(now), interval, burst, now.UnixMicro()}
 	gids := splitGroups(groups)
 	var script *redis.Cmd
 	var gens []*redis.StringCmd
@@ -153,11 +156,11 @@ func (c *Cache) PeekN(ctx context.Context, uid, keyHash string, now time.Time, m
 		case "badkey":
 			return schedule.View{}, ErrBadKey
 		case "limited":
-			ms, _ := strconv.ParseInt(res[1].(string), 10, 64)
+			us, _ := strconv.ParseInt(res[1].(string), 10, 64)
 			c.cfg.Metrics.RateLimited("poll")
 			err := taskd.Errorf(taskd.CodeRateLimited, "user %s polls faster than %g a second (burst %d); try again later",
 				uid, c.cfg.PollRate, c.cfg.PollBurst)
-			err.RetryAfter = time.Duration(ms) * time.Millisecond
+			err.RetryAfter = time.Duration(us) * time.Microsecond
 			return schedule.View{}, err
 		case "nokeys":
 			// Only a user whose heap needs a rebuild too is turned away when the

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,9 +65,34 @@ func TestPollLimit(t *testing.T) {
 	if _, err := a.Peek(e.ctx, "u2", "h1", e.clk.Now()); err != nil {
 		t.Fatalf("another user: %v", err)
 	}
-	// The limiter key lives no longer than a burst's length (300 ms here): idle users
-	// cost Redis nothing.
-	if ttl, err := e.rdb.PTTL(e.ctx, e.keys.Poll("u1")).Result(); err != nil || ttl <= 0 || ttl > 300*time.Millisecond {
-		t.Fatalf("limiter key TTL %v (%v), want at most 300 ms", ttl, err)
+	// The limiter key holds the exact µs (not a rounded float), and lives no longer than
+	// a burst's length (300 ms here) and a second: idle users cost Redis nothing.
+	if v, err := e.rdb.Get(e.ctx, e.keys.Poll("u1")).Result(); err != nil || strings.ContainsAny(v, ".e") {
+		t.Fatalf("limiter key %q (%v), want whole microseconds", v, err)
+	}
+	if ttl, err := e.rdb.PTTL(e.ctx, e.keys.Poll("u1")).Result(); err != nil || ttl <= 0 || ttl > 1300*time.Millisecond {
+		t.Fatalf("limiter key TTL %v (%v), want at most 1.3 s", ttl, err)
+	}
+}
+
+// The interval is kept in microseconds: a rate of 600 a second lets 600 polls through
+// a second of polls every millisecond (whole milliseconds would let 1,000 through).
+func TestPollLimitHighRate(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.l.src = peekSource()
+	e.l.hashes = []string{"h1"}
+	cfg := e.cfg
+	cfg.PollRate, cfg.PollBurst = 600, 5
+	c := NewCache(e.rdb, e.l, e.clk, cfg)
+	allowed := 0
+	for range 1000 {
+		if _, err := c.Peek(e.ctx, "u1", "h1", e.clk.Now()); err == nil {
+			allowed++
+		}
+		e.clk.Advance(time.Millisecond)
+	}
+	if allowed < 598 || allowed > 606 { // 600 a second plus the burst
+		t.Fatalf("%d polls let through in a second at 600/s", allowed)
 	}
 }

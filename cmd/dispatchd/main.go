@@ -141,6 +141,7 @@ func startRelay(ctx context.Context, rc logsink.RelayConfig, deps app.Deps, a *a
 	if err != nil {
 		return nil, err
 	}
+	a.AddRole("relay", func() bool { return relay.Stats().Active })
 	metrics.RegisterRelay(a.Registry, func() metrics.RelayStats {
 		s := relay.Stats()
 		return metrics.RelayStats{Active: s.Active, Backlog: s.Backlog, OldestAge: s.OldestAge, Sent: s.Sent, Failures: s.Failures}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,9 +45,12 @@ type App struct {
 	Admin    *admin.Service
 	// Registry holds this instance's Prometheus metrics, served at /metrics.
 	Registry *prometheus.Registry
-	metrics  *metrics.Metrics
-	guard    *authguard.Guard
-	handler  http.Handler
+	// Members is this node's membership (heartbeats in Redis) and the live nodes.
+	Members *queue.Members
+	metrics *metrics.Metrics
+	guard   *authguard.Guard
+	handler http.Handler
+	roles   roles
 }
 
 // New builds an instance over deps. Settings left zero take their defaults.
@@ -77,6 +81,11 @@ func New(cfg Config, deps Deps) *App {
 	a.Dispatch = dispatch.NewService(deps.Store, a.Cache, deps.Clock, deps.Log,
 		dispatch.Config{MaxWait: cfg.MaxWait, RequestTimeout: cfg.RequestTimeout, Metrics: a.metrics})
 	a.Admin = admin.NewService(deps.Store, a.Cache, a.Keys, deps.Clock, deps.Log)
+	a.roles.static = []string{"sweeper"}
+	if cfg.RetainDispatches > 0 || cfg.RetainOutbox > 0 {
+		a.roles.static = append(a.roles.static, "janitor")
+	}
+	a.Members = queue.NewMembers(deps.Redis, a.Cache.Keys(), deps.Clock, cfg.Node, cfg.NodeTimeout, a.currentRoles)
 	a.handler = a.routes()
 	return a
 }
@@ -84,13 +93,14 @@ func New(cfg Config, deps Deps) *App {
 // Handler is the HTTP API.
 func (a *App) Handler() http.Handler { return a.handler }
 
-// RunBackground runs the background work (the lease sweeper, the retention janitor)
-// until ctx is done.
+// RunBackground runs the background work (the node's heartbeat, the lease sweeper,
+// the retention janitor) until ctx is done.
 func (a *App) RunBackground(ctx context.Context) {
-	done := make(chan struct{})
-	go func() { a.runJanitor(ctx); close(done) }()
+	var wg sync.WaitGroup
+	wg.Go(func() { a.runJanitor(ctx) })
+	wg.Go(func() { a.beat(ctx) })
 	a.Dispatch.RunSweeper(ctx, a.cfg.SweepInterval)
-	<-done
+	wg.Wait()
 }
 
 // Open connects to MySQL (creating and migrating the database) and Redis.
@@ -155,5 +165,14 @@ func (c *Config) setDefaults() {
 	}
 	if c.RebuildBurst <= 0 {
 		c.RebuildBurst = 1000
+	}
+	if c.CatchUp <= 0 {
+		c.CatchUp = time.Hour
+	}
+	if c.NodeHeartbeat <= 0 {
+		c.NodeHeartbeat = 2 * time.Second
+	}
+	if c.NodeTimeout <= 0 {
+		c.NodeTimeout = 10 * time.Second
 	}
 }

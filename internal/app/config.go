@@ -35,8 +35,12 @@ type Config struct {
 	RetainDispatches  time.Duration
 	RetainOutbox      time.Duration
 	RetentionInterval time.Duration
-	Shutdown          time.Duration
-	MySQLConns        int
+	// NodeHeartbeat is how often the node reports itself alive in Redis; a node unseen
+	// for NodeTimeout is gone from GET /v1/admin/nodes.
+	NodeHeartbeat time.Duration
+	NodeTimeout   time.Duration
+	Shutdown      time.Duration
+	MySQLConns    int
 	// MySQLBatch and MySQLLanes shape the group commit (store.OpenOptions).
 	MySQLBatch int
 	MySQLLanes int
@@ -113,6 +117,10 @@ func (c *Config) table() config.Table {
 			Value: config.Duration(&c.RetainOutbox, config.NotNegative)},
 		{Env: "DISPATCH_RETENTION_INTERVAL", Flag: "retention-interval", Default: "10m", Usage: "how often the retention janitor looks",
 			Value: config.Duration(&c.RetentionInterval, config.Positive)},
+		{Env: "DISPATCH_NODE_HEARTBEAT", Flag: "node-heartbeat", Default: "2s", Usage: "how often this node reports itself alive (and the background work it holds) in Redis",
+			Value: config.Duration(&c.NodeHeartbeat, config.Positive)},
+		{Env: "DISPATCH_NODE_TIMEOUT", Flag: "node-timeout", Default: "10s", Usage: "a node unseen for this long is no longer listed by GET /v1/admin/nodes",
+			Value: config.Duration(&c.NodeTimeout, config.Positive)},
 		{Env: "DISPATCH_SHUTDOWN_TIMEOUT", Flag: "shutdown-timeout", Default: "20s", Usage: "how long in-flight requests may take to finish on SIGTERM",
 			Value: config.Duration(&c.Shutdown, config.Positive)},
 		{Env: "DISPATCH_MYSQL_CONNS", Flag: "mysql-conns", Default: "32", Usage: "MySQL connection pool size",

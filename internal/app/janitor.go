@@ -59,7 +59,7 @@ func (a *App) Prune(ctx context.Context) (Pruned, error) {
 		c.o = now.Add(-a.cfg.RetainOutbox)
 	}
 	for {
-		d, o, err := a.deps.Store.PruneBatch(ctx, store.Cutoffs{Dispatches: c.d, Outbox: c.o}, pruneBatch)
+		d, o, err := a.deps.Store.PruneBatch(ctx, store.Cutoffs{Dispatches: c.d, Offered: now.Add(-a.cfg.CatchUp), Outbox: c.o}, pruneBatch)
 		p.Dispatches, p.Outbox = p.Dispatches+d, p.Outbox+o
 		a.metrics.Pruned("dispatch", d)
 		a.metrics.Pruned("event_outbox", o)

@@ -54,3 +54,24 @@ func TestPollRateLimitOverHTTP(t *testing.T) {
 		}
 	}
 }
+
+// A fetch carrying a complete is one poll, also when the complete changed the user's
+// heap and the fetch looks again.
+func TestCombinedFetchIsOnePoll(t *testing.T) {
+	t.Parallel()
+	e := newEnvWith(t, 1, func(c *app.Config) { c.PollRate, c.PollBurst = 1, 3 })
+	e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0.Add(-time.Minute)), "max_attempts": 2})
+	k := e.key("1")
+	first := mustFetch(t, e, k)                                  // poll 1
+	code, out := e.do(0, "POST", "/v1/fetch", k, map[string]any{ // poll 2: a failure, its retry due at once
+		"complete": map[string]any{"log_id": first.LogID, "result": "failure"}})
+	if code != 200 {
+		t.Fatalf("fetch carrying the failure: %d %v", code, out)
+	}
+	if code, out := e.do(0, "POST", "/v1/fetch", k, nil); code != 200 { // poll 3: within the burst
+		t.Fatalf("the third poll: %d %v", code, out)
+	}
+	if code, _ := e.do(0, "POST", "/v1/fetch", k, nil); code != 429 {
+		t.Fatalf("the fourth poll: %d, want 429", code)
+	}
+}

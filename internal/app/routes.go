@@ -84,6 +84,7 @@ func (a *App) routes() http.Handler {
 		r.Method(http.MethodGet, "/stats", h.Stats())
 		r.Method(http.MethodGet, "/overview", h.Overview())
 		r.Method(http.MethodGet, "/audit", h.Audit())
+		r.Method(http.MethodGet, "/nodes", a.nodes())
 		r.Method(http.MethodGet, "/clients/{uid}", h.GetClient())
 		r.Method(http.MethodPut, "/clients/{uid}", h.PutClient())
 		r.Method(http.MethodGet, "/dispatches", h.ListDispatches())

@@ -667,7 +667,7 @@ func (c *claimRun) lockRates(ctx context.Context) (map[taskd.TaskKey]int, error)
 			return nil, err
 		}
 		used[k] = 0
-		if at.Equal(window) {
+		if !at.Before(window) { // a row of a later minute (a claim whose now is older): that minute's count
 			used[k] = n
 		}
 	}
@@ -695,8 +695,10 @@ func (c *claimRun) writeRates(ctx context.Context, used map[taskd.TaskKey]int) e
 	for _, k := range keys {
 		n := per[k]
 		if _, held := used[k]; held {
-			if _, err := c.tx.ExecContext(ctx, `UPDATE task_rate SET dispatched = IF(window_at = ?, dispatched + ?, ?),
-				window_at = ? WHERE task_kind = ? AND task_id = ?`, window, n, n, window, k.Kind, k.ID); err != nil {
+			// The window never goes back: a claim whose now is a little older (it waited
+			// in the queue, or its node's clock is behind) counts in the later minute.
+			if _, err := c.tx.ExecContext(ctx, `UPDATE task_rate SET dispatched = IF(window_at >= ?, dispatched + ?, ?),
+				window_at = GREATEST(window_at, ?) WHERE task_kind = ? AND task_id = ?`, window, n, n, window, k.Kind, k.ID); err != nil {
 				return err
 			}
 			continue
@@ -732,11 +734,13 @@ func takeRate(ctx context.Context, tx *sql.Tx, k taskd.TaskKey, rate int, now ti
 		return true, nil
 	case err != nil:
 		return false, err
-	case at.Equal(window) && n >= rate:
+	case !at.Before(window) && n >= rate:
 		return false, nil
 	}
-	if !at.Equal(window) {
+	if at.Before(window) {
 		n = 0
+	} else {
+		window = at // never back (see writeRates)
 	}
 	_, err = tx.ExecContext(ctx, "UPDATE task_rate SET window_at = ?, dispatched = ? WHERE task_kind = ? AND task_id = ?",
 		window, n+1, k.Kind, k.ID)

@@ -18,6 +18,7 @@ import (
 // connection ends (a crashed holder blocks the others only until MySQL notices).
 type Lease struct {
 	conn *sql.Conn
+	name string
 }
 
 // TryLease tries, without waiting, to take the lease named work (per database: tests
@@ -28,8 +29,12 @@ func (s *Store) TryLease(ctx context.Context, work string) (*Lease, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s lease: %w", work, err)
 	}
+	var name string
 	var got sql.NullInt64
-	err = conn.QueryRowContext(ctx, "SELECT GET_LOCK(CONCAT('taskd_', ?, '_', SHA1(DATABASE())), 0)", work).Scan(&got)
+	err = conn.QueryRowContext(ctx, "SELECT CONCAT('taskd_', ?, '_', SHA1(DATABASE()))", work).Scan(&name)
+	if err == nil {
+		err = conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", name).Scan(&got)
+	}
 	if err != nil {
 		discard(conn)
 		return nil, fmt.Errorf("%s lease: %w", work, err)
@@ -38,16 +43,23 @@ func (s *Store) TryLease(ctx context.Context, work string) (*Lease, error) {
 		conn.Close()
 		return nil, nil
 	}
-	return &Lease{conn: conn}, nil
+	return &Lease{conn: conn, name: name}, nil
 }
 
-// Release gives the lease up (the connection is closed, which frees the lock).
-func (l *Lease) Release() error { return l.conn.Close() }
+// Release gives the lease up: the lock is released and the connection closed rather
+// than returned to the pool (a pooled connection would keep holding a lock it failed
+// to release).
+func (l *Lease) Release() error {
+	_, err := l.conn.ExecContext(context.Background(), "DO RELEASE_LOCK(?)", l.name)
+	discard(l.conn)
+	return err
+}
 
-// Cutoffs are what PruneBatch deletes: records finished before Dispatches, outbox rows
-// written before Outbox (zero: keep).
+// Cutoffs are what PruneBatch deletes: records finished (and last changed) before
+// Dispatches whose occurrence was due before Offered (no user is offered it any more:
+// it is older than the catch-up), outbox rows written before Outbox (zero: keep).
 type Cutoffs struct {
-	Dispatches, Outbox time.Time
+	Dispatches, Offered, Outbox time.Time
 }
 
 // PruneBatch deletes up to limit rows of each kind older than its cutoff and says how
@@ -56,8 +68,14 @@ type Cutoffs struct {
 // attempt to be taken again), finished before the cutoff (by idx_finished).
 func (s *Store) PruneBatch(ctx context.Context, c Cutoffs, limit int) (dispatches, outbox int64, err error) {
 	if !c.Dispatches.IsZero() {
+		// An admin's retry or cancel, or a redo, is an event of the record's too: kept as
+		// long as a finish would be. A record of an occurrence still on offer decides
+		// what its user may take (an until_exhausted occurrence dead for the user).
 		res, err := s.db.ExecContext(ctx, `DELETE FROM dispatch WHERE finished_at < ? AND open_uid IS NULL
-			AND waiting_uid IS NULL AND state <> ? ORDER BY finished_at LIMIT ?`, c.Dispatches, taskd.StateOpen, limit)
+			AND waiting_uid IS NULL AND state <> ? AND due_at < ?
+			AND (retried_at IS NULL OR retried_at < ?) AND (cancelled_at IS NULL OR cancelled_at < ?)
+			AND (last_redo_at IS NULL OR last_redo_at < ?) ORDER BY finished_at LIMIT ?`,
+			c.Dispatches, taskd.StateOpen, c.Offered, c.Dispatches, c.Dispatches, c.Dispatches, limit)
 		if err != nil {
 			return 0, 0, mysqlErr("prune dispatches", err)
 		}

@@ -1,0 +1,82 @@
+package app
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/internal/web"
+)
+
+// Node membership: the background work beats this node into Redis every NodeHeartbeat
+// with the work it holds; GET /v1/admin/nodes lists the nodes seen within
+// NodeTimeout. A clean shutdown leaves at once.
+
+// roles is the background work this node holds, as its beats report it.
+type roles struct {
+	mu     sync.Mutex
+	static []string
+	active map[string]func() bool
+}
+
+// AddRole makes the node report role while active says it holds it (the outbox relay's
+// lease, say).
+func (a *App) AddRole(role string, active func() bool) {
+	a.roles.mu.Lock()
+	defer a.roles.mu.Unlock()
+	if a.roles.active == nil {
+		a.roles.active = map[string]func() bool{}
+	}
+	a.roles.active[role] = active
+}
+
+func (a *App) currentRoles() []string {
+	a.roles.mu.Lock()
+	defer a.roles.mu.Unlock()
+	out := append([]string(nil), a.roles.static...)
+	for role, active := range a.roles.active {
+		if active() {
+			out = append(out, role)
+		}
+	}
+	return out
+}
+
+// beat reports this node alive every NodeHeartbeat until ctx is done, then leaves.
+func (a *App) beat(ctx context.Context) {
+	t := time.NewTicker(a.cfg.NodeHeartbeat)
+	defer t.Stop()
+	for {
+		if err := a.Members.Beat(ctx); err != nil && ctx.Err() == nil {
+			a.deps.Log.WarnContext(ctx, "node heartbeat failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			leave, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			defer cancel()
+			if err := a.Members.Leave(leave); err != nil {
+				a.deps.Log.Warn("node leave failed: the others see it gone after DISPATCH_NODE_TIMEOUT", "err", err)
+			}
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// nodes is GET /v1/admin/nodes.
+func (a *App) nodes() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(r.URL.Query()) > 0 {
+			web.Error(w, r, a.deps.Log, taskd.Errorf(taskd.CodeInvalid, "GET /v1/admin/nodes takes no query parameters"))
+			return
+		}
+		nodes, err := a.Members.List(r.Context())
+		if err != nil {
+			web.Error(w, r, a.deps.Log, err)
+			return
+		}
+		web.Encode(w, http.StatusOK, map[string]any{"nodes": nodes})
+	})
+}

@@ -1,0 +1,110 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/internal/store"
+	"github.com/taskpull/taskd/internal/testenv"
+)
+
+// A released lease frees its lock for another process at once (two pools: two nodes).
+func TestLeaseReleaseFreesTheLock(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.MySQLDSN(t)
+	open := func() *store.Store {
+		s, err := store.Open(context.Background(), dsn, store.OpenOptions{MaxConns: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	a, b := open(), open()
+	la, err := a.TryLease(t.Context(), "janitor")
+	if err != nil || la == nil {
+		t.Fatalf("node a: %v %v", la, err)
+	}
+	if lb, err := b.TryLease(t.Context(), "janitor"); err != nil || lb != nil {
+		t.Fatalf("node b while a holds it: %v %v", lb, err)
+	}
+	if err := la.Release(); err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.TryLease(t.Context(), "janitor")
+	if err != nil || lb == nil {
+		t.Fatalf("node b after a released: %v %v", lb, err)
+	}
+	lb.Release()
+}
+
+// The rate window never goes back: a claim whose now is a little older (late from the
+// queue, a node's clock behind) counts in the later minute, not in a fresh one of its
+// own that would let the later minute start again from zero.
+func TestRateWindowNeverGoesBack(t *testing.T) {
+	t.Parallel()
+	st := testenv.Store(t)
+	f := newBatchFixture(t, st)
+	occ := f.task(taskd.Unlimited, taskd.ModeOncePerUser, func(t *taskd.Task) { t.Own.DispatchRatePerMinute = new(2) })
+	m := batchAt.Truncate(time.Minute).Add(time.Minute)
+	claimed := 0
+	for i, at := range []time.Time{m.Add(500 * time.Millisecond), m.Add(-100 * time.Millisecond), m.Add(2 * time.Second),
+		m.Add(3 * time.Second), m.Add(4 * time.Second)} {
+		o, _, err := st.Claim(context.Background(), string(rune('a'+i)), occ, at, taskd.Single)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o == taskd.Claimed {
+			claimed++
+		}
+	}
+	if claimed != 2 {
+		t.Fatalf("%d claims in about one minute at a rate of 2", claimed)
+	}
+}
+
+// Retention keeps what is still told or still decides: a record whose retry, cancel
+// or redo is recent (its event), and one whose occurrence is still on offer (a dead
+// until_exhausted attempt keeps its user from taking it again).
+func TestPruneKeepsRecentEventsAndOfferedOccurrences(t *testing.T) {
+	t.Parallel()
+	st := testenv.Store(t)
+	now := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	old := now.Add(-40 * 24 * time.Hour)
+	rows := []struct {
+		id, extra string
+		due       time.Time
+		keep      bool
+	}{
+		{"old", "", old, false},
+		{"retried", "retried_at", old, true},
+		{"cancelled", "cancelled_at", old, true},
+		{"redone", "last_redo_at", old, true},
+		{"offered", "", now.Add(-30 * time.Minute), true},
+	}
+	for _, r := range rows {
+		q := `INSERT INTO dispatch (log_id, uid, task_kind, task_id, due_at, mode, attempt, state, template_id, params,
+			dispatched_at, finished_at) VALUES (?, 'u', 1, 1, ?, 2, 1, 6, 1, '{}', ?, ?)`
+		if _, err := st.DB().Exec(q, r.id, r.due, old, old); err != nil {
+			t.Fatal(err)
+		}
+		if r.extra != "" {
+			if _, err := st.DB().Exec("UPDATE dispatch SET "+r.extra+" = ? WHERE log_id = ?", now.Add(-time.Hour), r.id); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	d, _, err := st.PruneBatch(t.Context(), store.Cutoffs{Dispatches: now.Add(-30 * 24 * time.Hour), Offered: now.Add(-time.Hour)}, 100)
+	if err != nil || d != 1 {
+		t.Fatalf("pruned %d (%v), want the one old record", d, err)
+	}
+	for _, r := range rows {
+		var n int
+		st.DB().QueryRow("SELECT COUNT(*) FROM dispatch WHERE log_id = ?", r.id).Scan(&n)
+		if (n == 1) != r.keep {
+			t.Errorf("%s: kept %v, want %v", r.id, n == 1, r.keep)
+		}
+	}
+}
