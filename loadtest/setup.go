@@ -33,7 +33,7 @@ func Setup(ctx context.Context, c *Client, sc *Scenario, concurrency int, progre
 	var requests atomic.Int64
 	call := func(ctx context.Context, method, path string, body, out any) error {
 		var err error
-		for attempt := 0; attempt < 4; attempt++ { // transient failures: 5xx, 429, transport
+		for attempt := 0; attempt < 8; attempt++ { // transient failures: 5xx, 429, transport (up to ~6 s in all)
 			requests.Add(1)
 			err = c.Admin(ctx, method, path, body, out)
 			var ae *APIError
