@@ -52,9 +52,8 @@ type fetchRequest struct {
 // Fetch is POST /v1/fetch.
 func (h *Handlers) Fetch() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		uid, hash, ok := clientkey.Parse(web.Bearer(r))
+		uid, hash, ok := clientKey(w, r, h.log)
 		if !ok {
-			web.Error(w, r, h.log, taskd.Errorf(taskd.CodeUnauthenticated, "missing or malformed client key"))
 			return
 		}
 		var req fetchRequest
@@ -180,9 +179,8 @@ const maxStageDelay = 7 * 24 * 3600
 // Complete is POST /v1/complete.
 func (h *Handlers) Complete() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		uid, hash, ok := clientkey.Parse(web.Bearer(r))
+		uid, hash, ok := clientKey(w, r, h.log)
 		if !ok {
-			web.Error(w, r, h.log, taskd.Errorf(taskd.CodeUnauthenticated, "missing or malformed client key"))
 			return
 		}
 		var req completeRequest
@@ -215,9 +213,8 @@ type progressRequest struct {
 // Progress is POST /v1/progress.
 func (h *Handlers) Progress() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		uid, hash, ok := clientkey.Parse(web.Bearer(r))
+		uid, hash, ok := clientKey(w, r, h.log)
 		if !ok {
-			web.Error(w, r, h.log, taskd.Errorf(taskd.CodeUnauthenticated, "missing or malformed client key"))
 			return
 		}
 		var req progressRequest
@@ -245,6 +242,16 @@ func (h *Handlers) Progress() http.Handler {
 		}
 		web.Encode(w, http.StatusOK, map[string]any{"ok": true, "lease_expires_at": lease})
 	})
+}
+
+// clientKey reads the caller's client key from the request: its uid and the key's
+// hash. A missing or malformed one is answered 401 here (ok false).
+func clientKey(w http.ResponseWriter, r *http.Request, log *slog.Logger) (uid, hash string, ok bool) {
+	uid, hash, ok = clientkey.Parse(web.Bearer(r))
+	if !ok {
+		web.Error(w, r, log, taskd.Errorf(taskd.CodeUnauthenticated, "missing or malformed client key"))
+	}
+	return uid, hash, ok
 }
 
 // checkLogID checks a log id field (named with prefix).

@@ -8,7 +8,6 @@ import (
 	"strconv"
 
 	"github.com/taskpull/taskd"
-	"github.com/taskpull/taskd/clientkey"
 	"github.com/taskpull/taskd/internal/web"
 )
 
@@ -50,9 +49,8 @@ const (
 // comes from the key), in the admin list's shape and order, paged by the same cursor.
 func (rs *Records) List() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		uid, hash, ok := clientkey.Parse(web.Bearer(r))
+		uid, hash, ok := clientKey(w, r, rs.log)
 		if !ok {
-			web.Error(w, r, rs.log, taskd.Errorf(taskd.CodeUnauthenticated, "missing or malformed client key"))
 			return
 		}
 		// Authentication first: a request with bad parameters and a bad key is a 401.

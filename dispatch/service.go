@@ -229,7 +229,7 @@ func (s *Service) fetchFrom(ctx context.Context, uid string, view schedule.View,
 	// user holds open in another slot, or whose task's dispatch rate is used up this
 	// minute: they stay, and are not what the user waits for (a rate opens again at
 	// rateOpens).
-	held := map[schedule.Entry]bool{}
+	var held map[schedule.Entry]bool // allocated at the first: most fetches have none
 	var rateOpens *time.Time
 	for round := 0; len(view.Due) > 0 && round < maxRounds; round++ {
 		var popped []schedule.Entry
@@ -268,7 +268,7 @@ func (s *Service) fetchFrom(ctx context.Context, uid string, view schedule.View,
 				}
 				popped = nil
 				if outcome == taskd.Holding {
-					held[e] = true
+					held = mark(held, e)
 					waits = true
 					continue
 				}
@@ -277,7 +277,7 @@ func (s *Service) fetchFrom(ctx context.Context, uid string, view schedule.View,
 				continue
 			case taskd.RateBound:
 				s.cfg.Metrics.ClaimRefused("rate_bound")
-				held[e], waits = true, true
+				held, waits = mark(held, e), true
 				rateOpens = new(now.Truncate(time.Minute).Add(time.Minute))
 				continue
 			default: // exhausted, already had it, or gone: drop it, try the next
@@ -295,12 +295,24 @@ func (s *Service) fetchFrom(ctx context.Context, uid string, view schedule.View,
 			return FetchResult{}, err
 		}
 	}
-	rest := slices.DeleteFunc(slices.Clone(view.Due), func(e schedule.Entry) bool { return held[e] })
+	rest := view.Due
+	if len(held) > 0 {
+		rest = slices.DeleteFunc(slices.Clone(view.Due), func(e schedule.Entry) bool { return held[e] })
+	}
 	next := nextDue(nil, rest, view.Next)
 	if rateOpens != nil && (next == nil || rateOpens.Before(*next)) {
 		next = rateOpens
 	}
 	return FetchResult{NextDueAt: next}, nil
+}
+
+// mark adds e to set, making the set at the first.
+func mark(set map[schedule.Entry]bool, e schedule.Entry) map[schedule.Entry]bool {
+	if set == nil {
+		set = map[schedule.Entry]bool{}
+	}
+	set[e] = true
+	return set
 }
 
 // staysOnOffer reports whether the heap entry e, just dispatched as d, stays in the
