@@ -108,6 +108,11 @@ var round2 = []endpoint{
 	{"POST", "/v1/admin/dispatches/{log_id}/cancel", authAdmin, false, true, []int{200, 409}},
 	{"PUT", "/v1/admin/clients/{uid}", authAdmin, true, false, []int{200}},
 	{"GET", "/v1/admin/nodes", authAdmin, false, false, []int{200}},
+	{"POST", "/v1/admin/campaigns", authAdmin, true, false, []int{201, 422}},
+	{"GET", "/v1/admin/campaigns", authAdmin, false, false, []int{200}},
+	{"GET", "/v1/admin/campaigns/{id}", authAdmin, false, true, []int{200}},
+	{"POST", "/v1/admin/campaigns/{id}/items", authAdmin, true, true, []int{200, 409}},
+	{"POST", "/v1/admin/campaigns/{id}/{move}", authAdmin, false, true, []int{200, 409}},
 }
 
 func expectedCodes(e endpoint) []int {

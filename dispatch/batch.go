@@ -57,11 +57,20 @@ func (s *Service) batch(ctx context.Context, uid, keyHash string, b Batch) (Fetc
 		}
 	}
 	slots := free.slots[:min(len(free.slots), b.Max)]
-	if len(slots) == 0 {
-		return s.redoHeld(ctx, held, b, now, nextDue(nil, view.Due, view.Next))
+	res := FetchResult{NextDueAt: nextDue(nil, view.Due, view.Next)}
+	if len(slots) > 0 {
+		if res, err = s.takeBatch(ctx, uid, view, asked, slots, b, now); err != nil {
+			return res, err
+		}
 	}
-	res, err := s.takeBatch(ctx, uid, view, asked, slots, b, now)
-	if err == nil && len(res.Tasks) == 0 && len(held) > 0 {
+	if len(res.Tasks) < b.Max {
+		// Campaign items hold no slot: the client holds up to its max_in_flight of
+		// each campaign's items besides its tasks.
+		if res, err = s.withItems(ctx, uid, res, b.Max-len(res.Tasks), free.limit, taskd.Take{Templates: b.Templates}, now); err != nil {
+			return res, err
+		}
+	}
+	if len(res.Tasks) == 0 && len(held) > 0 {
 		// Nothing new: the held ones, again (a client that lost a reply gets its
 		// dispatches back once no new work is ahead of them).
 		return s.redoHeld(ctx, held, b, now, res.NextDueAt)
@@ -83,6 +92,7 @@ const maxPeek = 1000
 type freeState struct {
 	slots   []int
 	expired bool
+	limit   int // the client's max_in_flight
 }
 
 // freeSlots reads uid's max_in_flight and open dispatches, expires those past their
@@ -94,6 +104,7 @@ func (s *Service) freeSlots(ctx context.Context, uid string, now time.Time) (fre
 	if err != nil {
 		return f, nil, err
 	}
+	f.limit = mif
 	slices.SortFunc(open, func(a, b taskd.OpenSlot) int { return a.Slot - b.Slot })
 	taken := map[int]bool{}
 	var held []string

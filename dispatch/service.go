@@ -39,6 +39,8 @@ type Service struct {
 	// claims without asking MySQL, so users waiting on it cost one claim a second, and
 	// an edit that lifts the bound reaches them within the second.
 	rateBound sync.Map // taskd.TaskKey -> time.Time
+	// campaigns hands out campaign items when no task is due; nil: none.
+	campaigns Campaigns
 }
 
 // NewService wires the service.
@@ -77,6 +79,10 @@ type Assignment struct {
 	// the previous stage's complete handed it.
 	Stage   string          `json:"stage,omitempty"`
 	Context json.RawMessage `json:"context,omitempty"`
+	// CampaignID and Item name a campaign item (task_id campaign:<id>): its index, or
+	// its uid.
+	CampaignID *int64 `json:"campaign_id,omitempty"`
+	Item       any    `json:"item,omitempty"`
 }
 
 // FetchResult is a fetch's answer: a task or none, and when the next one is due.
@@ -303,7 +309,9 @@ func (s *Service) fetchFrom(ctx context.Context, uid string, view schedule.View,
 	if rateOpens != nil && (next == nil || rateOpens.Before(*next)) {
 		next = rateOpens
 	}
-	return FetchResult{NextDueAt: next}, nil
+	res, err := s.withItems(ctx, uid, FetchResult{NextDueAt: next}, 1, 1, taskd.Single, now)
+	res.Tasks = nil // a fetch without max answers with task alone
+	return res, err
 }
 
 // mark adds e to set, making the set at the first.
@@ -490,6 +498,9 @@ func (s *Service) Complete(ctx context.Context, uid, keyHash, logID string, resu
 	if err := s.cache.VerifyKey(ctx, uid, keyHash); err != nil {
 		return err
 	}
+	if taskd.IsCampaignLog(logID) {
+		return s.completeItem(ctx, uid, logID, result)
+	}
 	_, _, err := s.complete(ctx, uid, logID, result, detail, true)
 	return err
 }
@@ -511,6 +522,12 @@ func (s *Service) CompleteAndFetch(ctx context.Context, uid, keyHash, logID stri
 	}
 	bounded, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
+	if taskd.IsCampaignLog(logID) {
+		if err := s.Complete(bounded, uid, keyHash, logID, result, detail); err != nil {
+			return FetchResult{}, err
+		}
+		return s.counted(s.longPoll(ctx, uid, keyHash, wait, nil))
+	}
 	view, err := s.cache.Peek(bounded, uid, keyHash, s.now())
 	if err != nil {
 		return FetchResult{}, err
@@ -559,6 +576,9 @@ type StageMove struct {
 func (s *Service) CompleteStage(ctx context.Context, uid, keyHash, logID string, detail json.RawMessage, move StageMove) error {
 	if err := s.cache.VerifyKey(ctx, uid, keyHash); err != nil {
 		return err
+	}
+	if taskd.IsCampaignLog(logID) {
+		return taskd.Errorf(taskd.CodeInvalid, "next_stage: a campaign item has no stages")
 	}
 	_, _, err := s.finish(ctx, uid, logID, true, func(now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
 		return s.store.CompleteStage(ctx, uid, logID, detail, move.Next, move.Context, move.Delay, now)
@@ -627,6 +647,12 @@ const MaxCheckpoint = 16 << 10
 func (s *Service) Progress(ctx context.Context, uid, keyHash, logID string, checkpoint json.RawMessage, extend bool) (*time.Time, error) {
 	if err := s.cache.VerifyKey(ctx, uid, keyHash); err != nil {
 		return nil, err
+	}
+	if taskd.IsCampaignLog(logID) {
+		if s.campaigns == nil {
+			return nil, taskd.Errorf(taskd.CodeStaleLease, "log_id %s is not your open dispatch", logID)
+		}
+		return s.campaigns.Progress(ctx, uid, logID, checkpoint, extend, s.now())
 	}
 	return s.store.Progress(ctx, uid, logID, checkpoint, extend, s.now())
 }

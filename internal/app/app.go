@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/taskpull/taskd/admin"
+	"github.com/taskpull/taskd/campaign"
 	"github.com/taskpull/taskd/clientkey"
 	"github.com/taskpull/taskd/dispatch"
 	"github.com/taskpull/taskd/internal/authguard"
@@ -43,6 +44,8 @@ type App struct {
 	Keys     *clientkey.Service
 	Dispatch *dispatch.Service
 	Admin    *admin.Service
+	// Campaigns runs campaigns: their items through fetch, their runners.
+	Campaigns *campaign.Engine
 	// Registry holds this instance's Prometheus metrics, served at /metrics.
 	Registry *prometheus.Registry
 	// Members is this node's membership (heartbeats in Redis) and the live nodes.
@@ -81,6 +84,10 @@ func New(cfg Config, deps Deps) *App {
 	a.Dispatch = dispatch.NewService(deps.Store, a.Cache, deps.Clock, deps.Log,
 		dispatch.Config{MaxWait: cfg.MaxWait, RequestTimeout: cfg.RequestTimeout, Metrics: a.metrics})
 	a.Admin = admin.NewService(deps.Store, a.Cache, a.Keys, deps.Clock, deps.Log)
+	a.Campaigns = campaign.New(deps.Store, queue.NewCampaigns(deps.Redis, a.Cache.Keys()), deps.Clock, deps.Log,
+		campaign.Config{Node: cfg.Node, SyncInterval: cfg.CampaignSync, LeaseTTL: cfg.NodeTimeout,
+			PerNode: cfg.CampaignsPerNode, Nodes: a.liveNodes})
+	a.Dispatch.SetCampaigns(a.Campaigns)
 	a.roles.static = []string{"sweeper"}
 	if cfg.RetainDispatches > 0 || cfg.RetainOutbox > 0 {
 		a.roles.static = append(a.roles.static, "janitor")
@@ -99,6 +106,7 @@ func (a *App) RunBackground(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { a.runJanitor(ctx) })
 	wg.Go(func() { a.beat(ctx) })
+	wg.Go(func() { a.Campaigns.Run(ctx) })
 	a.Dispatch.RunSweeper(ctx, a.cfg.SweepInterval)
 	wg.Wait()
 }
@@ -174,5 +182,11 @@ func (c *Config) setDefaults() {
 	}
 	if c.NodeTimeout <= 0 {
 		c.NodeTimeout = 10 * time.Second
+	}
+	if c.CampaignSync <= 0 {
+		c.CampaignSync = time.Second
+	}
+	if c.CampaignsPerNode <= 0 {
+		c.CampaignsPerNode = 100
 	}
 }

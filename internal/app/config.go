@@ -39,8 +39,13 @@ type Config struct {
 	// for NodeTimeout is gone from GET /v1/admin/nodes.
 	NodeHeartbeat time.Duration
 	NodeTimeout   time.Duration
-	Shutdown      time.Duration
-	MySQLConns    int
+	// CampaignSync is how often a node syncs the campaigns it runs to MySQL;
+	// CampaignsPerNode caps how many it runs (its share is the active campaigns
+	// divided by the live nodes, rounded up).
+	CampaignSync     time.Duration
+	CampaignsPerNode int
+	Shutdown         time.Duration
+	MySQLConns       int
 	// MySQLBatch and MySQLLanes shape the group commit (store.OpenOptions).
 	MySQLBatch int
 	MySQLLanes int
@@ -121,6 +126,10 @@ func (c *Config) table() config.Table {
 			Value: config.Duration(&c.NodeHeartbeat, config.Positive)},
 		{Env: "DISPATCH_NODE_TIMEOUT", Flag: "node-timeout", Default: "10s", Usage: "a node unseen for this long is no longer listed by GET /v1/admin/nodes",
 			Value: config.Duration(&c.NodeTimeout, config.Positive)},
+		{Env: "DISPATCH_CAMPAIGN_SYNC", Flag: "campaign-sync", Default: "1s", Usage: "how often a node syncs the windows of the campaigns it runs from Redis to MySQL (and ends stopping ones with nothing in flight); after Redis loses a campaign, at most the items finished since the last sync are handed out again",
+			Value: config.Duration(&c.CampaignSync, config.Positive)},
+		{Env: "DISPATCH_CAMPAIGNS_PER_NODE", Flag: "campaigns-per-node", Default: "100", Usage: "most campaigns one node runs (syncs); each runs its share, the active campaigns divided by the live nodes rounded up, up to this",
+			Value: config.Int(&c.CampaignsPerNode, config.Between(1, 10000))},
 		{Env: "DISPATCH_SHUTDOWN_TIMEOUT", Flag: "shutdown-timeout", Default: "20s", Usage: "how long in-flight requests may take to finish on SIGTERM",
 			Value: config.Duration(&c.Shutdown, config.Positive)},
 		{Env: "DISPATCH_MYSQL_CONNS", Flag: "mysql-conns", Default: "32", Usage: "MySQL connection pool size",

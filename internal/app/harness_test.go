@@ -180,6 +180,9 @@ type task struct {
 	// Stage and Context: a multi-stage task's.
 	Stage   string          `json:"stage"`
 	Context json.RawMessage `json:"context"`
+	// CampaignID and Item: a campaign item's.
+	CampaignID *int64 `json:"campaign_id"`
+	Item       any    `json:"item"`
 }
 
 type fetchReply struct {

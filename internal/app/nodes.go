@@ -41,7 +41,7 @@ func (a *App) currentRoles() []string {
 			out = append(out, role)
 		}
 	}
-	return out
+	return append(out, a.Campaigns.Roles()...)
 }
 
 // beat reports this node alive every NodeHeartbeat until ctx is done, then leaves.
@@ -63,6 +63,12 @@ func (a *App) beat(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// liveNodes counts the live nodes (the campaign runners' share is divided by it).
+func (a *App) liveNodes(ctx context.Context) (int, error) {
+	nodes, err := a.Members.List(ctx)
+	return len(nodes), err
 }
 
 // nodes is GET /v1/admin/nodes.

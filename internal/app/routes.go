@@ -91,6 +91,12 @@ func (a *App) routes() http.Handler {
 		r.Method(http.MethodPost, "/dispatches/{log_id}/expire", h.ExpireDispatch())
 		r.Method(http.MethodPost, "/dispatches/{log_id}/retry", h.RetryDispatch())
 		r.Method(http.MethodPost, "/dispatches/{log_id}/cancel", h.CancelDispatch())
+		campaigns := admin.NewCampaigns(a.deps.Store, a.Campaigns, h)
+		r.Method(http.MethodPost, "/campaigns", campaigns.CreateCampaign())
+		r.Method(http.MethodGet, "/campaigns", campaigns.ListCampaigns())
+		r.Method(http.MethodGet, "/campaigns/{id}", campaigns.GetCampaign())
+		r.Method(http.MethodPost, "/campaigns/{id}/items", campaigns.UploadItems())
+		r.Method(http.MethodPost, "/campaigns/{id}/{move}", campaigns.MoveCampaign())
 	})
 	return r
 }
@@ -135,7 +141,7 @@ func (a *App) limitAuthFailures(next http.Handler) http.Handler {
 // wait itself is not dependency work).
 func (a *App) boundWork(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/fetch" {
+		if r.URL.Path == "/v1/fetch" || isUpload(r) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -143,6 +149,13 @@ func (a *App) boundWork(next http.Handler) http.Handler {
 		defer cancel()
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// isUpload reports whether r uploads a campaign's uids: it takes as long as the body
+// does, in one transaction, bounded by the upload's size.
+func isUpload(r *http.Request) bool {
+	return r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1/admin/campaigns/") &&
+		strings.HasSuffix(r.URL.Path, "/items")
 }
 
 // measure records each request's latency under its route pattern (never the raw path,

@@ -100,6 +100,7 @@ func TestImportRules(t *testing.T) {
 	mustNot("queue", module+"/internal/store")
 	mustNot("dispatch", module+"/admin", module+"/internal/store", module+"/queue")
 	mustNot("admin", module+"/dispatch", module+"/internal/store", module+"/queue")
+	mustNot("campaign", module+"/admin", module+"/dispatch", module+"/internal/store")
 	mustNot("clientkey", module+"/admin", module+"/dispatch", module+"/internal/store", module+"/queue")
 
 	for _, q := range pkgs {

@@ -1,0 +1,392 @@
+package admin
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/csv"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/internal/web"
+)
+
+// Campaigns (seed 000), for admins: create one, upload its uids, start, pause, resume
+// and stop it (each audited), and read its progress.
+
+// CampaignStore is what the campaign endpoints need from MySQL (internal/store).
+type CampaignStore interface {
+	CreateCampaign(ctx context.Context, actor string, c taskd.Campaign, uids []string, now time.Time) (taskd.Campaign, error)
+	AddCampaignUIDs(ctx context.Context, actor string, id int64, next func() (string, bool, error), now time.Time) (taskd.Campaign, error)
+	GetCampaign(ctx context.Context, id int64) (taskd.Campaign, error)
+	ListCampaigns(ctx context.Context, states []taskd.CampaignState, before int64, limit int) ([]taskd.Campaign, error)
+}
+
+// CampaignEngine moves campaigns and reads their live windows (package campaign).
+type CampaignEngine interface {
+	Move(ctx context.Context, actor string, id int64, move taskd.CampaignMove) (taskd.Campaign, error)
+	Live(ctx context.Context, c taskd.Campaign) (taskd.Campaign, error)
+}
+
+// Campaigns serves the campaign endpoints.
+type Campaigns struct {
+	store  CampaignStore
+	engine CampaignEngine
+	svc    *Service
+	h      *Handlers
+}
+
+// NewCampaigns returns the campaign endpoints; svc checks templates and params.
+func NewCampaigns(st CampaignStore, engine CampaignEngine, h *Handlers) *Campaigns {
+	return &Campaigns{store: st, engine: engine, svc: h.svc, h: h}
+}
+
+// Campaign defaults.
+const (
+	defaultCampaignRate    = 10
+	defaultCampaignLease   = 60
+	defaultCampaignBackoff = 10
+	// windowPerRate is the default window in seconds of the rate (seed 000: ten times
+	// the rate).
+	windowPerRate = 10
+)
+
+type campaignRequest struct {
+	Name       reqName         `json:"name"`
+	TemplateID *reqInt         `json:"template_id"`
+	Params     json.RawMessage `json:"params"`
+	Executor   *string         `json:"executor"`
+	Items      *struct {
+		Count *reqInt  `json:"count"`
+		UIDs  []string `json:"uids"`
+	} `json:"items"`
+	RatePerSecond *reqFloat `json:"rate_per_second"`
+	Window        *reqInt   `json:"window"`
+	ErrorBudget   *struct {
+		MaxFailures *reqInt `json:"max_failures"`
+		PerSeconds  *reqInt `json:"per_seconds"`
+	} `json:"error_budget"`
+	LeaseSeconds        *reqInt `json:"lease_seconds"`
+	MaxAttempts         *reqInt `json:"max_attempts"`
+	RetryBackoffSeconds *reqInt `json:"retry_backoff_seconds"`
+}
+
+// campaign checks the request and returns the campaign it describes, and its uids.
+func (req campaignRequest) campaign() (taskd.Campaign, []string, error) {
+	c := taskd.Campaign{Name: strings.TrimSpace(req.Name.s), Params: req.Params, RatePerSecond: defaultCampaignRate,
+		LeaseSeconds: defaultCampaignLease, MaxAttempts: 3, RetryBackoffSeconds: defaultCampaignBackoff}
+	if c.Name == "" || len(c.Name) > 200 {
+		return c, nil, taskd.Errorf(taskd.CodeInvalid, "name: required, at most 200 bytes")
+	}
+	if req.TemplateID == nil {
+		return c, nil, taskd.Errorf(taskd.CodeInvalid, "template_id: required")
+	}
+	id, err := req.TemplateID.in("template_id", 1, math.MaxInt64, "a template id (>= 1)")
+	if err != nil {
+		return c, nil, err
+	}
+	c.TemplateID = id
+	if len(c.Params) == 0 || string(c.Params) == "null" {
+		c.Params = json.RawMessage("{}")
+	} else if !isObject(c.Params) {
+		return c, nil, taskd.Errorf(taskd.CodeInvalid, "params: must be an object")
+	}
+	if req.Executor == nil {
+		return c, nil, taskd.Errorf(taskd.CodeInvalid, "executor: required, uid_<id> or gid_<id>")
+	}
+	ex, err := taskd.ParseExecutor(*req.Executor)
+	if err != nil {
+		return c, nil, err
+	}
+	c.Executor = ex.String()
+	var uids []string
+	switch it := req.Items; {
+	case it == nil || it.Count == nil && it.UIDs == nil:
+		return c, nil, taskd.Errorf(taskd.CodeInvalid, `items: required, {"count": n} or {"uids": [...]} (an empty list, then upload)`)
+	case it.Count != nil && it.UIDs != nil:
+		return c, nil, taskd.Errorf(taskd.CodeInvalid, "items: give count or uids, not both")
+	case it.Count != nil:
+		n, err := it.Count.in("items.count", 1, taskd.MaxCampaignItems, "1..1000000000")
+		if err != nil {
+			return c, nil, err
+		}
+		c.Items, c.Total = taskd.ItemsCount, n
+	default:
+		if len(it.UIDs) > taskd.MaxInlineUIDs {
+			return c, nil, taskd.Errorf(taskd.CodeInvalid, "items.uids: at most %d here; upload more (POST /v1/admin/campaigns/{id}/items)", taskd.MaxInlineUIDs)
+		}
+		for i, u := range it.UIDs {
+			if err := bareID("items.uids["+strconv.Itoa(i)+"]", u); err != nil {
+				return c, nil, err
+			}
+		}
+		c.Items, c.Total, uids = taskd.ItemsUIDs, int64(len(it.UIDs)), it.UIDs
+	}
+	if req.RatePerSecond != nil {
+		v, err := strconv.ParseFloat(req.RatePerSecond.lit, 64)
+		if err != nil || !(v >= 0.001 && v <= taskd.MaxCampaignRate) {
+			return c, nil, taskd.Errorf(taskd.CodeInvalid, "rate_per_second: must be a number 0.001..%d, got %s",
+				taskd.MaxCampaignRate, web.Describe([]byte(req.RatePerSecond.lit)))
+		}
+		c.RatePerSecond = v
+	}
+	c.Window = int(min(max(math.Ceil(windowPerRate*c.RatePerSecond), 1), taskd.MaxCampaignWindow))
+	for _, f := range []struct {
+		dst     *int
+		n       *reqInt
+		field   string
+		lo, hi  int64
+		allowed string
+	}{
+		{&c.Window, req.Window, "window", 1, taskd.MaxCampaignWindow, "1..100000"},
+		{&c.LeaseSeconds, req.LeaseSeconds, "lease_seconds", 1, 86400, "1..86400 (a campaign item's lease always ends)"},
+		{&c.MaxAttempts, req.MaxAttempts, "max_attempts", 1, maxAttemptsLimit, "1..100"},
+		{&c.RetryBackoffSeconds, req.RetryBackoffSeconds, "retry_backoff_seconds", 0, maxBackoffSeconds, "0..86400 (at most a day)"},
+	} {
+		if f.n == nil {
+			continue
+		}
+		v, err := f.n.in(f.field, f.lo, f.hi, f.allowed)
+		if err != nil {
+			return c, nil, err
+		}
+		*f.dst = int(v)
+	}
+	if b := req.ErrorBudget; b != nil {
+		if b.MaxFailures == nil || b.PerSeconds == nil {
+			return c, nil, taskd.Errorf(taskd.CodeInvalid, "error_budget: give max_failures and per_seconds")
+		}
+		mf, err := b.MaxFailures.in("error_budget.max_failures", 0, 1_000_000, "0..1000000")
+		if err != nil {
+			return c, nil, err
+		}
+		ps, err := b.PerSeconds.in("error_budget.per_seconds", 1, 86400, "1..86400")
+		if err != nil {
+			return c, nil, err
+		}
+		c.ErrorBudget = &taskd.ErrorBudget{MaxFailures: int(mf), PerSeconds: int(ps)}
+	}
+	return c, uids, nil
+}
+
+// CreateCampaign is POST /v1/admin/campaigns.
+func (cs *Campaigns) CreateCampaign() http.Handler {
+	return cs.h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
+		var req campaignRequest
+		if err := web.Decode(w, r, bodyLimit, false, &req); err != nil {
+			return 0, nil, err
+		}
+		c, uids, err := req.campaign()
+		if err != nil {
+			return 0, nil, err
+		}
+		if err := cs.svc.validateParams(r.Context(), c.TemplateID, c.Params); err != nil {
+			return 0, nil, err
+		}
+		salt := make([]byte, 16)
+		rand.Read(salt)
+		c.Salt = hex.EncodeToString(salt)
+		c, err = cs.store.CreateCampaign(r.Context(), ActorFrom(r.Context()), c, uids, cs.svc.now())
+		return http.StatusCreated, c, err
+	})
+}
+
+// maxUpload bounds an upload of uids (about eight million of them).
+const maxUpload = 512 << 20
+
+// UploadItems is POST /v1/admin/campaigns/{id}/items: uids appended to a uid-list
+// campaign before its start, as NDJSON (one JSON string, or {"uid": ...}, a line) or
+// CSV (the first column; a first row "uid" is a header), read as it arrives, in one
+// transaction: a bad line adds nothing, and the error names it.
+func (cs *Campaigns) UploadItems() http.Handler {
+	return cs.h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
+		id, err := pathID(r, "id")
+		if err != nil {
+			return 0, nil, err
+		}
+		mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+		body := http.MaxBytesReader(w, r.Body, maxUpload)
+		var next func() (string, bool, error)
+		switch mt {
+		case "application/x-ndjson", "application/jsonl", "application/json-seq":
+			next = ndjsonUIDs(body)
+		case "text/csv":
+			next = csvUIDs(body)
+		default:
+			return 0, nil, taskd.Errorf(taskd.CodeInvalid, "Content-Type: application/x-ndjson or text/csv, got %q", r.Header.Get("Content-Type"))
+		}
+		c, err := cs.store.AddCampaignUIDs(r.Context(), ActorFrom(r.Context()), id, next, cs.svc.now())
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			err = taskd.Errorf(taskd.CodeTooLarge, "upload: over %d bytes; split it into several uploads", maxUpload)
+		}
+		return http.StatusOK, c, err
+	})
+}
+
+// ndjsonUIDs reads uids, one a line: "u1" or {"uid": "u1"}; blank lines are skipped.
+func ndjsonUIDs(r io.Reader) func() (string, bool, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 4096), 4096)
+	line := 0
+	return func() (string, bool, error) {
+		for sc.Scan() {
+			line++
+			b := strings.TrimSpace(sc.Text())
+			if b == "" {
+				continue
+			}
+			var uid string
+			if strings.HasPrefix(b, "{") {
+				var obj struct {
+					UID string `json:"uid"`
+				}
+				if err := json.Unmarshal([]byte(b), &obj); err != nil {
+					return "", false, taskd.Errorf(taskd.CodeInvalid, "line %d: %v", line, err)
+				}
+				uid = obj.UID
+			} else if err := json.Unmarshal([]byte(b), &uid); err != nil {
+				return "", false, taskd.Errorf(taskd.CodeInvalid, `line %d: want a JSON string or {"uid": ...}, got %s`, line, web.Describe([]byte(b)))
+			}
+			if err := bareID("line "+strconv.Itoa(line), uid); err != nil {
+				return "", false, err
+			}
+			return uid, true, nil
+		}
+		if err := sc.Err(); err != nil {
+			if errors.Is(err, bufio.ErrTooLong) {
+				return "", false, taskd.Errorf(taskd.CodeInvalid, "line %d: longer than 4096 bytes", line+1)
+			}
+			return "", false, err
+		}
+		return "", false, nil
+	}
+}
+
+// csvUIDs reads uids from the first column of CSV records; a first record "uid" is a
+// header.
+func csvUIDs(r io.Reader) func() (string, bool, error) {
+	cr := csv.NewReader(r)
+	cr.FieldsPerRecord = -1
+	cr.ReuseRecord = true
+	row := 0
+	return func() (string, bool, error) {
+		for {
+			rec, err := cr.Read()
+			if err == io.EOF {
+				return "", false, nil
+			}
+			row++
+			if err != nil {
+				var perr *csv.ParseError
+				if errors.As(err, &perr) {
+					return "", false, taskd.Errorf(taskd.CodeInvalid, "csv: %v", err)
+				}
+				return "", false, err
+			}
+			uid := strings.TrimSpace(rec[0])
+			if uid == "" || row == 1 && uid == "uid" {
+				continue
+			}
+			if err := bareID("row "+strconv.Itoa(row), uid); err != nil {
+				return "", false, err
+			}
+			return uid, true, nil
+		}
+	}
+}
+
+// GetCampaign is GET /v1/admin/campaigns/{id}.
+func (cs *Campaigns) GetCampaign() http.Handler {
+	return cs.h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
+		id, err := pathID(r, "id")
+		if err != nil {
+			return 0, nil, err
+		}
+		c, err := cs.store.GetCampaign(r.Context(), id)
+		if err != nil {
+			return 0, nil, err
+		}
+		c, err = cs.engine.Live(r.Context(), c)
+		return http.StatusOK, c, err
+	})
+}
+
+// ListCampaigns is GET /v1/admin/campaigns?state=&limit=&cursor=, newest first.
+func (cs *Campaigns) ListCampaigns() http.Handler {
+	return cs.h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
+		q := r.URL.Query()
+		if err := known(q, "state", "limit", "cursor"); err != nil {
+			return 0, nil, err
+		}
+		var states []taskd.CampaignState
+		if s := q.Get("state"); s != "" {
+			switch st := taskd.CampaignState(s); st {
+			case taskd.CampaignCreated, taskd.CampaignRunning, taskd.CampaignPaused, taskd.CampaignStopping,
+				taskd.CampaignStopped, taskd.CampaignFinished:
+				states = append(states, st)
+			default:
+				return 0, nil, taskd.Errorf(taskd.CodeInvalid, "state: must be created, running, paused, stopping, stopped or finished, got %q", s)
+			}
+		}
+		limit, err := queryLimit(q)
+		if err != nil {
+			return 0, nil, err
+		}
+		cursor, err := decodeCursor(q)
+		if err != nil {
+			return 0, nil, err
+		}
+		var before int64
+		if cursor != "" {
+			if before, err = strconv.ParseInt(cursor, 10, 64); err != nil || before <= 0 {
+				return 0, nil, taskd.Errorf(taskd.CodeInvalid, "cursor: not a cursor this server gave out")
+			}
+		}
+		list, err := cs.store.ListCampaigns(r.Context(), states, before, limit+1)
+		if err != nil {
+			return 0, nil, err
+		}
+		next := ""
+		if len(list) > limit {
+			list = list[:limit]
+			next = encodeCursor(strconv.FormatInt(list[limit-1].ID, 10))
+		}
+		for i := range list {
+			if list[i], err = cs.engine.Live(r.Context(), list[i]); err != nil {
+				return 0, nil, err
+			}
+		}
+		return http.StatusOK, map[string]any{"campaigns": list, "next_cursor": next}, nil
+	})
+}
+
+// MoveCampaign is POST /v1/admin/campaigns/{id}/{move}: start, pause, resume or stop
+// (409 conflict for a move the state does not allow).
+func (cs *Campaigns) MoveCampaign() http.Handler {
+	return cs.h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
+		id, err := pathID(r, "id")
+		if err != nil {
+			return 0, nil, err
+		}
+		move := taskd.CampaignMove(chi.URLParam(r, "move"))
+		switch move {
+		case taskd.MoveStart, taskd.MovePause, taskd.MoveResume, taskd.MoveStop:
+		default:
+			return 0, nil, taskd.Errorf(taskd.CodeNotFound, "no route POST %s", r.URL.Path)
+		}
+		c, err := cs.engine.Move(r.Context(), ActorFrom(r.Context()), id, move)
+		return http.StatusOK, c, err
+	})
+}

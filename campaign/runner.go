@@ -1,0 +1,138 @@
+package campaign
+
+import (
+	"context"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/taskpull/taskd"
+)
+
+// The runners (seed 000's 启动器): every active campaign (running, paused, stopping) is
+// run by one node at a time, under a lease in Redis renewed at a third of its TTL.
+// Each node takes its share, the active campaigns divided by the live nodes and rounded
+// up, capped by PerNode; a dead node's leases run out and the others take its
+// campaigns. A runner, every SyncInterval, fails the leases that ran out, syncs the
+// window to MySQL, takes to Redis a move that did not reach it, and ends a stopping
+// campaign once nothing is in flight. Items flow without it: fetch and complete work
+// on the window in Redis directly.
+
+// Run runs this node's share of the campaigns until ctx is done, then gives its leases
+// up.
+func (e *Engine) Run(ctx context.Context) {
+	t := time.NewTicker(e.cfg.SyncInterval)
+	defer t.Stop()
+	for {
+		if err := e.RunOnce(ctx); err != nil && ctx.Err() == nil {
+			e.log.WarnContext(ctx, "campaign runners", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			release, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			defer cancel()
+			e.runMu.Lock()
+			for id := range e.held {
+				e.win.Release(release, id, e.cfg.Node)
+			}
+			clear(e.held)
+			e.runMu.Unlock()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// RunOnce is one round of this node's runners.
+func (e *Engine) RunOnce(ctx context.Context) error {
+	active, err := e.store.ListCampaigns(ctx, []taskd.CampaignState{taskd.CampaignRunning, taskd.CampaignPaused, taskd.CampaignStopping}, 0, 10_000)
+	if err != nil {
+		return err
+	}
+	sort.Slice(active, func(i, j int) bool { return active[i].ID < active[j].ID })
+	nodes := 1
+	if e.cfg.Nodes != nil {
+		if n, err := e.cfg.Nodes(ctx); err == nil && n > 0 {
+			nodes = n
+		}
+	}
+	share := min((len(active)+nodes-1)/nodes, e.cfg.PerNode)
+
+	e.runMu.Lock()
+	defer e.runMu.Unlock()
+	now := e.clock.Now()
+	isActive := map[int64]bool{}
+	for _, c := range active {
+		isActive[c.ID] = true
+	}
+	for id := range e.held { // done with, or more than the share
+		if !isActive[id] || len(e.held) > share {
+			e.win.Release(ctx, id, e.cfg.Node)
+			delete(e.held, id)
+		}
+	}
+	for _, c := range active {
+		renewed, holds := e.held[c.ID]
+		switch {
+		case holds && now.Sub(renewed) < e.cfg.LeaseTTL/3:
+		case holds || len(e.held) < share:
+			ok, err := e.win.Hold(ctx, c.ID, e.cfg.Node, e.cfg.LeaseTTL)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				delete(e.held, c.ID)
+				continue
+			}
+			e.held[c.ID] = now
+		default:
+			continue
+		}
+		if err := e.sync(ctx, c); err != nil {
+			e.log.WarnContext(ctx, "campaign sync failed", "campaign", c.ID, "err", err)
+		}
+	}
+	return nil
+}
+
+// sync is one runner round of campaign c (as MySQL has it).
+func (e *Engine) sync(ctx context.Context, c taskd.Campaign) error {
+	p, err := e.win.Sync(ctx, c.ID, e.now())
+	switch {
+	case err != nil:
+		return err
+	case p == nil:
+		e.log.WarnContext(ctx, "campaign window missing in redis: restored from mysql", "campaign", c.ID, "offset", c.Offset)
+		return e.win.Apply(ctx, c)
+	case p.Epoch < c.Epoch:
+		return e.win.Apply(ctx, c) // a move that did not reach Redis
+	}
+	after, err := e.store.SyncCampaign(ctx, c.ID, *p, e.now())
+	if err != nil {
+		return err
+	}
+	if after.Epoch > p.Epoch { // stopped, now that nothing is in flight
+		e.forget()
+		return e.win.Apply(ctx, after)
+	}
+	if after.State != c.State {
+		e.forget()
+	}
+	return nil
+}
+
+// Roles are the campaigns this node runs, as its node beats report them.
+func (e *Engine) Roles() []string {
+	e.runMu.Lock()
+	defer e.runMu.Unlock()
+	ids := make([]int64, 0, len(e.held))
+	for id := range e.held {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = "campaign:" + strconv.FormatInt(id, 10)
+	}
+	return out
+}

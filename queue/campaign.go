@@ -1,0 +1,448 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/taskpull/taskd"
+)
+
+// A campaign's live window (seed 000), under one hash tag {c:<id>} so each script
+// touches one Redis Cluster slot:
+//
+//	{c:id}         hash: state, epoch, reason, the settings, offset (every item below
+//	               it is finished), next (the first item never handed out), done,
+//	               failed, tat (the rate limiter's theoretical arrival time, µs)
+//	{c:id}:fin     set: the finished items at or above offset (at most the window)
+//	{c:id}:lease   sorted set: the handed-out items, by lease end (ms)
+//	{c:id}:att     hash: item -> "attempt|uid" (uid empty while it waits to retry)
+//	{c:id}:retry   sorted set: failed items waiting out their backoff, by due time (ms)
+//	{c:id}:fails   sorted set: recent failures, by time (ms), for the error budget
+//	{c:id}:cp      hash: item -> the latest checkpoint saved for it
+//	{c:id}:users   hash: uid -> the items the user holds ("i,j")
+//
+// Storage is O(window) however many items the campaign has. MySQL has the campaign's
+// settings and state, and the window as last synced; when Redis lost the campaign, the
+// first script to see it missing has it restored from there (at most the window since
+// the last sync is handed out again).
+
+// Campaigns runs campaign windows in Redis.
+type Campaigns struct {
+	rdb  redis.UniversalClient
+	keys Keys
+}
+
+// NewCampaigns returns the campaign windows over rdb.
+func NewCampaigns(rdb redis.UniversalClient, keys Keys) *Campaigns {
+	return &Campaigns{rdb: rdb, keys: keys}
+}
+
+// Campaign is campaign id's keys, in the scripts' order.
+func (k Keys) Campaign(id int64) []string {
+	h := k.Prefix + "{c:" + strconv.FormatInt(id, 10) + "}"
+	return []string{h, h + ":fin", h + ":lease", h + ":att", h + ":retry", h + ":fails", h + ":cp", h + ":users"}
+}
+
+// CampaignLock is the key of the lease a node holds while it runs campaign id's
+// background work (sync to MySQL, the end of a stop).
+func (k Keys) CampaignLock(id int64) string {
+	return k.Prefix + "{c:" + strconv.FormatInt(id, 10) + "}:runner"
+}
+
+// ErrCampaignMissing says Redis has no window for the campaign: it is restored from
+// MySQL (Apply) and the call made again.
+var ErrCampaignMissing = errors.New("campaign window missing in redis")
+
+// campaignLib is the scripts' shared part: keys, and the moves of an item.
+const campaignLib = `
+local H, F, L, A, R, E, CP, U = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local function num(f) return tonumber(redis.call('HGET', H, f) or '0') end
+local function held(uid)
+  local v = redis.call('HGET', U, uid)
+  local t = {}
+  if v then for x in string.gmatch(v, '[^,]+') do t[#t + 1] = x end end
+  return t
+end
+local function setheld(uid, t)
+  if #t == 0 then redis.call('HDEL', U, uid) else redis.call('HSET', U, uid, table.concat(t, ',')) end
+end
+local function unhold(uid, idx)
+  if uid == nil or uid == '' then return end
+  local t = held(uid)
+  for i = #t, 1, -1 do if t[i] == idx then table.remove(t, i) end end
+  setheld(uid, t)
+end
+local function holder(idx)
+  local v = redis.call('HGET', A, idx)
+  if not v then return 0, '' end
+  local a, u = string.match(v, '^(%d+)|(.*)$')
+  return tonumber(a), u
+end
+-- finish ends item idx for good (ok: done, else failed); a repeat counts nothing.
+local function finish(idx, ok, now)
+  local off = num('offset')
+  if tonumber(idx) < off or redis.call('SADD', F, idx) == 0 then return 0 end
+  redis.call('HINCRBY', H, ok and 'done' or 'failed', 1)
+  redis.call('HDEL', A, idx)
+  redis.call('HDEL', CP, idx)
+  local start = off
+  while redis.call('SREM', F, tostring(off)) == 1 do off = off + 1 end
+  if off ~= start then redis.call('HSET', H, 'offset', off) end
+  if off >= num('total') and redis.call('HGET', H, 'state') == 'running' then
+    redis.call('HSET', H, 'state', 'finished', 'reason', '')
+  end
+  return 1
+end
+-- failed is a failure (a failure result or a lease run out) of attempt att of idx,
+-- held by uid: the item waits out its backoff, or, at its last attempt, fails for
+-- good. The error budget counts it.
+local function failed(idx, att, uid, now, why)
+  redis.call('ZREM', L, idx)
+  unhold(uid, idx)
+  if att >= num('max_att') then
+    finish(idx, false, now)
+  else
+    redis.call('HSET', A, idx, att .. '|')
+    redis.call('ZADD', R, now + num('backoff_ms'), idx)
+  end
+  local fper = num('fper_ms')
+  if fper > 0 then
+    redis.call('ZADD', E, now, idx .. ':' .. att)
+    redis.call('ZREMRANGEBYSCORE', E, '-inf', now - fper)
+    local n = redis.call('ZCARD', E)
+    if n > num('fmax') and redis.call('HGET', H, 'state') == 'running' then
+      redis.call('HSET', H, 'state', 'paused', 'reason',
+        'error budget: ' .. n .. ' failures within ' .. math.floor(fper / 1000) .. ' s (the last: item ' .. idx .. ', ' .. why .. ')')
+    end
+  end
+end
+-- reap fails the leases that ran out by now (at most limit of them).
+local function reap(now, limit)
+  local gone = redis.call('ZRANGEBYSCORE', L, '-inf', now, 'LIMIT', 0, limit)
+  for _, idx in ipairs(gone) do
+    local att, uid = holder(idx)
+    failed(idx, att, uid, now, 'lease expired')
+  end
+end
+`
+
+// campaignApplyScript restores a missing window from MySQL's copy, or takes a newer
+// epoch's state and settings into an existing one. ARGV: epoch, state, reason, total,
+// window, interval (µs per item), tolerance (µs), lease ms, max attempts, backoff ms,
+// max failures, per ms (0: no budget), offset, done, failed, finished (JSON list).
+// Returns 1 restored, 2 updated, 0 unchanged (Redis has that epoch or a newer one).
+var campaignApplyScript = redis.NewScript(campaignLib + `
+local epoch = tonumber(ARGV[1])
+local settings = {'state', ARGV[2], 'reason', ARGV[3], 'epoch', epoch, 'total', ARGV[4], 'window', ARGV[5],
+  'ivl', ARGV[6], 'tol', ARGV[7], 'lease_ms', ARGV[8], 'max_att', ARGV[9], 'backoff_ms', ARGV[10],
+  'fmax', ARGV[11], 'fper_ms', ARGV[12]}
+local cur = redis.call('HGET', H, 'epoch')
+if cur then
+  if tonumber(cur) >= epoch then return 0 end
+  local was = redis.call('HGET', H, 'state')
+  redis.call('HSET', H, unpack(settings))
+  if ARGV[2] == 'running' and was ~= 'running' then redis.call('DEL', E) end
+  return 2
+end
+redis.call('DEL', F, L, A, R, E, CP, U)
+redis.call('HSET', H, unpack(settings))
+redis.call('HSET', H, 'offset', ARGV[13], 'next', ARGV[13], 'done', ARGV[14], 'failed', ARGV[15], 'tat', 0)
+local fin = cjson.decode(ARGV[16])
+for i = 1, #fin, 1000 do
+  redis.call('SADD', F, unpack(fin, i, math.min(i + 999, #fin)))
+end
+return 1
+`)
+
+// campaignTakeScript hands uid up to n items. ARGV: now (ms), uid, n, cap (how many the
+// user may hold at once), now (µs). A user at its cap gets the items it holds again
+// (redo). Returns {1, wait ms, idx, attempt, lease end ms, redo, checkpoint, ...};
+// {0, state} when the campaign is not running; {-1} when the window is missing.
+// wait is, when nothing was handed out, how soon something may be: the rate, a retry
+// or a lease coming due (0: not known).
+var campaignTakeScript = redis.NewScript(campaignLib + `
+local now, uid, n, cap, nowus = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local st = redis.call('HGET', H, 'state')
+if not st then return {-1} end
+reap(now, 100)
+st = redis.call('HGET', H, 'state')
+if st ~= 'running' then return {0, st} end
+local out = {1, 0}
+local mine = held(uid)
+if #mine >= cap then
+  for i = 1, math.min(#mine, n) do
+    local idx = mine[i]
+    local att = holder(idx)
+    out[#out + 1] = tonumber(idx); out[#out + 1] = att
+    out[#out + 1] = tonumber(redis.call('ZSCORE', L, idx) or now); out[#out + 1] = 1
+    out[#out + 1] = redis.call('HGET', CP, idx) or ''
+  end
+  return out
+end
+local lease, ivl, tol = num('lease_ms'), num('ivl'), num('tol')
+local tat = math.max(num('tat'), nowus)
+local wait = 0
+for k = 1, math.min(n, cap - #mine) do
+  if tat - nowus > tol then
+    wait = math.ceil((tat - tol - nowus) / 1000)
+    break
+  end
+  local idx = nil
+  local due = redis.call('ZRANGEBYSCORE', R, '-inf', now, 'LIMIT', 0, 1)
+  if #due > 0 then
+    idx = due[1]
+    redis.call('ZREM', R, idx)
+  else
+    local nx, total, limit = num('next'), num('total'), num('offset') + num('window')
+    while nx < total and nx < limit and redis.call('SISMEMBER', F, tostring(nx)) == 1 do nx = nx + 1 end
+    redis.call('HSET', H, 'next', nx)
+    if nx < total and nx < limit then
+      idx = tostring(nx)
+      redis.call('HSET', H, 'next', nx + 1)
+    end
+  end
+  if idx == nil then break end
+  tat = tat + ivl
+  local att = holder(idx) + 1
+  redis.call('HSET', A, idx, att .. '|' .. uid)
+  redis.call('ZADD', L, now + lease, idx)
+  mine[#mine + 1] = idx
+  out[#out + 1] = tonumber(idx); out[#out + 1] = att; out[#out + 1] = now + lease; out[#out + 1] = 0
+  out[#out + 1] = redis.call('HGET', CP, idx) or ''
+end
+redis.call('HSET', H, 'tat', tat)
+setheld(uid, mine)
+if #out == 2 and wait == 0 then
+  local soon = nil
+  local r = redis.call('ZRANGE', R, 0, 0, 'WITHSCORES')
+  if #r > 0 then soon = tonumber(r[2]) end
+  local l = redis.call('ZRANGE', L, 0, 0, 'WITHSCORES')
+  if #l > 0 and (soon == nil or tonumber(l[2]) < soon) then soon = tonumber(l[2]) end
+  if soon ~= nil then wait = math.max(soon - now, 1) end
+end
+out[2] = wait
+return out
+`)
+
+// campaignCompleteScript records uid's complete of attempt att of item idx. ARGV: idx,
+// attempt, uid, 1 success / 2 failure, now (ms). A success is taken from any attempt
+// (the work is done, and counts once); a failure only from the attempt that holds the
+// item now. Returns 1 done, 2 already finished (a repeat: nothing counted), 3 failure
+// recorded, 0 stale (not the caller's), -1 window missing.
+var campaignCompleteScript = redis.NewScript(campaignLib + `
+local idx, att, uid, ok, now = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1', tonumber(ARGV[5])
+if not redis.call('HGET', H, 'state') then return -1 end
+local i = tonumber(idx)
+if i >= num('total') or (i >= num('next') and redis.call('HEXISTS', A, idx) == 0) then return 0 end
+if i < num('offset') or redis.call('SISMEMBER', F, idx) == 1 then return 2 end
+local catt, cuid = holder(idx)
+if ok then
+  if att > catt then return 0 end
+  redis.call('ZREM', L, idx)
+  redis.call('ZREM', R, idx)
+  unhold(cuid, idx)
+  finish(idx, true, now)
+  return 1
+end
+if catt ~= att or cuid ~= uid or redis.call('ZSCORE', L, idx) == false then return 0 end
+failed(idx, att, uid, now, 'a failure result')
+return 3
+`)
+
+// campaignProgressScript saves a checkpoint for, and with extend pushes out the lease
+// of, the item uid holds at attempt att. ARGV: idx, attempt, uid, now (ms), extend
+// (1/0), checkpoint (empty keeps the last). Returns the lease end (ms); 0 stale; -1
+// window missing.
+var campaignProgressScript = redis.NewScript(campaignLib + `
+local idx, att, uid, now = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+if not redis.call('HGET', H, 'state') then return -1 end
+local catt, cuid = holder(idx)
+local lease = tonumber(redis.call('ZSCORE', L, idx) or '0')
+if catt ~= att or cuid ~= uid or lease <= now then return 0 end
+if ARGV[6] ~= '' then redis.call('HSET', CP, idx, ARGV[6]) end
+if ARGV[5] == '1' then
+  lease = now + num('lease_ms')
+  redis.call('ZADD', L, lease, idx)
+end
+return lease
+`)
+
+// campaignSyncScript fails the leases that ran out (whatever the state: a stopping
+// campaign ends when nothing is in flight) and returns the window: {state, reason,
+// epoch, offset, next, done, failed, in flight, finished...}; {} when missing.
+var campaignSyncScript = redis.NewScript(campaignLib + `
+if not redis.call('HGET', H, 'state') then return {} end
+reap(tonumber(ARGV[1]), 1000)
+local v = redis.call('HMGET', H, 'state', 'reason', 'epoch', 'offset', 'next', 'done', 'failed')
+local out = {v[1], v[2] or '', v[3] or '0', v[4] or '0', v[5] or '0', v[6] or '0', v[7] or '0', tostring(redis.call('ZCARD', L))}
+for _, x in ipairs(redis.call('SMEMBERS', F)) do out[#out + 1] = x end
+return out
+`)
+
+// Apply takes c (as MySQL has it) to Redis: it restores a missing window from c's
+// synced progress, or takes c's state and settings to a window at an older epoch.
+func (c *Campaigns) Apply(ctx context.Context, camp taskd.Campaign) error {
+	ivl := int64(math.Ceil(1e6 / camp.RatePerSecond))
+	burst := max(int64(math.Ceil(camp.RatePerSecond)), 1) // one second's worth
+	var fmax, fper int64
+	if b := camp.ErrorBudget; b != nil {
+		fmax, fper = int64(b.MaxFailures), int64(b.PerSeconds)*1000
+	}
+	fin, _ := json.Marshal(camp.FinishedAbove)
+	if camp.FinishedAbove == nil {
+		fin = []byte("[]")
+	}
+	err := campaignApplyScript.Run(ctx, c.rdb, c.keys.Campaign(camp.ID), camp.Epoch, string(camp.State), camp.Reason,
+		camp.Total, camp.Window, ivl, (burst-1)*ivl, camp.LeaseSeconds*1000, camp.MaxAttempts,
+		camp.RetryBackoffSeconds*1000, fmax, fper, camp.Offset, camp.Done, camp.Failed, string(fin)).Err()
+	return unavailableIf("campaign apply", err)
+}
+
+// Handout is one item a take handed out.
+type Handout struct {
+	Item       int64
+	Attempt    int
+	LeaseUntil time.Time
+	Redo       bool
+	Checkpoint json.RawMessage
+}
+
+// TakeResult is what a take got: items, or, with none, the campaign's state (when not
+// running) and how soon something may be (0: not known).
+type TakeResult struct {
+	State taskd.CampaignState
+	Items []Handout
+	Wait  time.Duration
+}
+
+// Take hands uid up to n items of campaign id; uid holds at most limit at once.
+func (c *Campaigns) Take(ctx context.Context, id int64, uid string, n, limit int, now time.Time) (TakeResult, error) {
+	v, err := campaignTakeScript.Run(ctx, c.rdb, c.keys.Campaign(id), now.UnixMilli(), uid, n, limit, now.UnixMicro()).Slice()
+	if err != nil {
+		return TakeResult{}, unavailable("campaign take", err)
+	}
+	switch v[0].(int64) {
+	case -1:
+		return TakeResult{}, ErrCampaignMissing
+	case 0:
+		return TakeResult{State: taskd.CampaignState(v[1].(string))}, nil
+	}
+	res := TakeResult{State: taskd.CampaignRunning, Wait: time.Duration(v[1].(int64)) * time.Millisecond}
+	for i := 2; i+4 < len(v); i += 5 {
+		h := Handout{Item: v[i].(int64), Attempt: int(v[i+1].(int64)),
+			LeaseUntil: time.UnixMilli(v[i+2].(int64)).UTC(), Redo: v[i+3].(int64) == 1}
+		if cp := v[i+4].(string); cp != "" {
+			h.Checkpoint = json.RawMessage(cp)
+		}
+		res.Items = append(res.Items, h)
+	}
+	return res, nil
+}
+
+// CompleteOutcome is what a complete of a campaign item came to.
+type CompleteOutcome int
+
+const (
+	ItemStale    CompleteOutcome = 0 // not the caller's handout: nothing changed
+	ItemDone     CompleteOutcome = 1 // done, counted
+	ItemRepeat   CompleteOutcome = 2 // finished before: counted once, then
+	ItemFailed   CompleteOutcome = 3 // a failure: the item retries after its backoff, or failed for good
+	itemsMissing CompleteOutcome = -1
+)
+
+// Complete records uid's complete of attempt att of item idx of campaign id.
+func (c *Campaigns) Complete(ctx context.Context, id, idx int64, att int, uid string, ok bool, now time.Time) (CompleteOutcome, error) {
+	result := 2
+	if ok {
+		result = 1
+	}
+	n, err := campaignCompleteScript.Run(ctx, c.rdb, c.keys.Campaign(id), idx, att, uid, result, now.UnixMilli()).Int()
+	if err != nil {
+		return 0, unavailable("campaign complete", err)
+	}
+	if CompleteOutcome(n) == itemsMissing {
+		return 0, ErrCampaignMissing
+	}
+	return CompleteOutcome(n), nil
+}
+
+// Progress saves checkpoint (nil: keep the last) for the item uid holds at attempt att
+// and, with extend, pushes its lease out by the campaign's lease. ok is false when uid
+// does not hold it (any more).
+func (c *Campaigns) Progress(ctx context.Context, id, idx int64, att int, uid string, checkpoint json.RawMessage, extend bool, now time.Time) (lease time.Time, ok bool, err error) {
+	ext := 0
+	if extend {
+		ext = 1
+	}
+	n, err := campaignProgressScript.Run(ctx, c.rdb, c.keys.Campaign(id), idx, att, uid, now.UnixMilli(), ext, string(checkpoint)).Int64()
+	switch {
+	case err != nil:
+		return time.Time{}, false, unavailable("campaign progress", err)
+	case n < 0:
+		return time.Time{}, false, ErrCampaignMissing
+	case n == 0:
+		return time.Time{}, false, nil
+	}
+	return time.UnixMilli(n).UTC(), true, nil
+}
+
+// Sync fails campaign id's leases that ran out by now and returns its window; nil when
+// Redis has none.
+func (c *Campaigns) Sync(ctx context.Context, id int64, now time.Time) (*taskd.CampaignProgress, error) {
+	v, err := campaignSyncScript.Run(ctx, c.rdb, c.keys.Campaign(id), now.UnixMilli()).StringSlice()
+	if err != nil {
+		return nil, unavailable("campaign sync", err)
+	}
+	if len(v) < 8 {
+		return nil, nil
+	}
+	n := func(i int) int64 {
+		x, _ := strconv.ParseInt(v[i], 10, 64)
+		return x
+	}
+	p := &taskd.CampaignProgress{State: taskd.CampaignState(v[0]), Reason: v[1], Epoch: n(2), Offset: n(3),
+		Next: n(4), Done: n(5), Failed: n(6), InFlight: n(7), Finished: []int64{}}
+	for i := 8; i < len(v); i++ {
+		p.Finished = append(p.Finished, n(i))
+	}
+	return p, nil
+}
+
+// releaseScript releases a lock only if the caller still holds it.
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`)
+
+// renewScript extends a lock only if the caller still holds it.
+var renewScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0`)
+
+// Hold takes (or, when node holds it already, renews) the runner lease of campaign id
+// for ttl. It reports whether node holds it.
+func (c *Campaigns) Hold(ctx context.Context, id int64, node string, ttl time.Duration) (bool, error) {
+	key := c.keys.CampaignLock(id)
+	n, err := renewScript.Run(ctx, c.rdb, []string{key}, node, ttl.Milliseconds()).Int()
+	if err != nil {
+		return false, unavailable("campaign lease", err)
+	}
+	if n == 1 {
+		return true, nil
+	}
+	ok, err := c.rdb.SetNX(ctx, key, node, ttl).Result()
+	if err != nil {
+		return false, unavailable("campaign lease", err)
+	}
+	return ok, nil
+}
+
+// Release gives up node's runner lease of campaign id.
+func (c *Campaigns) Release(ctx context.Context, id int64, node string) error {
+	return unavailableIf("campaign release", releaseScript.Run(ctx, c.rdb, []string{c.keys.CampaignLock(id)}, node).Err())
+}

@@ -1,0 +1,2 @@
+DROP TABLE campaign_item;
+DROP TABLE campaign;
