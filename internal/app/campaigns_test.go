@@ -9,6 +9,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/clientkey"
 )
 
 // Campaigns (seed 000): items reach the executor's agents through fetch, at the
@@ -480,5 +483,66 @@ func TestCampaignConcurrentAgents(t *testing.T) {
 	c := e.admin("GET", path, nil)
 	if c["state"] != "finished" || num(c["done"]) != total {
 		t.Fatalf("after the run: %v", c)
+	}
+}
+
+// campaignUser sets up a running campaign of count items for one user, "1", with
+// nothing else due, and returns the dispatch service and the user's uid and key hash.
+func campaignUser(t testing.TB, e *env, count int) (uid, hash string) {
+	e.admin("PUT", "/v1/admin/groups/g/members", map[string]any{"uids": []string{"1"}})
+	_, path := e.campaign(map[string]any{"items": map[string]any{"count": count}, "rate_per_second": 100000, "window": 100000})
+	e.move(path, "start")
+	uid, hash, _ = clientkey.Parse(e.key("1"))
+	return uid, hash
+}
+
+// A campaign item's cycle (a fetch that finds no task due, then the item's complete)
+// costs four Redis round trips (the heap's peek, the take, the key check, the
+// complete) and nothing of MySQL: the campaign's window is in Redis, synced apart.
+func TestCampaignItemIsRedisOnly(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	uid, hash := campaignUser(t, e, 100)
+	svc := e.apps[0].Dispatch
+	ctx := t.Context()
+	cycle := func() {
+		t.Helper()
+		r, err := svc.Fetch(ctx, uid, hash, 0)
+		if err != nil || r.Task == nil || r.Task.CampaignID == nil {
+			t.Fatalf("fetch: %+v %v", r.Task, err)
+		}
+		if err := svc.Complete(ctx, uid, hash, r.Task.LogID, taskd.ResultSuccess, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cycle() // warms the heap, the key set and the list of running campaigns
+	counter := &redisCounter{}
+	e.rdb.AddHook(counter)
+	e.store.DB().Close() // what follows must not need MySQL
+	for range 5 {
+		cycle()
+	}
+	if n := counter.n.Load(); n != 20 {
+		t.Fatalf("5 item cycles sent %d Redis commands, want 20", n)
+	}
+}
+
+// BenchmarkCampaignItemCycle is one agent's fetch and complete of a campaign item,
+// through the service.
+func BenchmarkCampaignItemCycle(b *testing.B) {
+	e := newEnv(b, 1)
+	uid, hash := campaignUser(b, e, 10_000_000)
+	svc := e.apps[0].Dispatch
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		r, err := svc.Fetch(ctx, uid, hash, 0)
+		if err != nil || r.Task == nil {
+			b.Fatalf("fetch: %+v %v", r.Task, err)
+		}
+		if err := svc.Complete(ctx, uid, hash, r.Task.LogID, taskd.ResultSuccess, nil); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
