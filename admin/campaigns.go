@@ -219,7 +219,7 @@ func (cs *Campaigns) UploadItems() http.Handler {
 		body := http.MaxBytesReader(w, r.Body, maxUpload)
 		var next func() (string, bool, error)
 		switch mt {
-		case "application/x-ndjson", "application/jsonl", "application/json-seq":
+		case "application/x-ndjson", "application/jsonl":
 			next = ndjsonUIDs(body)
 		case "text/csv":
 			next = csvUIDs(body)
@@ -244,6 +244,9 @@ func ndjsonUIDs(r io.Reader) func() (string, bool, error) {
 		for sc.Scan() {
 			line++
 			b := strings.TrimSpace(sc.Text())
+			if line == 1 {
+				b = strings.TrimPrefix(b, "\ufeff")
+			}
 			if b == "" {
 				continue
 			}
@@ -296,7 +299,13 @@ func csvUIDs(r io.Reader) func() (string, bool, error) {
 				return "", false, err
 			}
 			uid := strings.TrimSpace(rec[0])
-			if uid == "" || row == 1 && uid == "uid" {
+			if row == 1 {
+				uid = strings.TrimPrefix(uid, "\ufeff") // a spreadsheet's byte order mark
+				if strings.EqualFold(uid, "uid") {
+					continue
+				}
+			}
+			if uid == "" {
 				continue
 			}
 			if err := bareID("row "+strconv.Itoa(row), uid); err != nil {

@@ -79,6 +79,9 @@ type running struct {
 
 type chunkKey struct{ campaign, chunk int64 }
 
+// maxRunning bounds the campaigns one node reads as running (and runs).
+const maxRunning = 10_000
+
 // chunkSize is how many uids of a uid-list campaign one read brings.
 const chunkSize = 1000
 
@@ -132,7 +135,7 @@ func (e *Engine) Take(ctx context.Context, uid string, n, limit int, tk taskd.Ta
 			}
 		}
 		if err != nil {
-			return nil, nil, err
+			return e.partial(ctx, out, err)
 		}
 		if res.Wait > 0 && (next == nil || now.Add(res.Wait).Before(*next)) {
 			next = new(now.Add(res.Wait))
@@ -140,7 +143,7 @@ func (e *Engine) Take(ctx context.Context, uid string, n, limit int, tk taskd.Ta
 		for _, h := range res.Items {
 			item, err := e.itemValue(ctx, c, h.Item)
 			if err != nil {
-				return nil, nil, err
+				return e.partial(ctx, out, err)
 			}
 			out = append(out, taskd.CampaignItem{
 				Log:  taskd.CampaignLog{Campaign: c.ID, Item: h.Item, Attempt: h.Attempt, UIDTag: tag(c, uid, h.Item, h.Attempt)},
@@ -154,6 +157,17 @@ func (e *Engine) Take(ctx context.Context, uid string, n, limit int, tk taskd.Ta
 		next = nil
 	}
 	return out, next, nil
+}
+
+// partial is a take's outcome when it failed part-way: the items already taken are
+// handed out (a fetch that failed would leave them leased to the user, unknown to it),
+// and the error only when there are none.
+func (e *Engine) partial(ctx context.Context, out []taskd.CampaignItem, err error) ([]taskd.CampaignItem, *time.Time, error) {
+	if len(out) == 0 {
+		return nil, nil, err
+	}
+	e.log.WarnContext(ctx, "campaign take failed part-way; handing out what it took", "items", len(out), "err", err)
+	return out, nil, nil
 }
 
 // itemValue is what an item's handout shows: its index, or its uid.
@@ -214,7 +228,7 @@ func (e *Engine) runningFor(ctx context.Context, uid string) ([]*taskd.Campaign,
 
 // load reads the running campaigns and their groups' members.
 func (e *Engine) load(ctx context.Context) ([]*running, error) {
-	cs, err := e.store.ListCampaigns(ctx, []taskd.CampaignState{taskd.CampaignRunning}, 0, 1000)
+	cs, err := e.store.ListCampaigns(ctx, []taskd.CampaignState{taskd.CampaignRunning}, 0, maxRunning)
 	if err != nil {
 		return nil, err
 	}
@@ -353,7 +367,10 @@ func (e *Engine) Live(ctx context.Context, c taskd.Campaign) (taskd.Campaign, er
 		return c, err
 	}
 	c.Offset, c.Done, c.Failed, c.InFlight = p.Offset, p.Done, p.Failed, p.InFlight
-	if c.State == taskd.CampaignRunning && (p.State == taskd.CampaignPaused || p.State == taskd.CampaignFinished) {
+	switch {
+	case p.State == taskd.CampaignFinished:
+		c.State, c.Reason = p.State, ""
+	case p.State == taskd.CampaignPaused && c.State == taskd.CampaignRunning:
 		c.State, c.Reason = p.State, p.Reason
 	}
 	return c, nil
@@ -364,7 +381,10 @@ func (e *Engine) Live(ctx context.Context, c taskd.Campaign) (taskd.Campaign, er
 func (e *Engine) Move(ctx context.Context, actor string, id int64, move taskd.CampaignMove) (taskd.Campaign, error) {
 	live, err := e.win.Sync(ctx, id, e.now())
 	if err != nil {
-		return taskd.Campaign{}, err
+		// The move is made in MySQL all the same (at a new epoch), and the runner takes
+		// it to Redis.
+		e.log.WarnContext(ctx, "campaign move: redis window unreadable; moving from mysql's state", "campaign", id, "err", err)
+		live = nil
 	}
 	c, err := e.store.MoveCampaign(ctx, actor, id, move, live, e.now())
 	if err != nil {

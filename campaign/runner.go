@@ -45,7 +45,7 @@ func (e *Engine) Run(ctx context.Context) {
 
 // RunOnce is one round of this node's runners.
 func (e *Engine) RunOnce(ctx context.Context) error {
-	active, err := e.store.ListCampaigns(ctx, []taskd.CampaignState{taskd.CampaignRunning, taskd.CampaignPaused, taskd.CampaignStopping}, 0, 10_000)
+	active, err := e.store.ListCampaigns(ctx, []taskd.CampaignState{taskd.CampaignRunning, taskd.CampaignPaused, taskd.CampaignStopping}, 0, maxRunning)
 	if err != nil {
 		return err
 	}

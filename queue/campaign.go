@@ -84,6 +84,13 @@ local function holder(idx)
   local a, u = string.match(v, '^(%d+)|(.*)$')
   return tonumber(a), u
 end
+-- finished ends the campaign once every item is, whatever its state (the last items
+-- may finish while it is paused or stopping).
+local function finished()
+  if num('offset') >= num('total') and redis.call('HGET', H, 'state') ~= 'finished' then
+    redis.call('HSET', H, 'state', 'finished', 'reason', '')
+  end
+end
 -- finish ends item idx for good (ok: done, else failed); a repeat counts nothing.
 local function finish(idx, ok, now)
   local off = num('offset')
@@ -94,9 +101,8 @@ local function finish(idx, ok, now)
   local start = off
   while redis.call('SREM', F, tostring(off)) == 1 do off = off + 1 end
   if off ~= start then redis.call('HSET', H, 'offset', off) end
-  if off >= num('total') and redis.call('HGET', H, 'state') == 'running' then
-    redis.call('HSET', H, 'state', 'finished', 'reason', '')
-  end
+  if num('next') < off then redis.call('HSET', H, 'next', off) end
+  finished()
   return 1
 end
 -- failed is a failure (a failure result or a lease run out) of attempt att of idx,
@@ -147,7 +153,14 @@ if cur then
   if tonumber(cur) >= epoch then return 0 end
   local was = redis.call('HGET', H, 'state')
   redis.call('HSET', H, unpack(settings))
-  if ARGV[2] == 'running' and was ~= 'running' then redis.call('DEL', E) end
+  if was == 'finished' then
+    -- every item finished after the move read the window: it stays finished (the
+    -- runner's sync takes that to MySQL)
+    redis.call('HSET', H, 'state', 'finished', 'reason', '')
+  elseif ARGV[2] == 'running' and was ~= 'running' then
+    redis.call('DEL', E)
+  end
+  finished()
   return 2
 end
 redis.call('DEL', F, L, A, R, E, CP, U)
@@ -157,6 +170,7 @@ local fin = cjson.decode(ARGV[16])
 for i = 1, #fin, 1000 do
   redis.call('SADD', F, unpack(fin, i, math.min(i + 999, #fin)))
 end
+finished()
 return 1
 `)
 
@@ -171,6 +185,7 @@ local now, uid, n, cap, nowus = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), t
 local st = redis.call('HGET', H, 'state')
 if not st then return {-1} end
 reap(now, 100)
+finished()
 st = redis.call('HGET', H, 'state')
 if st ~= 'running' then return {0, st} end
 local out = {1, 0}
@@ -199,7 +214,7 @@ for k = 1, math.min(n, cap - #mine) do
     idx = due[1]
     redis.call('ZREM', R, idx)
   else
-    local nx, total, limit = num('next'), num('total'), num('offset') + num('window')
+    local nx, total, limit = math.max(num('next'), num('offset')), num('total'), num('offset') + num('window')
     while nx < total and nx < limit and redis.call('SISMEMBER', F, tostring(nx)) == 1 do nx = nx + 1 end
     redis.call('HSET', H, 'next', nx)
     if nx < total and nx < limit then
@@ -239,9 +254,15 @@ var campaignCompleteScript = redis.NewScript(campaignLib + `
 local idx, att, uid, ok, now = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1', tonumber(ARGV[5])
 if not redis.call('HGET', H, 'state') then return -1 end
 local i = tonumber(idx)
-if i >= num('total') or (i >= num('next') and redis.call('HEXISTS', A, idx) == 0) then return 0 end
-if i < num('offset') or redis.call('SISMEMBER', F, idx) == 1 then return 2 end
+if i >= num('total') then return 0 end
 local catt, cuid = holder(idx)
+if i < num('offset') or redis.call('SISMEMBER', F, idx) == 1 then
+  -- finished before (a repeat): a lease on it, if any, is moot
+  if redis.call('ZREM', L, idx) == 1 then unhold(cuid, idx) end
+  redis.call('HDEL', A, idx)
+  return 2
+end
+if i >= num('next') and catt == 0 then return 0 end
 if ok then
   if att > catt then return 0 end
   redis.call('ZREM', L, idx)

@@ -328,8 +328,8 @@ func TestCampaignUploads(t *testing.T) {
 	if code, out := upload("application/x-ndjson", "\"c\"\n{\"uid\": \"d\"}\n\n"); code != 200 || num(out["total"]) != 4 {
 		t.Fatalf("ndjson: %d %v", code, out)
 	}
-	if code, out := upload("text/csv", "uid,note\ne,x\nf,y\n"); code != 200 || num(out["total"]) != 6 {
-		t.Fatalf("csv: %d %v", code, out)
+	if code, out := upload("text/csv", "\ufeffUID,note\ne,x\nf,y\n"); code != 200 || num(out["total"]) != 6 {
+		t.Fatalf("csv (a spreadsheet's, with a byte order mark and a header): %d %v", code, out)
 	}
 	code, out := upload("application/x-ndjson", "\"g\"\n\"uid_h\"\n")
 	if code != 400 || !strings.Contains(fmt.Sprint(out), "line 2") {

@@ -141,7 +141,8 @@ func insertCampaignUIDs(ctx context.Context, tx *sql.Tx, id, from int64, next fu
 // (campaign.items). It returns the campaign with its new total.
 func (s *Store) AddCampaignUIDs(ctx context.Context, actor string, id int64, next func() (string, bool, error), now time.Time) (taskd.Campaign, error) {
 	var c taskd.Campaign
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	// Once: the body is read as it goes, and a retry would write only its rest.
+	err := s.inTxOnce(ctx, func(tx *sql.Tx) error {
 		var err error
 		if c, err = lockCampaign(ctx, tx, id); err != nil {
 			return err
@@ -297,16 +298,19 @@ func auditedCampaign(c taskd.Campaign) any {
 }
 
 // applyProgress takes p, the live window at c's epoch, into c: its numbers (never
-// backwards), and the state Redis reached on its own from running.
+// backwards), and the state Redis reached on its own: paused by the error budget (from
+// running), finished (from any state).
 func applyProgress(c *taskd.Campaign, p taskd.CampaignProgress, now time.Time) {
 	if p.Offset >= c.Offset && p.Done >= c.Done {
 		c.Offset, c.Done, c.Failed, c.InFlight, c.FinishedAbove = p.Offset, p.Done, p.Failed, p.InFlight, p.Finished
 	}
-	if c.State == taskd.CampaignRunning && (p.State == taskd.CampaignPaused || p.State == taskd.CampaignFinished) {
+	switch {
+	case p.State == taskd.CampaignFinished && c.State != taskd.CampaignFinished:
+		// every item finished: from running, or paused or stopping with the last ones
+		// in flight
+		c.State, c.Reason, c.FinishedAt = taskd.CampaignFinished, "", &now
+	case p.State == taskd.CampaignPaused && c.State == taskd.CampaignRunning:
 		c.State, c.Reason = p.State, p.Reason
-		if p.State == taskd.CampaignFinished {
-			c.FinishedAt = &now
-		}
 	}
 }
 

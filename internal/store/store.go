@@ -248,6 +248,19 @@ func busyOutcome(err error) taskd.ClaimOutcome {
 	return taskd.UserBusy
 }
 
+// inTxOnce runs fn in a transaction, once.
+func (s *Store) inTxOnce(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
 // inTx runs fn in a transaction, retrying on deadlock a few times.
 func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	var err error
