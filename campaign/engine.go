@@ -128,12 +128,11 @@ func (e *Engine) Take(ctx context.Context, uid string, n, limit int, tk taskd.Ta
 		if !tk.Allows(c.TemplateID) {
 			continue
 		}
-		res, err := e.win.Take(ctx, c.ID, uid, n-len(out), limit, now)
-		if errors.Is(err, queue.ErrCampaignMissing) {
-			if err = e.restore(ctx, c.ID); err == nil {
-				res, err = e.win.Take(ctx, c.ID, uid, n-len(out), limit, now)
-			}
-		}
+		var res queue.TakeResult
+		err := e.restoring(ctx, c.ID, func() (err error) {
+			res, err = e.win.Take(ctx, c.ID, uid, n-len(out), limit, now)
+			return err
+		})
 		if err != nil {
 			return e.partial(ctx, out, err)
 		}
@@ -264,6 +263,18 @@ func (e *Engine) forget() {
 	e.mu.Unlock()
 }
 
+// restoring runs script, a call on campaign id's window; when Redis has lost the
+// window, it restores it and runs script again.
+func (e *Engine) restoring(ctx context.Context, id int64, script func() error) error {
+	err := script()
+	if errors.Is(err, queue.ErrCampaignMissing) {
+		if err = e.restore(ctx, id); err == nil {
+			err = script()
+		}
+	}
+	return err
+}
+
 // restore takes campaign id from MySQL to Redis after Redis lost its window.
 func (e *Engine) restore(ctx context.Context, id int64) error {
 	_, err, _ := e.flight.Do("restore:"+strconv.FormatInt(id, 10), func() (any, error) {
@@ -318,13 +329,11 @@ func (e *Engine) Complete(ctx context.Context, uid, logID string, result taskd.R
 	if err != nil {
 		return err
 	}
-	ok := result == taskd.ResultSuccess
-	out, err := e.win.Complete(ctx, l.Campaign, l.Item, l.Attempt, uid, ok, now)
-	if errors.Is(err, queue.ErrCampaignMissing) {
-		if err = e.restore(ctx, l.Campaign); err == nil {
-			out, err = e.win.Complete(ctx, l.Campaign, l.Item, l.Attempt, uid, ok, now)
-		}
-	}
+	var out queue.CompleteOutcome
+	err = e.restoring(ctx, l.Campaign, func() (err error) {
+		out, err = e.win.Complete(ctx, l.Campaign, l.Item, l.Attempt, uid, result == taskd.ResultSuccess, now)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -341,12 +350,12 @@ func (e *Engine) Progress(ctx context.Context, uid, logID string, checkpoint jso
 	if err != nil {
 		return nil, err
 	}
-	lease, ok, err := e.win.Progress(ctx, l.Campaign, l.Item, l.Attempt, uid, checkpoint, extend, now)
-	if errors.Is(err, queue.ErrCampaignMissing) {
-		if err = e.restore(ctx, l.Campaign); err == nil {
-			lease, ok, err = e.win.Progress(ctx, l.Campaign, l.Item, l.Attempt, uid, checkpoint, extend, now)
-		}
-	}
+	var lease time.Time
+	var ok bool
+	err = e.restoring(ctx, l.Campaign, func() (err error) {
+		lease, ok, err = e.win.Progress(ctx, l.Campaign, l.Item, l.Attempt, uid, checkpoint, extend, now)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -1,8 +1,6 @@
 package app_test
 
 import (
-	"context"
-	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -76,8 +74,7 @@ func TestCampaignRestoreHandsOutNothingFinished(t *testing.T) {
 	e.mustComplete(keys[0], got[1].LogID)
 	e.mustComplete(keys[0], got[2].LogID)
 	e.runners() // synced: offset 0, finished above {1, 2}
-	ks, _ := e.rdb.Keys(context.Background(), fmt.Sprintf("%s{c:%d}*", e.prefix, id)).Result()
-	e.rdb.Del(context.Background(), ks...)
+	e.loseCampaign(id)
 	first := e.items(0, keys[0], 1)
 	if len(first) != 1 || num(first[0].Item) != 0 {
 		t.Fatalf("after restore: %+v", first)
@@ -111,8 +108,7 @@ func TestCampaignRepeatAfterRestore(t *testing.T) {
 	got := e.items(0, keys[0], 3)
 	e.mustComplete(keys[0], got[2].LogID)
 	e.runners()
-	ks, _ := e.rdb.Keys(context.Background(), fmt.Sprintf("%s{c:%d}*", e.prefix, id)).Result()
-	e.rdb.Del(context.Background(), ks...)
+	e.loseCampaign(id)
 	if code, out := e.complete(0, keys[0], got[2].LogID, "success"); code != 200 {
 		t.Fatalf("repeat complete of finished item 2 after restore: %d %v", code, out)
 	}
