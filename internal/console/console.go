@@ -62,6 +62,7 @@ func New(api http.Handler, log *slog.Logger) *Console {
 		"time":    showTime,
 		"fieldOf": fieldOf,
 		"list":    func(s ...string) []string { return s },
+		"moves":   campaignMoves,
 	}
 	names, err := fs.Glob(templateFiles, "templates/*.html")
 	if err != nil {
@@ -109,6 +110,9 @@ func (c *Console) Routes() http.Handler {
 		r.Get("/clients", c.clients)
 		r.Post("/clients/{uid}/keys", c.issueKey)
 		r.Post("/clients/{uid}/keys/delete", c.revokeKeys)
+		r.Get("/campaigns", c.campaigns)
+		r.Post("/campaigns", c.createCampaign)
+		r.Post("/campaigns/{id}/{move}", c.moveCampaign)
 		r.Get("/stats", c.stats)
 		r.Get("/audit", c.audit)
 		r.Get("/events", c.events)

@@ -245,6 +245,27 @@ try {
     assert.equal((await api('POST', '/v1/fetch', {}, key)).status, 401);
   });
 
+  await step('campaigns: create one, start it, an agent takes an item, pause it', async () => {
+    await page.getByRole('navigation').getByRole('link', { name: 'Campaigns' }).click();
+    await page.getByLabel('Name', { exact: true }).fill('recall');
+    await page.getByLabel('Template id', { exact: true }).fill(String(templateId));
+    await page.getByLabel('Params (JSON)', { exact: true }).fill('{"url": "http://x"}');
+    await page.getByLabel('Executor (uid_… or gid_…)', { exact: true }).fill('uid_9');
+    await page.getByLabel('Items (a count)', { exact: true }).fill('3');
+    await page.getByRole('button', { name: 'Create campaign' }).click();
+    await page.getByRole('button', { name: 'start campaign recall' }).click();
+    const key = (await api('POST', '/v1/admin/clients/9/keys')).body.client_key;
+    const got = await api('POST', '/v1/fetch', {}, key);
+    assert.match(got.body.task.task_id, /^campaign:\d+$/);
+    assert.equal(got.body.task.item, 0);
+    await page.reload();
+    await page.getByRole('cell', { name: 'running', exact: true }).waitFor();
+    await page.getByRole('button', { name: 'pause campaign recall' }).click();
+    await page.getByRole('button', { name: 'resume campaign recall' }).waitFor();
+    assert.equal(await page.getByRole('button', { name: 'pause campaign recall' }).count(), 0);
+    await shot('campaigns');
+  });
+
   await step('a sign-in form without its CSRF token is refused', async () => {
     const res = await page.request.post(base + '/console/signin', { form: { token, signin: 'forged' }, maxRedirects: 0 });
     assert.equal(res.status(), 400);
