@@ -30,6 +30,7 @@ type Store interface {
 	MoveCampaign(ctx context.Context, actor string, id int64, move taskd.CampaignMove, live *taskd.CampaignProgress, now time.Time) (taskd.Campaign, error)
 	SyncCampaign(ctx context.Context, id int64, p taskd.CampaignProgress, now time.Time) (taskd.Campaign, error)
 	Members(ctx context.Context, gid string) ([]string, error)
+	AppendOutbox(ctx context.Context, evs ...taskd.Event) error
 }
 
 // Config tunes the engine.

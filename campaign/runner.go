@@ -111,12 +111,54 @@ func (e *Engine) sync(ctx context.Context, c taskd.Campaign) error {
 	if err != nil {
 		return err
 	}
+	if err := e.drainEvents(ctx, after); err != nil {
+		return err
+	}
 	if after.Epoch > p.Epoch { // stopped, now that nothing is in flight
 		e.forget()
 		return e.win.Apply(ctx, after)
 	}
 	if after.State != c.State {
 		e.forget()
+	}
+	return nil
+}
+
+// drainEvents moves the events c's window recorded (while an outbox is configured) to
+// the outbox, a thousand at a time, at most twenty thousand a round. An event is in the
+// outbox before it leaves Redis: a crash in between sends it twice, with the same
+// event id (Elasticsearch indexes it once).
+func (e *Engine) drainEvents(ctx context.Context, c taskd.Campaign) error {
+	due := c.CreatedAt
+	if c.StartedAt != nil {
+		due = *c.StartedAt
+	}
+	for range 20 {
+		raw, err := e.win.ItemEvents(ctx, c.ID, 1000)
+		if err != nil || len(raw) == 0 {
+			return err
+		}
+		evs := make([]taskd.Event, 0, len(raw))
+		for _, ev := range raw {
+			if ev.Type == "" {
+				continue // unreadable
+			}
+			logID := taskd.CampaignLog{Campaign: c.ID, Item: ev.Item, Attempt: ev.Attempt, UIDTag: tag(&c, ev.UID, ev.Item, ev.Attempt)}.String()
+			evs = append(evs, taskd.Event{EventID: taskd.EventID(logID, ev.Type, 0), Type: ev.Type, LogID: logID,
+				UID: ev.UID, TaskID: taskd.CampaignTaskID(c.ID), Kind: "campaign", DueAt: due, Attempt: ev.Attempt,
+				Result: ev.Result, Node: e.cfg.Node, At: ev.At})
+		}
+		if len(evs) > 0 {
+			if err := e.store.AppendOutbox(ctx, evs...); err != nil {
+				return err
+			}
+		}
+		if err := e.win.DropEvents(ctx, c.ID, len(raw)); err != nil {
+			return err
+		}
+		if len(raw) < 1000 {
+			return nil
+		}
 	}
 	return nil
 }

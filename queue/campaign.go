@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,6 +27,8 @@ import (
 //	{c:id}:fails   sorted set: recent failures, by time (ms), for the error budget
 //	{c:id}:cp      hash: item -> the latest checkpoint saved for it
 //	{c:id}:users   hash: uid -> the items the user holds ("i,j")
+//	{c:id}:events  list: the items' events, while an outbox is configured, until the
+//	               campaign's runner moves them to the MySQL outbox
 //
 // Storage is O(window) however many items the campaign has. MySQL has the campaign's
 // settings and state, and the window as last synced; when Redis lost the campaign, the
@@ -34,19 +37,59 @@ import (
 
 // Campaigns runs campaign windows in Redis.
 type Campaigns struct {
-	rdb  redis.UniversalClient
-	keys Keys
+	rdb    redis.UniversalClient
+	keys   Keys
+	events bool
 }
 
-// NewCampaigns returns the campaign windows over rdb.
-func NewCampaigns(rdb redis.UniversalClient, keys Keys) *Campaigns {
-	return &Campaigns{rdb: rdb, keys: keys}
+// NewCampaigns returns the campaign windows over rdb; with events, the windows record
+// their items' events for the outbox (ItemEvents).
+func NewCampaigns(rdb redis.UniversalClient, keys Keys, events bool) *Campaigns {
+	return &Campaigns{rdb: rdb, keys: keys, events: events}
+}
+
+// ItemEvent is one event of a campaign item, as a window recorded it.
+type ItemEvent struct {
+	Type    taskd.EventType
+	Item    int64
+	Attempt int
+	UID     string
+	Result  string
+	At      time.Time
+}
+
+// ItemEvents returns up to n of campaign id's recorded events, oldest first.
+func (c *Campaigns) ItemEvents(ctx context.Context, id int64, n int) ([]ItemEvent, error) {
+	raw, err := c.rdb.LRange(ctx, c.keys.Campaign(id)[8], 0, int64(n)-1).Result()
+	if err != nil {
+		return nil, unavailable("campaign events", err)
+	}
+	out := make([]ItemEvent, 0, len(raw))
+	for _, s := range raw {
+		f := strings.Split(s, "|")
+		item, err1 := strconv.ParseInt(f[1%len(f)], 10, 64)
+		if len(f) != 6 || err1 != nil {
+			out = append(out, ItemEvent{}) // unreadable: dropped with the rest
+			continue
+		}
+		att, _ := strconv.Atoi(f[2])
+		at, _ := strconv.ParseInt(f[5], 10, 64)
+		out = append(out, ItemEvent{Type: taskd.EventType(f[0]), Item: item, Attempt: att, UID: f[3], Result: f[4],
+			At: time.UnixMilli(at).UTC()})
+	}
+	return out, nil
+}
+
+// DropEvents drops the first n of campaign id's recorded events (once they are in the
+// outbox).
+func (c *Campaigns) DropEvents(ctx context.Context, id int64, n int) error {
+	return unavailableIf("campaign events", c.rdb.LTrim(ctx, c.keys.Campaign(id)[8], int64(n), -1).Err())
 }
 
 // Campaign is campaign id's keys, in the scripts' order.
 func (k Keys) Campaign(id int64) []string {
 	h := k.Prefix + "{c:" + strconv.FormatInt(id, 10) + "}"
-	return []string{h, h + ":fin", h + ":lease", h + ":att", h + ":retry", h + ":fails", h + ":cp", h + ":users"}
+	return []string{h, h + ":fin", h + ":lease", h + ":att", h + ":retry", h + ":fails", h + ":cp", h + ":users", h + ":events"}
 }
 
 // CampaignLock is the key of the lease a node holds while it runs campaign id's
@@ -61,8 +104,16 @@ var ErrCampaignMissing = errors.New("campaign window missing in redis")
 
 // campaignLib is the scripts' shared part: keys, and the moves of an item.
 const campaignLib = `
-local H, F, L, A, R, E, CP, U = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local H, F, L, A, R, E, CP, U, EV = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local function num(f) return tonumber(redis.call('HGET', H, f) or '0') end
+-- event records an item's event (type|item|attempt|uid|result|at ms) for the outbox;
+-- the list keeps the newest million should no runner drain it.
+local function event(typ, idx, att, uid, result, at)
+  if num('events') ~= 1 then return end
+  if redis.call('RPUSH', EV, typ .. '|' .. idx .. '|' .. att .. '|' .. uid .. '|' .. result .. '|' .. at) > 1000000 then
+    redis.call('LTRIM', EV, -1000000, -1)
+  end
+end
 local function held(uid)
   local v = redis.call('HGET', U, uid)
   local t = {}
@@ -92,9 +143,10 @@ local function finished()
   end
 end
 -- finish ends item idx for good (ok: done, else failed); a repeat counts nothing.
-local function finish(idx, ok, now)
+local function finish(idx, ok, now, att, uid)
   local off = num('offset')
   if tonumber(idx) < off or redis.call('SADD', F, idx) == 0 then return 0 end
+  if not ok then event('dead', idx, att, uid, '', now) end
   redis.call('HINCRBY', H, ok and 'done' or 'failed', 1)
   redis.call('HDEL', A, idx)
   redis.call('HDEL', CP, idx)
@@ -112,7 +164,7 @@ local function failed(idx, att, uid, now, why)
   redis.call('ZREM', L, idx)
   unhold(uid, idx)
   if att >= num('max_att') then
-    finish(idx, false, now)
+    finish(idx, false, now, att, uid)
   else
     redis.call('HSET', A, idx, att .. '|')
     redis.call('ZADD', R, now + num('backoff_ms'), idx)
@@ -133,6 +185,7 @@ local function reap(now, limit)
   local gone = redis.call('ZRANGEBYSCORE', L, '-inf', now, 'LIMIT', 0, limit)
   for _, idx in ipairs(gone) do
     local att, uid = holder(idx)
+    event('expire', idx, att, uid, '', now)
     failed(idx, att, uid, now, 'lease expired')
   end
 end
@@ -141,13 +194,14 @@ end
 // campaignApplyScript restores a missing window from MySQL's copy, or takes a newer
 // epoch's state and settings into an existing one. ARGV: epoch, state, reason, total,
 // window, interval (µs per item), tolerance (µs), lease ms, max attempts, backoff ms,
-// max failures, per ms (0: no budget), offset, done, failed, finished (JSON list).
+// max failures, per ms (0: no budget), offset, done, failed, finished (JSON list),
+// events (1: record the items' events for the outbox).
 // Returns 1 restored, 2 updated, 0 unchanged (Redis has that epoch or a newer one).
 var campaignApplyScript = redis.NewScript(campaignLib + `
 local epoch = tonumber(ARGV[1])
 local settings = {'state', ARGV[2], 'reason', ARGV[3], 'epoch', epoch, 'total', ARGV[4], 'window', ARGV[5],
   'ivl', ARGV[6], 'tol', ARGV[7], 'lease_ms', ARGV[8], 'max_att', ARGV[9], 'backoff_ms', ARGV[10],
-  'fmax', ARGV[11], 'fper_ms', ARGV[12]}
+  'fmax', ARGV[11], 'fper_ms', ARGV[12], 'events', ARGV[17]}
 local cur = redis.call('HGET', H, 'epoch')
 if cur then
   if tonumber(cur) >= epoch then return 0 end
@@ -163,7 +217,7 @@ if cur then
   finished()
   return 2
 end
-redis.call('DEL', F, L, A, R, E, CP, U)
+redis.call('DEL', F, L, A, R, E, CP, U, EV)
 redis.call('HSET', H, unpack(settings))
 redis.call('HSET', H, 'offset', ARGV[13], 'next', ARGV[13], 'done', ARGV[14], 'failed', ARGV[15], 'tat', 0)
 local fin = cjson.decode(ARGV[16])
@@ -230,6 +284,7 @@ for k = 1, math.min(n, cap - #mine) do
   mine[#mine + 1] = idx
   out[#out + 1] = tonumber(idx); out[#out + 1] = att; out[#out + 1] = now + lease; out[#out + 1] = 0
   out[#out + 1] = redis.call('HGET', CP, idx) or ''
+  event('dispatch', idx, att, uid, '', now)
 end
 redis.call('HSET', H, 'tat', tat)
 setheld(uid, mine)
@@ -269,9 +324,11 @@ if ok then
   redis.call('ZREM', R, idx)
   unhold(cuid, idx)
   finish(idx, true, now)
+  event('complete', idx, att, uid, 'success', now)
   return 1
 end
 if catt ~= att or cuid ~= uid or redis.call('ZSCORE', L, idx) == false then return 0 end
+event('complete', idx, att, uid, 'failure', now)
 failed(idx, att, uid, now, 'a failure result')
 return 3
 `)
@@ -319,9 +376,13 @@ func (c *Campaigns) Apply(ctx context.Context, camp taskd.Campaign) error {
 	if camp.FinishedAbove == nil {
 		fin = []byte("[]")
 	}
+	events := 0
+	if c.events {
+		events = 1
+	}
 	err := campaignApplyScript.Run(ctx, c.rdb, c.keys.Campaign(camp.ID), camp.Epoch, string(camp.State), camp.Reason,
 		camp.Total, camp.Window, ivl, (burst-1)*ivl, camp.LeaseSeconds*1000, camp.MaxAttempts,
-		camp.RetryBackoffSeconds*1000, fmax, fper, camp.Offset, camp.Done, camp.Failed, string(fin)).Err()
+		camp.RetryBackoffSeconds*1000, fmax, fper, camp.Offset, camp.Done, camp.Failed, string(fin), events).Err()
 	return unavailableIf("campaign apply", err)
 }
 

@@ -84,7 +84,7 @@ func New(cfg Config, deps Deps) *App {
 	a.Dispatch = dispatch.NewService(deps.Store, a.Cache, deps.Clock, deps.Log,
 		dispatch.Config{MaxWait: cfg.MaxWait, RequestTimeout: cfg.RequestTimeout, Metrics: a.metrics})
 	a.Admin = admin.NewService(deps.Store, a.Cache, a.Keys, deps.Clock, deps.Log)
-	a.Campaigns = campaign.New(deps.Store, queue.NewCampaigns(deps.Redis, a.Cache.Keys()), deps.Clock, deps.Log,
+	a.Campaigns = campaign.New(deps.Store, queue.NewCampaigns(deps.Redis, a.Cache.Keys(), len(cfg.KafkaBrokers) > 0), deps.Clock, deps.Log,
 		campaign.Config{Node: cfg.Node, SyncInterval: cfg.CampaignSync, LeaseTTL: cfg.NodeTimeout,
 			PerNode: cfg.CampaignsPerNode, Nodes: a.liveNodes})
 	a.Dispatch.SetCampaigns(a.Campaigns)

@@ -1,9 +1,13 @@
 package app_test
 
 import (
+	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/taskpull/taskd/internal/app"
 )
 
 // The last items finishing while the campaign is paused (or stopping) finish it: it
@@ -130,5 +134,48 @@ func TestCampaignLateSuccessAfterLastAttempt(t *testing.T) {
 	c := e.admin("GET", path, nil)
 	if code != 200 || num(c["done"]) != 0 || num(c["failed"]) != 1 || c["state"] != "finished" {
 		t.Fatalf("late success (reply %d): %v", code, c)
+	}
+}
+
+// With an outbox, every handout, complete, expiry and failure for good of an item is
+// an event, moved from the window to the outbox by the campaign's runner.
+func TestCampaignItemEventsReachTheOutbox(t *testing.T) {
+	t.Parallel()
+	e := newEnvWith(t, 1, func(c *app.Config) { c.KafkaBrokers = []string{"127.0.0.1:9"} })
+	_, keys := e.groupOf("g", 1)
+	_, path := e.campaign(map[string]any{"items": map[string]any{"count": 2}, "lease_seconds": 10, "max_attempts": 1})
+	e.move(path, "start")
+	first := e.fetch(0, keys[0]).Task
+	e.mustComplete(keys[0], first.LogID)
+	e.mustComplete(keys[0], first.LogID) // a repeat: no second event
+	second := e.fetch(0, keys[0]).Task
+	e.clock.Advance(11 * time.Second)
+	e.runners() // the lease runs out on the last attempt: expire, then dead
+	e.runners()
+	rows, err := e.store.DB().Query("SELECT event_id, payload FROM event_outbox ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var got []string
+	for rows.Next() {
+		var id, payload string
+		rows.Scan(&id, &payload)
+		var ev struct {
+			Type, UID, Kind, Result string
+			LogID                   string `json:"log_id"`
+			TaskID                  string `json:"task_id"`
+		}
+		json.Unmarshal([]byte(payload), &ev)
+		if ev.TaskID != "campaign:"+strings.TrimPrefix(path, "/v1/admin/campaigns/") || ev.Kind != "campaign" || ev.UID != "u0000" ||
+			id != ev.LogID+":"+ev.Type {
+			t.Errorf("event %s: %s", id, payload)
+		}
+		got = append(got, ev.Type+" "+ev.LogID+" "+ev.Result)
+	}
+	want := []string{"dispatch " + first.LogID + " ", "complete " + first.LogID + " success",
+		"dispatch " + second.LogID + " ", "expire " + second.LogID + " ", "dead " + second.LogID + " "}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("outbox:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -56,25 +56,51 @@ func MySQLDSN(t testing.TB) string {
 			return
 		}
 		defer db.Close()
-		if _, err := db.Exec("DROP DATABASE IF EXISTS `" + cfg.DBName + "`"); err != nil {
+		if err := whileBusy(func() error {
+			_, err := db.Exec("DROP DATABASE IF EXISTS `" + cfg.DBName + "`")
+			return err
+		}); err != nil {
 			t.Errorf("drop test database: %v", err)
 		}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := store.Open(ctx, dsn, store.OpenOptions{CreateDatabase: true, Migrate: true, MaxConns: 2})
-	if err != nil {
+	if err := whileBusy(func() error {
+		s, err := store.Open(ctx, dsn, store.OpenOptions{CreateDatabase: true, Migrate: true, MaxConns: 2})
+		if err == nil {
+			s.Close()
+		}
+		return err
+	}); err != nil {
 		t.Fatalf("test database: %v", err)
 	}
-	s.Close()
 	return dsn
+}
+
+// whileBusy runs f again, for up to a minute, while MySQL answers that it has too many
+// connections: the packages of the suite run in parallel on one server, and a test that
+// waits for a connection to free is not a failure.
+func whileBusy(f func() error) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := f()
+		if err == nil || !strings.Contains(err.Error(), "Error 1040") || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // Store opens a Store on a fresh database (see MySQLDSN), closed when t ends. Its pool
 // is small: parallel tests and packages share one server and its max_connections.
 func Store(t testing.TB) *store.Store {
 	t.Helper()
-	s, err := store.Open(context.Background(), MySQLDSN(t), store.OpenOptions{MaxConns: 12})
+	dsn := MySQLDSN(t)
+	var s *store.Store
+	err := whileBusy(func() (err error) {
+		s, err = store.Open(context.Background(), dsn, store.OpenOptions{MaxConns: 12})
+		return err
+	})
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
