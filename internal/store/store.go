@@ -210,6 +210,7 @@ func migrateUp(cfg *mysql.Config) error {
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
+	defer m.Close() // the driver holds a connection of its own until then
 	if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
 		return fmt.Errorf("migrate up: %w", err)
 	}
