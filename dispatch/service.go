@@ -522,15 +522,21 @@ func (s *Service) CompleteAndFetch(ctx context.Context, uid, keyHash, logID stri
 	}
 	bounded, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
-	if taskd.IsCampaignLog(logID) {
-		if err := s.Complete(bounded, uid, keyHash, logID, result, detail); err != nil {
-			return FetchResult{}, err
-		}
-		return s.counted(s.longPoll(ctx, uid, keyHash, wait, nil))
-	}
 	view, err := s.cache.Peek(bounded, uid, keyHash, s.now())
 	if err != nil {
 		return FetchResult{}, err
+	}
+	if taskd.IsCampaignLog(logID) {
+		// A campaign item's complete leaves the user's heap and open dispatch as they
+		// were: the fetch goes on from the view.
+		if err := s.completeItem(bounded, uid, logID, result); err != nil {
+			return FetchResult{}, err
+		}
+		first := &peeked{view: view}
+		if view.Next != nil && !view.Next.DueAt.After(s.now()) {
+			first = &peeked{stale: true} // a task came due meanwhile
+		}
+		return s.counted(s.longPoll(ctx, uid, keyHash, wait, first))
 	}
 	outcome, invalidated, err := s.complete(bounded, uid, logID, result, detail, false)
 	if err != nil {

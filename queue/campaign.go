@@ -60,15 +60,19 @@ type ItemEvent struct {
 
 // ItemEvents returns up to n of campaign id's recorded events, oldest first.
 func (c *Campaigns) ItemEvents(ctx context.Context, id int64, n int) ([]ItemEvent, error) {
-	raw, err := c.rdb.LRange(ctx, c.keys.Campaign(id)[8], 0, int64(n)-1).Result()
+	raw, err := c.rdb.LRange(ctx, c.keys.campaignEvents(id), 0, int64(n)-1).Result()
 	if err != nil {
 		return nil, unavailable("campaign events", err)
 	}
 	out := make([]ItemEvent, 0, len(raw))
 	for _, s := range raw {
 		f := strings.Split(s, "|")
-		item, err1 := strconv.ParseInt(f[1%len(f)], 10, 64)
-		if len(f) != 6 || err1 != nil {
+		var item int64
+		var err error
+		if len(f) == 6 {
+			item, err = strconv.ParseInt(f[1], 10, 64)
+		}
+		if len(f) != 6 || err != nil {
 			out = append(out, ItemEvent{}) // unreadable: dropped with the rest
 			continue
 		}
@@ -83,20 +87,27 @@ func (c *Campaigns) ItemEvents(ctx context.Context, id int64, n int) ([]ItemEven
 // DropEvents drops the first n of campaign id's recorded events (once they are in the
 // outbox).
 func (c *Campaigns) DropEvents(ctx context.Context, id int64, n int) error {
-	return unavailableIf("campaign events", c.rdb.LTrim(ctx, c.keys.Campaign(id)[8], int64(n), -1).Err())
+	return unavailableIf("campaign events", c.rdb.LTrim(ctx, c.keys.campaignEvents(id), int64(n), -1).Err())
+}
+
+// campaignHash is campaign id's hash, whose name is also every key's of the campaign
+// stem (one hash tag, one slot).
+func (k Keys) campaignHash(id int64) string {
+	return k.Prefix + "{c:" + strconv.FormatInt(id, 10) + "}"
 }
 
 // Campaign is campaign id's keys, in the scripts' order.
 func (k Keys) Campaign(id int64) []string {
-	h := k.Prefix + "{c:" + strconv.FormatInt(id, 10) + "}"
-	return []string{h, h + ":fin", h + ":lease", h + ":att", h + ":retry", h + ":fails", h + ":cp", h + ":users", h + ":events"}
+	h := k.campaignHash(id)
+	return []string{h, h + ":fin", h + ":lease", h + ":att", h + ":retry", h + ":fails", h + ":cp", h + ":users", k.campaignEvents(id)}
 }
+
+// campaignEvents is the list of campaign id's recorded item events.
+func (k Keys) campaignEvents(id int64) string { return k.campaignHash(id) + ":events" }
 
 // CampaignLock is the key of the lease a node holds while it runs campaign id's
 // background work (sync to MySQL, the end of a stop).
-func (k Keys) CampaignLock(id int64) string {
-	return k.Prefix + "{c:" + strconv.FormatInt(id, 10) + "}:runner"
-}
+func (k Keys) CampaignLock(id int64) string { return k.campaignHash(id) + ":runner" }
 
 // ErrCampaignMissing says Redis has no window for the campaign: it is restored from
 // MySQL (Apply) and the call made again.

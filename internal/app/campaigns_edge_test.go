@@ -15,10 +15,7 @@ import (
 func TestCampaignFinishesWhilePaused(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 1)
-	_, keys := e.groupOf("g", 1)
-	e.admin("PUT", "/v1/admin/clients/u0000", map[string]any{"max_in_flight": 100})
-	_, path := e.campaign(map[string]any{"items": map[string]any{"count": 2}})
-	e.move(path, "start")
+	keys, _, path := e.runningCampaign(100, map[string]any{"items": map[string]any{"count": 2}})
 	got := e.items(0, keys[0], 2)
 	if len(got) != 2 {
 		t.Fatalf("%d items", len(got))
@@ -45,10 +42,7 @@ func TestCampaignFinishesWhilePaused(t *testing.T) {
 func TestCampaignFinishesWhileStopping(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 1)
-	_, keys := e.groupOf("g", 1)
-	e.admin("PUT", "/v1/admin/clients/u0000", map[string]any{"max_in_flight": 100})
-	_, path := e.campaign(map[string]any{"items": map[string]any{"count": 2}})
-	e.move(path, "start")
+	keys, _, path := e.runningCampaign(100, map[string]any{"items": map[string]any{"count": 2}})
 	got := e.items(0, keys[0], 2)
 	e.move(path, "stop")
 	for _, it := range got {
@@ -69,11 +63,8 @@ func TestCampaignFinishesWhileStopping(t *testing.T) {
 func TestCampaignRestoreHandsOutNothingFinished(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 1)
-	_, keys := e.groupOf("g", 1)
-	e.admin("PUT", "/v1/admin/clients/u0000", map[string]any{"max_in_flight": 100})
-	id, path := e.campaign(map[string]any{"items": map[string]any{"count": 30}, "window": 8, "lease_seconds": 10,
+	keys, id, path := e.runningCampaign(100, map[string]any{"items": map[string]any{"count": 30}, "window": 8, "lease_seconds": 10,
 		"error_budget": map[string]any{"max_failures": 1, "per_seconds": 600}})
-	e.move(path, "start")
 	got := e.items(0, keys[0], 3) // 0, 1, 2
 	e.mustComplete(keys[0], got[1].LogID)
 	e.mustComplete(keys[0], got[2].LogID)
@@ -105,10 +96,7 @@ func TestCampaignRestoreHandsOutNothingFinished(t *testing.T) {
 func TestCampaignRepeatAfterRestore(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 1)
-	_, keys := e.groupOf("g", 1)
-	e.admin("PUT", "/v1/admin/clients/u0000", map[string]any{"max_in_flight": 100})
-	id, path := e.campaign(map[string]any{"items": map[string]any{"count": 30}, "window": 8})
-	e.move(path, "start")
+	keys, id, _ := e.runningCampaign(100, map[string]any{"items": map[string]any{"count": 30}, "window": 8})
 	got := e.items(0, keys[0], 3)
 	e.mustComplete(keys[0], got[2].LogID)
 	e.runners()
@@ -124,9 +112,7 @@ func TestCampaignRepeatAfterRestore(t *testing.T) {
 func TestCampaignLateSuccessAfterLastAttempt(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 1)
-	_, keys := e.groupOf("g", 1)
-	_, path := e.campaign(map[string]any{"items": map[string]any{"count": 1}, "lease_seconds": 10, "max_attempts": 1})
-	e.move(path, "start")
+	keys, _, path := e.runningCampaign(1, map[string]any{"items": map[string]any{"count": 1}, "lease_seconds": 10, "max_attempts": 1})
 	it := e.fetch(0, keys[0]).Task
 	e.clock.Advance(11 * time.Second)
 	e.runners() // the lease runs out: failed for good
@@ -142,9 +128,7 @@ func TestCampaignLateSuccessAfterLastAttempt(t *testing.T) {
 func TestCampaignItemEventsReachTheOutbox(t *testing.T) {
 	t.Parallel()
 	e := newEnvWith(t, 1, func(c *app.Config) { c.KafkaBrokers = []string{"127.0.0.1:9"} })
-	_, keys := e.groupOf("g", 1)
-	_, path := e.campaign(map[string]any{"items": map[string]any{"count": 2}, "lease_seconds": 10, "max_attempts": 1})
-	e.move(path, "start")
+	keys, _, path := e.runningCampaign(1, map[string]any{"items": map[string]any{"count": 2}, "lease_seconds": 10, "max_attempts": 1})
 	first := e.fetch(0, keys[0]).Task
 	e.mustComplete(keys[0], first.LogID)
 	e.mustComplete(keys[0], first.LogID) // a repeat: no second event

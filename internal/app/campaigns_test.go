@@ -35,6 +35,22 @@ func (e *env) campaign(fields map[string]any) (int64, string) {
 	return id, fmt.Sprintf("/v1/admin/campaigns/%d", id)
 }
 
+// runningCampaign starts a campaign (fields as campaign's) worked by group g of one
+// user, u0000, who may hold maxInFlight items at once; it returns the user's key (in a
+// list, as groupOf does) and the campaign's id and path.
+func (e *env) runningCampaign(maxInFlight int, fields map[string]any) ([]string, int64, string) {
+	e.t.Helper()
+	_, keys := e.groupOf("g", 1)
+	if maxInFlight > 1 {
+		e.admin("PUT", "/v1/admin/clients/u0000", map[string]any{"max_in_flight": maxInFlight})
+	}
+	id, path := e.campaign(fields)
+	if code, out := e.move(path, "start"); code != 200 {
+		e.t.Fatalf("start: %d %v", code, out)
+	}
+	return keys, id, path
+}
+
 // loseCampaign deletes campaign id's window from Redis, as a Redis that lost its data
 // would.
 func (e *env) loseCampaign(id int64) {
@@ -238,10 +254,8 @@ func TestCampaignLeasesAndAttempts(t *testing.T) {
 func TestCampaignErrorBudget(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 1)
-	_, keys := e.groupOf("g", 1)
-	_, path := e.campaign(map[string]any{"items": map[string]any{"count": 100},
+	keys, _, path := e.runningCampaign(1, map[string]any{"items": map[string]any{"count": 100},
 		"error_budget": map[string]any{"max_failures": 2, "per_seconds": 60}})
-	e.move(path, "start")
 	for i := range 3 {
 		it := e.fetch(0, keys[0]).Task
 		if it == nil {
@@ -414,10 +428,7 @@ func TestCampaignCreateInput(t *testing.T) {
 func TestCampaignSurvivesRedisLoss(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 1)
-	_, keys := e.groupOf("g", 1)
-	e.admin("PUT", "/v1/admin/clients/u0000", map[string]any{"max_in_flight": 100})
-	id, path := e.campaign(map[string]any{"items": map[string]any{"count": 30}, "window": 8})
-	e.move(path, "start")
+	keys, id, path := e.runningCampaign(100, map[string]any{"items": map[string]any{"count": 30}, "window": 8})
 	work := func(n int) (handed []int64) {
 		for len(handed) < n {
 			got := e.items(0, keys[0], min(8, n-len(handed)))
@@ -530,6 +541,23 @@ func TestCampaignItemIsRedisOnly(t *testing.T) {
 	}
 	if n := counter.n.Load(); n != 20 {
 		t.Fatalf("5 item cycles sent %d Redis commands, want 20", n)
+	}
+	// A fetch carrying the complete: its peek checks the key for both.
+	r, err := svc.Fetch(ctx, uid, hash, 0)
+	if err != nil || r.Task == nil {
+		t.Fatalf("fetch: %+v %v", r.Task, err)
+	}
+	counter.n.Store(0)
+	for range 5 {
+		if r, err = svc.CompleteAndFetch(ctx, uid, hash, r.Task.LogID, taskd.ResultSuccess, nil, 0); err != nil || r.Task == nil {
+			t.Fatalf("complete and fetch: %+v %v", r.Task, err)
+		}
+	}
+	if n := counter.n.Load(); n != 15 {
+		t.Fatalf("5 combined item cycles sent %d Redis commands, want 15", n)
+	}
+	if done, err := e.rdb.HGet(ctx, queue.Keys{Prefix: e.prefix}.Campaign(1)[0], "done").Int(); err != nil || done != 11 {
+		t.Fatalf("after 11 completes, %d done (%v)", done, err)
 	}
 }
 
