@@ -42,16 +42,23 @@ type recorder struct {
 	empty      int64 // of them, nothing due
 	completed  int64 // completes answered 200
 	failures   int64 // of them, reported as failure
+	items      int64 // fetched tasks that were campaign items (redos too)
+	lastItem   time.Time
+	itemOf     map[string]ItemRef // a campaign item's log id -> the item
 	// Log ids the agent received and the ones whose complete was acknowledged, for the
 	// checker's cross-check.
 	gotLogIDs  []string
 	doneLogIDs []string
+	// sentItems are the campaign items' log ids whose success complete was sent,
+	// acknowledged or not; ackedItems the ones acknowledged.
+	sentItems, ackedItems []string
 }
 
 func newRecorder() *recorder {
 	return &recorder{
 		hist: map[string]*hdrhistogram.Histogram{EndpointFetch: newHistogram(), EndpointComplete: newHistogram()},
-		errs: map[errKey]int64{},
+		errs:   map[errKey]int64{},
+		itemOf: map[string]ItemRef{},
 	}
 }
 
@@ -76,8 +83,39 @@ func (r *recorder) merge(o *recorder) {
 	r.empty += o.empty
 	r.completed += o.completed
 	r.failures += o.failures
+	r.items += o.items
+	for id, it := range o.itemOf {
+		r.itemOf[id] = it
+	}
+	if o.lastItem.After(r.lastItem) {
+		r.lastItem = o.lastItem
+	}
 	r.gotLogIDs = append(r.gotLogIDs, o.gotLogIDs...)
 	r.doneLogIDs = append(r.doneLogIDs, o.doneLogIDs...)
+	r.sentItems = append(r.sentItems, o.sentItems...)
+	r.ackedItems = append(r.ackedItems, o.ackedItems...)
+}
+
+// received records a task an agent was handed.
+func (r *recorder) received(t *Assignment) {
+	if t.Redo {
+		r.redos++
+	} else {
+		r.dispatched++
+	}
+	r.gotLogIDs = append(r.gotLogIDs, t.LogID)
+	if t.CampaignID != 0 {
+		r.items++
+		r.lastItem = time.Now()
+		r.itemOf[t.LogID] = ItemRef{Campaign: t.CampaignID, Item: string(t.Item)}
+	}
+}
+
+// sending records a complete about to be sent.
+func (r *recorder) sending(done *carried) {
+	if done.success && done.item {
+		r.sentItems = append(r.sentItems, done.logID)
+	}
 }
 
 // counters are shared by all agents for the live progress line.
@@ -185,6 +223,7 @@ func runAgents(ctx context.Context, c *Client, d *Deployed, opts phaseOptions, c
 type carried struct {
 	logID   string
 	success bool
+	item    bool // a campaign item's
 }
 
 // cycle is one agent cycle: fetch (carrying the previous complete, if any); if a task
@@ -197,6 +236,7 @@ func cycle(ctx context.Context, c *Client, key string, begin time.Time, opts pha
 	var reply FetchReply
 	var err error
 	if prev != nil {
+		rec.sending(prev)
 		reply, err = c.FetchCompleting(ctx, key, prev.logID, prev.success)
 	} else {
 		reply, err = c.Fetch(ctx, key)
@@ -206,11 +246,12 @@ func cycle(ctx context.Context, c *Client, key string, begin time.Time, opts pha
 	if err != nil {
 		recordErr(rec, ctrs, EndpointFetch, err)
 		var apiErr *APIError
-		if prev != nil && (!errors.As(err, &apiErr) || apiErr.Status == 0 || apiErr.Status >= 500) {
+		if prev != nil && (!errors.As(err, &apiErr) || apiErr.Status == 0 || apiErr.Status == 429 || apiErr.Status >= 500) {
 			// No answer, or the server failed after the complete may have been
-			// applied: send it on its own (a repeat of an applied one is answered
-			// 200). A 4xx refused the complete itself; sending it again would only
-			// count the same refusal twice.
+			// applied, or the poll was refused (429: the whole request, complete
+			// included): send it on its own (a repeat of an applied one is answered
+			// 200). Another 4xx refused the complete itself; sending it again would
+			// only count the same refusal twice.
 			finish(context.WithoutCancel(ctx), c, key, prev, rec, ctrs)
 		}
 		return nil
@@ -224,16 +265,11 @@ func cycle(ctx context.Context, c *Client, key string, begin time.Time, opts pha
 		rec.empty++
 		return nil
 	}
-	if t.Redo {
-		rec.redos++
-	} else {
-		rec.dispatched++
-	}
-	rec.gotLogIDs = append(rec.gotLogIDs, t.LogID)
+	rec.received(t)
 	if opts.think > 0 && !sleep(ctx, opts.think) {
 		return nil
 	}
-	done := &carried{logID: t.LogID, success: opts.failRate == 0 || rng.Float64() >= opts.failRate}
+	done := &carried{logID: t.LogID, success: opts.failRate == 0 || rng.Float64() >= opts.failRate, item: t.CampaignID != 0}
 	if opts.combine && time.Now().Before(opts.deadline) {
 		return done
 	}
@@ -259,13 +295,8 @@ func batchCycle(ctx context.Context, c *Client, key string, begin time.Time, opt
 	}
 	dones := make([]*carried, len(reply.Tasks))
 	for i, t := range reply.Tasks {
-		if t.Redo {
-			rec.redos++
-		} else {
-			rec.dispatched++
-		}
-		rec.gotLogIDs = append(rec.gotLogIDs, t.LogID)
-		dones[i] = &carried{logID: t.LogID, success: opts.failRate == 0 || rng.Float64() >= opts.failRate}
+		rec.received(t)
+		dones[i] = &carried{logID: t.LogID, success: opts.failRate == 0 || rng.Float64() >= opts.failRate, item: t.CampaignID != 0}
 	}
 	if opts.think > 0 && !sleep(ctx, opts.think) {
 		return
@@ -285,6 +316,7 @@ func batchCycle(ctx context.Context, c *Client, key string, begin time.Time, opt
 
 // finish sends a complete on its own.
 func finish(ctx context.Context, c *Client, key string, done *carried, rec *recorder, ctrs *counters) {
+	rec.sending(done)
 	t1 := time.Now()
 	err := c.Complete(ctx, key, done.logID, done.success)
 	rec.latency(EndpointComplete, time.Since(t1))
@@ -301,6 +333,8 @@ func (r *recorder) completeDone(done *carried) {
 	r.completed++
 	if !done.success {
 		r.failures++
+	} else if done.item {
+		r.ackedItems = append(r.ackedItems, done.logID)
 	}
 	r.doneLogIDs = append(r.doneLogIDs, done.logID)
 }

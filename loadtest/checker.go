@@ -20,6 +20,17 @@ const (
 	ViolationNotDurable = "dispatch_not_durable"
 	// An agent saw a complete acknowledged (200) that has no complete event.
 	ViolationCompleteMissing = "complete_missing"
+	// A campaign's counts that do not add up: more finished than its total, an offset
+	// above its finished items, finished with items left.
+	ViolationCampaignProgress = "campaign_progress"
+	// A campaign counting fewer items done than the agents had a success acknowledged
+	// for.
+	ViolationItemLost = "campaign_done_lost"
+	// A campaign counting more items done than the agents sent a success for: an item
+	// counted twice.
+	ViolationItemExtra = "campaign_done_extra"
+	// A campaign handing out more items than its rate allows (plus one bucket).
+	ViolationCampaignRate = "campaign_rate_exceeded"
 )
 
 // maxListed bounds the violations a result lists one by one (all are counted).
@@ -30,6 +41,20 @@ const maxListed = 50
 type Observed struct {
 	Got  []string
 	Done []string
+	// Items maps the log id of every campaign item the agents received to the item;
+	// SentItems are the log ids of the items whose success complete was sent (answered
+	// or not), AckedItems the ones answered 200.
+	Items                 map[string]ItemRef
+	SentItems, AckedItems []string
+	// CampaignSeconds is how long the campaigns could hand items out: from just before
+	// their start was asked to the end of the run.
+	CampaignSeconds float64
+}
+
+// ItemRef names one campaign item: its campaign, and its index or uid (as JSON).
+type ItemRef struct {
+	Campaign int64
+	Item     string
 }
 
 // Violation is one broken invariant.
@@ -63,6 +88,7 @@ func (v Violation) String() string {
 // CheckResult is what the checker found.
 type CheckResult struct {
 	Tasks          int `json:"tasks"`
+	Campaigns      int `json:"campaigns,omitempty"`
 	Occurrences    int `json:"occurrences"` // occurrences with at least one dispatch
 	DispatchEvents int `json:"dispatch_events"`
 	ExpireEvents   int `json:"expire_events"`
@@ -99,6 +125,7 @@ func (r *CheckResult) add(v Violation) {
 // CheckInput is everything the invariants are checked on.
 type CheckInput struct {
 	Tasks      map[string]Task // the run's tasks, by task key
+	Campaigns  []Campaign      // the run's campaigns, their progress read after the run
 	Dispatches []Event         // dispatch events of those tasks
 	Expires    []Event
 	Completes  []Event
@@ -124,7 +151,7 @@ type occKey struct {
 // likewise: that count must not exceed dispatch_times, per user not exceed one in
 // once_per_user mode, and per task it must equal the server's claimed counter.
 func Check(in CheckInput) *CheckResult {
-	r := &CheckResult{Tasks: len(in.Tasks), DispatchEvents: len(in.Dispatches),
+	r := &CheckResult{Tasks: len(in.Tasks), Campaigns: len(in.Campaigns), DispatchEvents: len(in.Dispatches),
 		ExpireEvents: len(in.Expires), CompleteEvents: len(in.Completes), ByKind: map[string]int{}}
 	held := map[occKey]int{}
 	heldBy := map[occKey]map[string]int{}
@@ -237,6 +264,9 @@ func Check(in CheckInput) *CheckResult {
 				continue // a redo: the same dispatch again
 			}
 			got[id] = true
+			if _, item := in.Observed.Items[id]; item {
+				continue // a campaign item: checked against its campaign below
+			}
 			if !dispatched[id] {
 				r.add(Violation{Kind: ViolationNotDurable, LogID: id,
 					Detail: "an agent received this dispatch but no dispatch event records it"})
@@ -248,6 +278,9 @@ func Check(in CheckInput) *CheckResult {
 				continue
 			}
 			done[id] = true
+			if _, item := in.Observed.Items[id]; item {
+				continue
+			}
 			if !completed[id] {
 				r.add(Violation{Kind: ViolationCompleteMissing, LogID: id,
 					Detail: "the server acknowledged this complete but no complete event records it"})
@@ -265,7 +298,75 @@ func Check(in CheckInput) *CheckResult {
 			}
 		}
 	}
+	checkCampaigns(r, in.Campaigns, in.Observed)
 	return r
+}
+
+// checkCampaigns checks the run's campaigns: their counts add up and, with the agents'
+// observations, no item acknowledged done is lost, none is counted twice (done never
+// exceeds the items a success was sent for), and no campaign handed out items faster
+// than its rate plus one bucket (a second's worth).
+func checkCampaigns(r *CheckResult, campaigns []Campaign, obs *Observed) {
+	type perCampaign struct{ sent, acked map[string]bool }
+	var seen map[int64]*perCampaign
+	handouts := map[int64]int{}
+	if obs != nil {
+		seen = map[int64]*perCampaign{}
+		items := func(ids []string, pick func(*perCampaign) map[string]bool) {
+			for _, id := range ids {
+				it, ok := obs.Items[id]
+				if !ok {
+					continue
+				}
+				p := seen[it.Campaign]
+				if p == nil {
+					p = &perCampaign{map[string]bool{}, map[string]bool{}}
+					seen[it.Campaign] = p
+				}
+				pick(p)[it.Item] = true
+			}
+		}
+		items(obs.SentItems, func(p *perCampaign) map[string]bool { return p.sent })
+		items(obs.AckedItems, func(p *perCampaign) map[string]bool { return p.acked })
+		for _, it := range obs.Items {
+			handouts[it.Campaign]++ // distinct log ids: every handout of an item is one
+		}
+	}
+	sort.Slice(campaigns, func(i, j int) bool { return campaigns[i].ID < campaigns[j].ID })
+	for _, c := range campaigns {
+		task := fmt.Sprintf("campaign:%d", c.ID)
+		bad := func(kind, format string, args ...any) {
+			r.add(Violation{Kind: kind, TaskID: task, Detail: fmt.Sprintf(format, args...)})
+		}
+		finished := c.Done + c.Failed
+		switch {
+		case finished > c.Total:
+			bad(ViolationCampaignProgress, "%d done and %d failed, of %d items", c.Done, c.Failed, c.Total)
+		case c.Offset > finished:
+			bad(ViolationCampaignProgress, "offset %d above the %d items finished", c.Offset, finished)
+		case c.State == "finished" && finished != c.Total:
+			bad(ViolationCampaignProgress, "finished with %d of %d items finished", finished, c.Total)
+		case c.InFlight < 0:
+			bad(ViolationCampaignProgress, "%d in flight", c.InFlight)
+		}
+		if obs == nil {
+			continue
+		}
+		p := seen[c.ID]
+		if p == nil {
+			p = &perCampaign{}
+		}
+		if n := int64(len(p.acked)); c.Done < n {
+			bad(ViolationItemLost, "%d items done, the agents had a success acknowledged for %d", c.Done, n)
+		}
+		if n := int64(len(p.sent)); c.Done > n {
+			bad(ViolationItemExtra, "%d items done, the agents sent a success for %d", c.Done, n)
+		}
+		if limit := c.RatePerSecond*(obs.CampaignSeconds+1) + 1; float64(handouts[c.ID]) > limit {
+			bad(ViolationCampaignRate, "%d items handed out in %.1fs at %g/s (at most %.0f with one bucket)",
+				handouts[c.ID], obs.CampaignSeconds, c.RatePerSecond, limit)
+		}
+	}
 }
 
 // CheckTarget says which tasks and which events a check covers.
@@ -281,8 +382,11 @@ type CheckTarget struct {
 
 // RunTask reports whether a task belongs to run runID: its executor is one of the
 // run's users or groups.
-func RunTask(t Task, runID string) bool {
-	return strings.HasPrefix(t.Executor, "uid_"+runID+"-") || strings.HasPrefix(t.Executor, "gid_"+runID+"-")
+func RunTask(t Task, runID string) bool { return runExecutor(t.Executor, runID) }
+
+// runExecutor reports whether executor is one of run runID's users or groups.
+func runExecutor(executor, runID string) bool {
+	return strings.HasPrefix(executor, "uid_"+runID+"-") || strings.HasPrefix(executor, "gid_"+runID+"-")
 }
 
 // CheckServer reads the run's tasks, events and claimed counters through the admin
@@ -297,6 +401,15 @@ func CheckServer(ctx context.Context, c *Client, target CheckTarget, obs *Observ
 	for _, t := range all {
 		if RunTask(t, target.RunID) {
 			in.Tasks[t.TaskID] = t
+		}
+	}
+	campaigns, err := c.Campaigns(ctx, 100)
+	if err != nil {
+		return nil, err
+	}
+	for _, cp := range campaigns {
+		if runExecutor(cp.Executor, target.RunID) {
+			in.Campaigns = append(in.Campaigns, cp)
 		}
 	}
 	keep := func(e Event) bool { _, ok := in.Tasks[e.TaskID]; return ok }
@@ -316,7 +429,7 @@ func CheckServer(ctx context.Context, c *Client, target CheckTarget, obs *Observ
 		return nil, err
 	}
 	r := Check(in)
-	if len(in.Tasks) == 0 {
+	if len(in.Tasks) == 0 && len(in.Campaigns) == 0 {
 		r.Notes = append(r.Notes, "no task of run "+target.RunID+" found")
 	}
 	if obs == nil {

@@ -1,6 +1,7 @@
 package loadtest
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -91,5 +92,59 @@ func TestCheckIgnoresOtherRunsAndListsAtMost(t *testing.T) {
 	r := Check(in)
 	if r.ViolationCount != maxListed+10 || len(r.Violations) != maxListed {
 		t.Errorf("count %d listed %d", r.ViolationCount, len(r.Violations))
+	}
+}
+
+// campaignObserved is what agents saw of campaign 7 (rate 10/s, 5 seconds): items 0..3
+// handed out once each and item 4 twice (its first attempt failed); successes sent for
+// 0..2 and for 4's second attempt, acknowledged for 0..2 and 4 (3 failed).
+func campaignObserved() *Observed {
+	items := map[string]ItemRef{}
+	for i, id := range []string{"c0", "c1", "c2", "c3", "c4a", "c4b"} {
+		item := i
+		if i == 5 {
+			item = 4
+		}
+		items[id] = ItemRef{Campaign: 7, Item: fmt.Sprint(item)}
+	}
+	return &Observed{
+		Got:             []string{"c0", "c1", "c2", "c3", "c4a", "c4b", "c4b"},
+		Done:            []string{"c0", "c1", "c2", "c3", "c4a", "c4b"},
+		Items:           items,
+		SentItems:       []string{"c0", "c1", "c2", "c4b", "c4b"},
+		AckedItems:      []string{"c0", "c1", "c2", "c4b"},
+		CampaignSeconds: 5,
+	}
+}
+
+func TestCheckCampaigns(t *testing.T) {
+	clean := Campaign{ID: 7, Total: 6, RatePerSecond: 10, State: "running", Offset: 5, Done: 4, Failed: 1}
+	r := Check(CheckInput{Campaigns: []Campaign{clean}, Observed: campaignObserved()})
+	if !r.OK() || r.Campaigns != 1 || r.AgentReceived != 6 || r.AgentCompleted != 6 {
+		// campaign items have no dispatch or complete events to cross-check against
+		t.Fatalf("clean campaign: %+v", r)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(*Campaign, *Observed)
+		want string
+	}{
+		{"more finished than total", func(c *Campaign, _ *Observed) { c.Failed = 3 }, ViolationCampaignProgress},
+		{"offset above finished", func(c *Campaign, _ *Observed) { c.Offset = 6 }, ViolationCampaignProgress},
+		{"finished early", func(c *Campaign, _ *Observed) { c.State = "finished" }, ViolationCampaignProgress},
+		{"acknowledged success lost", func(c *Campaign, _ *Observed) { c.Done, c.Failed = 3, 2 }, ViolationItemLost},
+		{"an item counted twice", func(c *Campaign, _ *Observed) { c.Done, c.Failed, c.Total = 5, 0, 9 }, ViolationItemExtra},
+		{"faster than the rate", func(c *Campaign, o *Observed) { c.RatePerSecond, o.CampaignSeconds = 1, 1.5 }, ViolationCampaignRate},
+	} {
+		cp, obs := clean, campaignObserved()
+		c.edit(&cp, obs)
+		r := Check(CheckInput{Campaigns: []Campaign{cp}, Observed: obs})
+		if r.ViolationCount != 1 || r.ByKind[c.want] != 1 || r.Violations[0].TaskID != "campaign:7" {
+			t.Errorf("%s: %+v, want one %s", c.name, r.Violations, c.want)
+		}
+	}
+	// Without the agents' observations only the counts are checked.
+	if r := Check(CheckInput{Campaigns: []Campaign{clean}}); !r.OK() {
+		t.Errorf("check-only: %v", r.Violations)
 	}
 }

@@ -155,6 +155,10 @@ type Assignment struct {
 	DueAt   time.Time `json:"due_at"`
 	Redo    bool      `json:"redo"`
 	Attempt int       `json:"attempt"`
+	// CampaignID and Item are a campaign item's (task_id campaign:<id>): the campaign
+	// and the item (its index, or its uid), as JSON.
+	CampaignID int64           `json:"campaign_id"`
+	Item       json.RawMessage `json:"item"`
 }
 
 // FetchReply is POST /v1/fetch's answer.
@@ -307,6 +311,53 @@ func (c *Client) Stats(ctx context.Context, from, to time.Time) ([]TaskStat, err
 		return nil, fmt.Errorf("stats: %w", err)
 	}
 	return r.Tasks, nil
+}
+
+// Campaign is a campaign as GET /v1/admin/campaigns shows it (the fields the report and
+// the checker need), its progress live.
+type Campaign struct {
+	ID            int64      `json:"id"`
+	Name          string     `json:"name"`
+	Executor      string     `json:"executor"`
+	Total         int64      `json:"total"`
+	RatePerSecond float64    `json:"rate_per_second"`
+	State         string     `json:"state"`
+	Reason        string     `json:"reason"`
+	Offset        int64      `json:"offset"`
+	Done          int64      `json:"done"`
+	Failed        int64      `json:"failed"`
+	InFlight      int64      `json:"in_flight"`
+	StartedAt     *time.Time `json:"started_at"`
+}
+
+// Campaigns lists every campaign (all pages, at most maxPages of 1000).
+func (c *Client) Campaigns(ctx context.Context, maxPages int) ([]Campaign, error) {
+	var all []Campaign
+	cursor := ""
+	for page := 0; page < maxPages; page++ {
+		q := url.Values{"limit": {"1000"}}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		var r struct {
+			Campaigns  []Campaign `json:"campaigns"`
+			NextCursor string     `json:"next_cursor"`
+		}
+		if err := c.Admin(ctx, http.MethodGet, "/v1/admin/campaigns?"+q.Encode(), nil, &r); err != nil {
+			return nil, fmt.Errorf("list campaigns: %w", err)
+		}
+		all = append(all, r.Campaigns...)
+		if r.NextCursor == "" {
+			return all, nil
+		}
+		cursor = r.NextCursor
+	}
+	return nil, fmt.Errorf("list campaigns: more than %d pages", maxPages)
+}
+
+// StartCampaign starts campaign id.
+func (c *Client) StartCampaign(ctx context.Context, id int64) error {
+	return c.Admin(ctx, http.MethodPost, fmt.Sprintf("/v1/admin/campaigns/%d/start", id), nil, nil)
 }
 
 // idPath makes an id safe in a path (ids are [A-Za-z0-9_-], so this is for safety).

@@ -27,7 +27,14 @@ const (
 	// WorkloadCycles: a backlog of due occurrences (rotations every minute since the
 	// backlog start, once tasks in the past), so most polls dispatch and complete.
 	WorkloadCycles Workload = "cycles"
+	// WorkloadCampaign: one count campaign per group (its members are the executor),
+	// started after the warm-up, besides only future tasks: the agents' polls that get
+	// work get campaign items, handed out at the rate asked.
+	WorkloadCampaign Workload = "campaign"
 )
+
+// maxCampaignRate is the most rate_per_second a campaign may ask (the server's limit).
+const maxCampaignRate = 100_000
 
 // Size is the scenario's and the run's size: what a preset sets.
 type Size struct {
@@ -38,14 +45,21 @@ type Size struct {
 	Rotate    int // rotate tasks
 	Agents    int
 	Duration  time.Duration
+	// Items and ItemRate are the campaign workload's: items over all its campaigns, and
+	// the rate asked of them together (items per second).
+	Items    int
+	ItemRate float64
 }
 
 // Presets are the named sizes. Users per group stay near 200 from small to large so
 // each user's heap is about the same size and a scale curve compares like with like.
 var Presets = map[string]Size{
-	"small":  {Users: 200, Groups: 4, Templates: 3, Once: 40, Rotate: 8, Agents: 10, Duration: 10 * time.Second},
-	"medium": {Users: 10_000, Groups: 50, Templates: 5, Once: 500, Rotate: 50, Agents: 100, Duration: 30 * time.Second},
-	"large":  {Users: 100_000, Groups: 500, Templates: 10, Once: 5_000, Rotate: 500, Agents: 100, Duration: 60 * time.Second},
+	"small": {Users: 200, Groups: 4, Templates: 3, Once: 40, Rotate: 8, Agents: 10, Duration: 10 * time.Second,
+		Items: 20_000, ItemRate: 2_000},
+	"medium": {Users: 10_000, Groups: 50, Templates: 5, Once: 500, Rotate: 50, Agents: 100, Duration: 30 * time.Second,
+		Items: 250_000, ItemRate: 10_000},
+	"large": {Users: 100_000, Groups: 500, Templates: 10, Once: 5_000, Rotate: 500, Agents: 100, Duration: 60 * time.Second,
+		Items: 1_000_000, ItemRate: 20_000},
 }
 
 // Config is every setting of a load-test run.
@@ -110,8 +124,8 @@ func (c *Config) table(dispatchToken *string) config.Table {
 			Value: config.String(&c.AdminToken, config.Required)},
 		{Flag: "preset", Default: "small", Usage: "size preset: small, medium or large (the size flags override it)",
 			Value: config.Func(c.setPreset, func() string { return c.Preset })},
-		{Flag: "workload", Default: string(WorkloadMixed), Usage: "mixed, empty (only future tasks: warm empty polls) or cycles (a backlog of due work)",
-			Value: config.String(&c.Workload, config.OneOf(WorkloadMixed, WorkloadEmpty, WorkloadCycles)), Skip: runOnly},
+		{Flag: "workload", Default: string(WorkloadMixed), Usage: "mixed, empty (only future tasks: warm empty polls), cycles (a backlog of due work) or campaign (campaign items, one campaign per group, besides future tasks)",
+			Value: config.String(&c.Workload, config.OneOf(WorkloadMixed, WorkloadEmpty, WorkloadCycles, WorkloadCampaign)), Skip: runOnly},
 		{Flag: "users", DefaultNote: presetNote(func(s Size) int { return s.Users }), Usage: "users, each with its own client key",
 			Value: config.Int(&c.Size.Users, config.Between(1, 10_000_000)), Skip: runOnly},
 		{Flag: "groups", DefaultNote: presetNote(func(s Size) int { return s.Groups }), Usage: "groups",
@@ -126,6 +140,10 @@ func (c *Config) table(dispatchToken *string) config.Table {
 			Value: config.Int(&c.Size.Agents, config.Positive), Skip: runOnly},
 		{Flag: "duration", DefaultNote: presetNote(func(s Size) time.Duration { return s.Duration }), Usage: "length of the timed run",
 			Value: config.Duration(&c.Size.Duration, config.Positive, config.AtMost(24*time.Hour)), Skip: runOnly},
+		{Flag: "items", DefaultNote: presetNote(func(s Size) int { return s.Items }), Usage: "-workload campaign: items over all the campaigns (split evenly over them, one campaign per group)",
+			Value: config.Int(&c.Size.Items, config.Between(0, 1_000_000_000)), Skip: runOnly},
+		{Flag: "item-rate", DefaultNote: presetNote(func(s Size) float64 { return s.ItemRate }), Usage: "-workload campaign: items per second asked of the campaigns together (each campaign's rate_per_second is its share)",
+			Value: config.Float(&c.Size.ItemRate, config.NotNegative), Skip: runOnly},
 		{Flag: "cycles", Default: "0", Usage: "stop after this many agent cycles (a fetch, and its complete) in total; 0: no limit",
 			Value: config.Int64(&c.Cycles, config.NotNegative), Skip: runOnly},
 		{Flag: "rate", Default: "0", Usage: "fixed fetch rate per second over all agents (open model); 0: closed loop",
@@ -174,7 +192,7 @@ func (c *Config) setPreset(name string) error {
 }
 
 // presetNote is the default of a size setting: each preset's value, smallest first.
-func presetNote[T int | time.Duration](get func(Size) T) string {
+func presetNote[T int | float64 | time.Duration](get func(Size) T) string {
 	names := make([]string, 0, len(Presets))
 	for name := range Presets {
 		names = append(names, name)
@@ -260,6 +278,15 @@ func (c Config) Validate() error {
 		// dispatch.
 		errs = append(errs, src.Errorf("-rotate", "-workload cycles needs a rotate task per group so that every poll finds work: at least -groups (%d), got %d", s.Groups, s.Rotate))
 	}
+	if c.Workload == WorkloadCampaign {
+		if s.Items < s.Groups {
+			errs = append(errs, src.Errorf("-items", "-workload campaign runs a campaign per group: at least -groups (%d) items, got %d", s.Groups, s.Items))
+		}
+		if r := s.ItemRate / float64(s.Groups); r < 0.001 || r > maxCampaignRate {
+			errs = append(errs, src.Errorf("-item-rate", "each of the %d campaigns' share must be 0.001..%d items per second, got %g in all",
+				s.Groups, maxCampaignRate, s.ItemRate))
+		}
+	}
 	if c.Batch > 0 && c.Combine {
 		errs = append(errs, src.Errorf("-batch", "does not go with -combine (a batch's completes are sent on their own), got %d", c.Batch))
 	}
@@ -300,4 +327,10 @@ func (s Size) String() string {
 	return strconv.Itoa(s.Users) + " users, " + strconv.Itoa(s.Groups) + " groups, " +
 		strconv.Itoa(s.Templates) + " templates, " + strconv.Itoa(s.Once) + " once + " +
 		strconv.Itoa(s.Rotate) + " rotate tasks, " + strconv.Itoa(s.Agents) + " agents"
+}
+
+// campaignString is the campaign workload's part of the size, for the report.
+func (s Size) campaignString() string {
+	return strconv.Itoa(s.Items) + " campaign items at " + strconv.FormatFloat(s.ItemRate, 'f', -1, 64) + "/s over " +
+		strconv.Itoa(s.Groups) + " campaigns"
 }

@@ -52,6 +52,10 @@ func TestParseConfigRejects(t *testing.T) {
 		{[]string{"-duration", "0s"}, "-duration"},
 		{[]string{"extra"}, "unexpected"},
 		{[]string{"-workload", "cycles", "-users", "10000", "-groups", "50", "-rotate", "8"}, "-rotate"},
+		{[]string{"-workload", "campaign", "-items", "3"}, "-items"},
+		{[]string{"-workload", "campaign", "-item-rate", "0.002"}, "-item-rate"},
+		{[]string{"-workload", "campaign", "-item-rate", "1000000"}, "-item-rate"},
+		{[]string{"-workload", "campaign", "-item-rate", "0"}, "-item-rate"},
 	} {
 		_, err := ParseConfig(c.args, func(string) string { return "" }, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -62,7 +66,7 @@ func TestParseConfigRejects(t *testing.T) {
 
 func TestPresetsValid(t *testing.T) {
 	for name, p := range Presets {
-		for _, w := range []Workload{WorkloadMixed, WorkloadEmpty, WorkloadCycles} {
+		for _, w := range []Workload{WorkloadMixed, WorkloadEmpty, WorkloadCycles, WorkloadCampaign} {
 			c := DefaultConfig()
 			c.Preset, c.Size, c.Workload = name, p, w
 			if err := c.Validate(); err != nil {

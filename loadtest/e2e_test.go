@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -28,6 +29,10 @@ func startServer(t *testing.T) (string, *sql.DB) {
 	a := app.New(cfg, app.Deps{Store: st, Redis: rdb, Clock: clock.Real{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	srv := httptest.NewServer(a.Handler())
 	t.Cleanup(srv.Close)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { a.RunBackground(ctx); close(done) }()
+	t.Cleanup(func() { stop(); <-done })
 	return srv.URL, st.DB()
 }
 
@@ -139,5 +144,38 @@ func TestEndToEndBatch(t *testing.T) {
 	if int64(rep.Check.AgentCompleted) != r.Cycles || rep.Check.UnseenDispatches != 0 {
 		t.Errorf("cross-check: agents completed %d, run says %d; unseen dispatches %d",
 			rep.Check.AgentCompleted, r.Cycles, rep.Check.UnseenDispatches)
+	}
+}
+
+// A campaign run: a campaign per group, started after the warm-up, worked by the
+// agents through fetch (a fifth of the items failed once or more and retried) until
+// every item is finished; the check passes (counts add up, every item acknowledged
+// done counted once, handouts within the rate) and the report says how fast.
+func TestEndToEndCampaign(t *testing.T) {
+	t.Parallel()
+	url, _ := startServer(t)
+	cfg := tinyConfig(url)
+	cfg.Workload, cfg.Cycles = WorkloadCampaign, 0
+	cfg.Size.Items, cfg.Size.ItemRate, cfg.Size.Duration = 300, 300, 6*time.Second
+	rep, err := Run(t.Context(), cfg, Progress{})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	cs, r := rep.Campaigns, rep.Run
+	if cs == nil || cs.Campaigns != 3 || cs.Items != 300 || cs.RateAsked != 300 {
+		t.Fatalf("campaigns: %+v", cs)
+	}
+	if cs.Finished != 3 || cs.Done+cs.Failed != 300 || cs.InFlight != 0 || cs.Done < 270 || cs.ItemsPerSec <= 0 {
+		t.Errorf("not every item finished in %s: %+v", cfg.Size.Duration, cs)
+	}
+	if r.Items == 0 || r.Items != r.Dispatched+r.Redos || cs.Handouts < cs.Done+cs.Failed || rep.Warmup.Items != 0 {
+		t.Errorf("items fetched: run %+v, warm-up %+v, campaigns %+v", r, rep.Warmup, cs)
+	}
+	if c := rep.Check; c == nil || !c.OK() || c.Campaigns != 3 || !rep.Passed() {
+		t.Fatalf("check: %+v", c)
+	}
+	var table strings.Builder
+	if err := rep.WriteTable(&table); err != nil || !strings.Contains(table.String(), "items/s finished") {
+		t.Errorf("table: %v\n%s", err, table.String())
 	}
 }

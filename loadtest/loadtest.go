@@ -63,9 +63,15 @@ func Run(ctx context.Context, cfg Config, prog Progress) (*Report, error) {
 	rep.Think, rep.FailRate, rep.Combine = float64(cfg.Think)/float64(time.Millisecond), cfg.FailRate, cfg.Combine
 	rep.Batch = cfg.Batch
 	rep.Scenario = &SizeJSON{Users: s.Users, Groups: s.Groups, Templates: s.Templates, Once: s.Once, Rotate: s.Rotate, Agents: s.Agents}
+	if cfg.Workload == WorkloadCampaign {
+		rep.Scenario.Items, rep.Scenario.ItemRate = s.Items, s.ItemRate
+	}
 
 	sc := NewScenario(cfg, runID, time.Now())
 	prog.printf("setup: run %s, %s", runID, s)
+	if cfg.Workload == WorkloadCampaign {
+		prog.printf("setup: %s", s.campaignString())
+	}
 	d, err := Setup(ctx, c, sc, cfg.SetupConcurrency, func(stage string, done, total int) {
 		prog.printf("setup: %s %d/%d", stage, done, total)
 	})
@@ -75,7 +81,8 @@ func Run(ctx context.Context, cfg Config, prog Progress) (*Report, error) {
 	rep.Setup = &SetupJSON{Requests: d.Requests, Seconds: d.Took.Seconds(), PerSec: float64(d.Requests) / d.Took.Seconds()}
 	prog.printf("setup: %d admin requests in %.1fs", d.Requests, d.Took.Seconds())
 
-	var obs Observed
+	obs := Observed{Items: map[string]ItemRef{}}
+	var lastItem time.Time
 	phase := func(label string, opts phaseOptions) *Phase {
 		var ctrs counters
 		stop := make(chan struct{})
@@ -86,6 +93,14 @@ func Run(ctx context.Context, cfg Config, prog Progress) (*Report, error) {
 		<-done
 		obs.Got = append(obs.Got, res.rec.gotLogIDs...)
 		obs.Done = append(obs.Done, res.rec.doneLogIDs...)
+		obs.SentItems = append(obs.SentItems, res.rec.sentItems...)
+		obs.AckedItems = append(obs.AckedItems, res.rec.ackedItems...)
+		for id, it := range res.rec.itemOf {
+			obs.Items[id] = it
+		}
+		if res.rec.lastItem.After(lastItem) {
+			lastItem = res.rec.lastItem
+		}
 		return newPhase(res, s.Users)
 	}
 	base := phaseOptions{agents: s.Agents, think: cfg.Think, failRate: cfg.FailRate, seed: cfg.Seed}
@@ -97,6 +112,14 @@ func Run(ctx context.Context, cfg Config, prog Progress) (*Report, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	// The campaigns start now, after the warm-up: the run measures them from their
+	// start.
+	started := time.Now()
+	for _, id := range d.Campaigns {
+		if err := c.StartCampaign(ctx, id); err != nil {
+			return nil, fmt.Errorf("start campaign %d: %w", id, err)
+		}
+	}
 	opts := base
 	opts.deadline, opts.cycles, opts.rate, opts.combine = time.Now().Add(s.Duration), cfg.Cycles, cfg.Rate, cfg.Combine
 	opts.batch = cfg.Batch
@@ -104,6 +127,13 @@ func Run(ctx context.Context, cfg Config, prog Progress) (*Report, error) {
 	rep.Run = phase("run", opts)
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	ended := time.Now()
+	obs.CampaignSeconds = ended.Sub(started).Seconds()
+	if len(d.Campaigns) > 0 {
+		if rep.Campaigns, err = campaignReport(ctx, c, d.Campaigns, started, ended, lastItem, int64(len(obs.Items))); err != nil {
+			prog.printf("campaigns: %v", err)
+		}
 	}
 
 	if cfg.Check {

@@ -1,6 +1,7 @@
 package loadtest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -27,6 +28,8 @@ type Report struct {
 	FailRate float64      `json:"fail_rate"`
 	Warmup   *Phase       `json:"warmup,omitempty"`
 	Run      *Phase       `json:"run,omitempty"`
+	// Campaigns is the campaign workload's outcome.
+	Campaigns *CampaignsJSON `json:"campaigns,omitempty"`
 	Check    *CheckResult `json:"check,omitempty"`
 	// checkErr is why the check could not be completed (nil: it was, or was not asked
 	// for). The JSON carries it as check_error.
@@ -74,6 +77,63 @@ type SizeJSON struct {
 	Once      int `json:"once_tasks"`
 	Rotate    int `json:"rotate_tasks"`
 	Agents    int `json:"agents"`
+	// The campaign workload's items over all campaigns, and the rate asked of them.
+	Items    int     `json:"campaign_items,omitempty"`
+	ItemRate float64 `json:"campaign_item_rate,omitempty"`
+}
+
+// CampaignsJSON is how the run's campaigns went: their progress read back after the
+// run, and the items finished per second against the rate asked.
+type CampaignsJSON struct {
+	Campaigns int     `json:"campaigns"`
+	Finished  int     `json:"finished"` // campaigns that reached finished
+	Items     int64   `json:"items"`
+	RateAsked float64 `json:"rate_asked"` // items per second, all campaigns together
+	Done      int64   `json:"done"`
+	Failed    int64   `json:"failed"`
+	InFlight  int64   `json:"in_flight"`
+	Handouts  int64   `json:"handouts"` // items handed to the agents, each attempt once
+	// Seconds is from the start to the last item handed out if every campaign
+	// finished, else to the end of the run; ItemsPerSec is (done + failed) / Seconds,
+	// HandoutsPerSec, which the rate bounds, Handouts / Seconds.
+	Seconds        float64 `json:"seconds"`
+	ItemsPerSec    float64 `json:"items_per_second"`
+	HandoutsPerSec float64 `json:"handouts_per_second"`
+}
+
+// campaignReport reads the campaigns ids back (their live progress) and sums them up.
+func campaignReport(ctx context.Context, c *Client, ids []int64, started, ended, lastItem time.Time, handouts int64) (*CampaignsJSON, error) {
+	all, err := c.Campaigns(ctx, 100)
+	if err != nil {
+		return nil, err
+	}
+	want := map[int64]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	r := &CampaignsJSON{Handouts: handouts}
+	for _, cp := range all {
+		if !want[cp.ID] {
+			continue
+		}
+		r.Campaigns++
+		r.Items += cp.Total
+		r.RateAsked += cp.RatePerSecond
+		r.Done, r.Failed, r.InFlight = r.Done+cp.Done, r.Failed+cp.Failed, r.InFlight+cp.InFlight
+		if cp.State == "finished" {
+			r.Finished++
+		}
+	}
+	end := ended
+	if r.Finished == r.Campaigns && lastItem.After(started) {
+		end = lastItem
+	}
+	r.Seconds = end.Sub(started).Seconds()
+	if r.Seconds > 0 {
+		r.ItemsPerSec = float64(r.Done+r.Failed) / r.Seconds
+		r.HandoutsPerSec = float64(r.Handouts) / r.Seconds
+	}
+	return r, nil
 }
 
 // SetupJSON is how the setup went.
@@ -91,6 +151,7 @@ type Phase struct {
 	Redos      int64   `json:"redos"`
 	Empty      int64   `json:"empty"`
 	Cycles     int64   `json:"cycles"` // completes acknowledged: dispatch+complete cycles
+	Items      int64   `json:"campaign_items,omitempty"` // of the tasks fetched, campaign items
 	Failures   int64   `json:"failures_reported"`
 	Errors     int64   `json:"errors"`
 
@@ -132,7 +193,7 @@ func summarize(h *hdrhistogram.Histogram) Latency {
 func newPhase(res phaseResult, users int) *Phase {
 	rec := res.rec
 	p := &Phase{Seconds: res.elapsed.Seconds(), Fetches: rec.fetches, Dispatched: rec.dispatched,
-		Redos: rec.redos, Empty: rec.empty, Cycles: rec.completed, Failures: rec.failures,
+		Redos: rec.redos, Empty: rec.empty, Items: rec.items, Cycles: rec.completed, Failures: rec.failures,
 		Latency: map[string]Latency{}}
 	for k, n := range rec.errs {
 		p.Errors += n
@@ -190,6 +251,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 		fmt.Fprintf(tw, "agents\t%d, %s, think %.0f ms, fail rate %.2f\n", s.Agents, mode, r.Think, r.FailRate)
 	}
+	if s := r.Scenario; s != nil && s.Items > 0 {
+		fmt.Fprintf(tw, "campaigns\t%d items at %g/s asked, one campaign per group\n", s.Items, s.ItemRate)
+	}
 	if r.Setup != nil {
 		fmt.Fprintf(tw, "setup\t%d admin requests in %.1fs (%.0f/s)\n", r.Setup.Requests, r.Setup.Seconds, r.Setup.PerSec)
 	}
@@ -203,10 +267,21 @@ func (r *Report) WriteTable(w io.Writer) error {
 			writePhase(w, ph.name, ph.p)
 		}
 	}
+	if cs := r.Campaigns; cs != nil {
+		fmt.Fprintln(w)
+		fmt.Fprintf(w, "campaigns: %d of %d finished; %d items: %d done, %d failed, %d in flight; %d handouts\n",
+			cs.Finished, cs.Campaigns, cs.Items, cs.Done, cs.Failed, cs.InFlight, cs.Handouts)
+		fmt.Fprintf(w, "  %.0f items/s finished (%.0f handouts/s, retries included) over %.1fs, against %g/s asked\n",
+			cs.ItemsPerSec, cs.HandoutsPerSec, cs.Seconds, cs.RateAsked)
+	}
 	if c := r.Check; c != nil {
 		fmt.Fprintln(w)
-		fmt.Fprintf(w, "check (%.1fs): %d tasks, %d occurrences dispatched; events: %d dispatch, %d expire, %d complete\n",
-			c.Took, c.Tasks, c.Occurrences, c.DispatchEvents, c.ExpireEvents, c.CompleteEvents)
+		campaigns := ""
+		if c.Campaigns > 0 {
+			campaigns = fmt.Sprintf(", %d campaigns", c.Campaigns)
+		}
+		fmt.Fprintf(w, "check (%.1fs): %d tasks%s, %d occurrences dispatched; events: %d dispatch, %d expire, %d complete\n",
+			c.Took, c.Tasks, campaigns, c.Occurrences, c.DispatchEvents, c.ExpireEvents, c.CompleteEvents)
 		fmt.Fprintf(w, "  agents received %d dispatches and saw %d completes acknowledged; events no agent saw: %d dispatch, %d complete\n",
 			c.AgentReceived, c.AgentCompleted, c.UnseenDispatches, c.UnseenCompletes)
 		for _, n := range c.Notes {
@@ -214,6 +289,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 		if c.OK() {
 			fmt.Fprintln(w, "  invariants hold: quotas, once_per_user, claimed counters, durable dispatches, recorded completes")
+			if c.Campaigns > 0 {
+				fmt.Fprintln(w, "  and campaigns: counts that add up, every item acknowledged done counted once, handouts within the rate")
+			}
 		} else {
 			kinds := make([]string, 0, len(c.ByKind))
 			for k, n := range c.ByKind {
@@ -247,6 +325,9 @@ func writePhase(w io.Writer, name string, p *Phase) {
 	fmt.Fprintf(tw, "  %.0f\t%.3f\t%.0f\t%d\t%d\t%d\t%d\t%d\t%s\t\n", p.FetchPerSec, p.EmptyRatio, p.CyclesPerSec,
 		p.Fetches, p.Dispatched, p.Redos, p.Cycles, p.Errors, roundDur(p.PollInterval))
 	tw.Flush()
+	if p.Items > 0 {
+		fmt.Fprintf(w, "  of the tasks fetched, %d were campaign items\n", p.Items)
+	}
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "  latency (ms)\tcount\tp50\tp90\tp99\tmax\t\n")
 	for _, ep := range []string{EndpointFetch, EndpointComplete} {

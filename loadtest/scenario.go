@@ -19,6 +19,7 @@ type Scenario struct {
 	GroupIDs  []string            // gids in creation order
 	Templates []TemplateSpec
 	Tasks     []TaskSpec
+	Campaigns []CampaignSpec // the campaign workload's: one per group
 	// MaxInFlight is every user's max_in_flight (a batch run's); 0 or 1: the default.
 	MaxInFlight int
 }
@@ -62,6 +63,33 @@ func (t TaskSpec) Body(templateID int64) map[string]any {
 		b["space_minutes"] = t.SpaceMinutes
 	}
 	return b
+}
+
+// CampaignSpec is a count campaign to create, its executor a group.
+type CampaignSpec struct {
+	Name     string
+	Executor string // gid_…
+	Template int
+	Params   map[string]any
+	Items    int     // items 0..Items-1
+	Rate     float64 // items per second
+}
+
+// Body is the campaign's create request, with the template's server id. A failed item
+// is retried after a second (a run is short), at most three attempts; no error budget
+// (the agents fail a share of their items on purpose).
+func (c CampaignSpec) Body(templateID int64) map[string]any {
+	return map[string]any{
+		"name":                  c.Name,
+		"template_id":           templateID,
+		"params":                c.Params,
+		"executor":              c.Executor,
+		"items":                 map[string]any{"count": c.Items},
+		"rate_per_second":       c.Rate,
+		"lease_seconds":         60,
+		"max_attempts":          3,
+		"retry_backoff_seconds": 1,
+	}
 }
 
 // NewRunID is a random run id: short, and valid inside user and group ids.
@@ -166,7 +194,7 @@ func NewScenario(cfg Config, runID string, now time.Time) *Scenario {
 		t := task("once", n, n, []int{1, 3, 10, 50, -1})
 		t.Executor = executor(n, 10)
 		switch {
-		case cfg.Workload == WorkloadEmpty:
+		case cfg.Workload == WorkloadEmpty || cfg.Workload == WorkloadCampaign:
 			t.StartTime = future()
 		case cfg.Workload == WorkloadMixed && n%4 == 3:
 			t.StartTime = future()
@@ -178,7 +206,7 @@ func NewScenario(cfg Config, runID string, now time.Time) *Scenario {
 	for n := 0; n < size.Rotate; n++ {
 		var t TaskSpec
 		switch cfg.Workload {
-		case WorkloadEmpty:
+		case WorkloadEmpty, WorkloadCampaign:
 			t = task("rotate", n, n, []int{-1, 5})
 			t.SpaceMinutes = 60
 			t.StartTime = future()
@@ -199,6 +227,25 @@ func NewScenario(cfg Config, runID string, now time.Time) *Scenario {
 		}
 		t.Executor = executor(n, 0)
 		s.Tasks = append(s.Tasks, t)
+	}
+	if cfg.Workload == WorkloadCampaign {
+		// Campaign j works group j; the items are split evenly, the first ones taking
+		// the remainder, and so is the rate.
+		groups := len(s.GroupIDs)
+		for j, g := range s.GroupIDs {
+			items := size.Items / groups
+			if j < size.Items%groups {
+				items++
+			}
+			s.Campaigns = append(s.Campaigns, CampaignSpec{
+				Name:     fmt.Sprintf("%s-c%d", runID, j),
+				Executor: "gid_" + g,
+				Template: j % len(s.Templates),
+				Params:   map[string]any{"url": fmt.Sprintf("https://example.com/%s/campaign/%d", runID, j)},
+				Items:    items,
+				Rate:     size.ItemRate / float64(groups),
+			})
+		}
 	}
 	return s
 }

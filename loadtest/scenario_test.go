@@ -26,3 +26,34 @@ func TestCyclesGiveEveryGroupUnlimitedWork(t *testing.T) {
 		}
 	}
 }
+
+// The campaign workload runs one campaign per group, the items and the rate split
+// evenly over them, besides tasks that are all in the future.
+func TestCampaignWorkloadSplitsItemsOverGroups(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Workload = WorkloadCampaign
+	cfg.Size = Size{Users: 20, Groups: 3, Templates: 2, Once: 5, Rotate: 2, Agents: 1, Duration: time.Second, Items: 1000, ItemRate: 300}
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	s := NewScenario(cfg, "r", now)
+	if len(s.Campaigns) != 3 {
+		t.Fatalf("%d campaigns, want one per group", len(s.Campaigns))
+	}
+	items := 0
+	for j, c := range s.Campaigns {
+		items += c.Items
+		if c.Executor != "gid_"+s.GroupIDs[j] || c.Rate != 100 || c.Items < 333 || c.Items > 334 {
+			t.Errorf("campaign %d: %+v", j, c)
+		}
+		if b := c.Body(42); b["template_id"] != int64(42) || b["items"].(map[string]any)["count"] != c.Items {
+			t.Errorf("campaign %d body: %v", j, b)
+		}
+	}
+	if items != 1000 {
+		t.Errorf("%d items in all, want 1000", items)
+	}
+	for _, task := range s.Tasks {
+		if !task.StartTime.After(now) {
+			t.Errorf("task %+v is due: the campaign workload's polls should find only items", task)
+		}
+	}
+}

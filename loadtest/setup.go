@@ -17,6 +17,8 @@ type Deployed struct {
 	Scenario *Scenario
 	Keys     []string        // client key of Scenario.Users[i]
 	TaskIDs  map[string]bool // task keys (once:12) of the scenario's tasks
+	// Campaigns are the server ids of Scenario.Campaigns, created and not started.
+	Campaigns []int64
 	Requests int64           // admin requests the setup made
 	Took     time.Duration
 }
@@ -134,6 +136,15 @@ func Setup(ctx context.Context, c *Client, sc *Scenario, concurrency int, progre
 	}
 	for _, id := range ids {
 		d.TaskIDs[id] = true
+	}
+	for _, cs := range sc.Campaigns {
+		var r struct {
+			ID int64 `json:"id"`
+		}
+		if err := call(ctx, http.MethodPost, "/v1/admin/campaigns", cs.Body(templateIDs[cs.Template]), &r); err != nil {
+			return nil, fmt.Errorf("create campaign %s: %w", cs.Name, err)
+		}
+		d.Campaigns = append(d.Campaigns, r.ID)
 	}
 	d.Requests = requests.Load()
 	d.Took = time.Since(start)
