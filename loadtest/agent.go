@@ -56,7 +56,7 @@ type recorder struct {
 
 func newRecorder() *recorder {
 	return &recorder{
-		hist: map[string]*hdrhistogram.Histogram{EndpointFetch: newHistogram(), EndpointComplete: newHistogram()},
+		hist:   map[string]*hdrhistogram.Histogram{EndpointFetch: newHistogram(), EndpointComplete: newHistogram()},
 		errs:   map[errKey]int64{},
 		itemOf: map[string]ItemRef{},
 	}

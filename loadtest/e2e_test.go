@@ -6,8 +6,8 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"strings"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 

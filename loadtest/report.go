@@ -15,22 +15,22 @@ import (
 
 // Report is a run's outcome, as the table and -json show it.
 type Report struct {
-	RunID    string       `json:"run_id"`
-	URL      string       `json:"url"`
-	Preset   string       `json:"preset,omitempty"`
-	Workload Workload     `json:"workload,omitempty"`
-	Scenario *SizeJSON    `json:"scenario,omitempty"`
-	Setup    *SetupJSON   `json:"setup,omitempty"`
-	Rate     float64      `json:"rate,omitempty"` // the fixed fetch rate asked for; 0: closed loop
-	Think    float64      `json:"think_ms"`
-	Combine  bool         `json:"combine"`
-	Batch    int          `json:"batch,omitempty"` // a batch run's max per fetch; 0: single fetches
-	FailRate float64      `json:"fail_rate"`
-	Warmup   *Phase       `json:"warmup,omitempty"`
-	Run      *Phase       `json:"run,omitempty"`
+	RunID    string     `json:"run_id"`
+	URL      string     `json:"url"`
+	Preset   string     `json:"preset,omitempty"`
+	Workload Workload   `json:"workload,omitempty"`
+	Scenario *SizeJSON  `json:"scenario,omitempty"`
+	Setup    *SetupJSON `json:"setup,omitempty"`
+	Rate     float64    `json:"rate,omitempty"` // the fixed fetch rate asked for; 0: closed loop
+	Think    float64    `json:"think_ms"`
+	Combine  bool       `json:"combine"`
+	Batch    int        `json:"batch,omitempty"` // a batch run's max per fetch; 0: single fetches
+	FailRate float64    `json:"fail_rate"`
+	Warmup   *Phase     `json:"warmup,omitempty"`
+	Run      *Phase     `json:"run,omitempty"`
 	// Campaigns is the campaign workload's outcome.
 	Campaigns *CampaignsJSON `json:"campaigns,omitempty"`
-	Check    *CheckResult `json:"check,omitempty"`
+	Check     *CheckResult   `json:"check,omitempty"`
 	// checkErr is why the check could not be completed (nil: it was, or was not asked
 	// for). The JSON carries it as check_error.
 	checkErr error
@@ -150,7 +150,7 @@ type Phase struct {
 	Dispatched int64   `json:"dispatched"` // new tasks handed out
 	Redos      int64   `json:"redos"`
 	Empty      int64   `json:"empty"`
-	Cycles     int64   `json:"cycles"` // completes acknowledged: dispatch+complete cycles
+	Cycles     int64   `json:"cycles"`                   // completes acknowledged: dispatch+complete cycles
 	Items      int64   `json:"campaign_items,omitempty"` // of the tasks fetched, campaign items
 	Failures   int64   `json:"failures_reported"`
 	Errors     int64   `json:"errors"`

@@ -19,8 +19,8 @@ type Deployed struct {
 	TaskIDs  map[string]bool // task keys (once:12) of the scenario's tasks
 	// Campaigns are the server ids of Scenario.Campaigns, created and not started.
 	Campaigns []int64
-	Requests int64           // admin requests the setup made
-	Took     time.Duration
+	Requests  int64 // admin requests the setup made
+	Took      time.Duration
 }
 
 // membersChunk bounds one membership request (well under the 1 MiB body limit).
