@@ -68,8 +68,8 @@ type Engine struct {
 	loadedAt time.Time
 	chunks   map[chunkKey]map[int64]string // uid-list items, a chunk at a time
 
-	runMu sync.Mutex
-	held  map[int64]time.Time // campaigns whose runner lease this node holds -> last renewal
+	// runners are the campaigns this node runs, "campaign:<id>", under leases in Redis.
+	runners *queue.Shares
 }
 
 // running is a running campaign as the fetch path sees it.
@@ -101,7 +101,7 @@ func New(st Store, win *queue.Campaigns, clk clock.Clock, log *slog.Logger, cfg 
 		cfg.Refresh = time.Second
 	}
 	return &Engine{store: st, win: win, clock: clk, log: log.With("component", "campaign"), cfg: cfg,
-		chunks: map[chunkKey]map[int64]string{}, held: map[int64]time.Time{}}
+		chunks: map[chunkKey]map[int64]string{}, runners: win.Shares(cfg.Node, cfg.LeaseTTL)}
 }
 
 func (e *Engine) now() time.Time { return e.clock.Now().UTC().Truncate(time.Microsecond) }

@@ -31,12 +31,7 @@ func (e *Engine) Run(ctx context.Context) {
 		case <-ctx.Done():
 			release, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 			defer cancel()
-			e.runMu.Lock()
-			for id := range e.held {
-				e.win.Release(release, id, e.cfg.Node)
-			}
-			clear(e.held)
-			e.runMu.Unlock()
+			e.runners.ReleaseAll(release)
 			return
 		case <-t.C:
 		}
@@ -56,44 +51,24 @@ func (e *Engine) RunOnce(ctx context.Context) error {
 			nodes = n
 		}
 	}
-	share := min((len(active)+nodes-1)/nodes, e.cfg.PerNode)
-
-	e.runMu.Lock()
-	defer e.runMu.Unlock()
-	now := e.clock.Now()
-	isActive := map[int64]bool{}
-	for _, c := range active {
-		isActive[c.ID] = true
+	units := make([]string, len(active))
+	byUnit := make(map[string]taskd.Campaign, len(active))
+	for i, c := range active {
+		units[i] = runnerUnit(c.ID)
+		byUnit[units[i]] = c
 	}
-	for id := range e.held { // done with, or more than the share
-		if !isActive[id] || len(e.held) > share {
-			e.win.Release(ctx, id, e.cfg.Node)
-			delete(e.held, id)
-		}
-	}
-	for _, c := range active {
-		renewed, holds := e.held[c.ID]
-		switch {
-		case holds && now.Sub(renewed) < e.cfg.LeaseTTL/3:
-		case holds || len(e.held) < share:
-			ok, err := e.win.Hold(ctx, c.ID, e.cfg.Node, e.cfg.LeaseTTL)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				delete(e.held, c.ID)
-				continue
-			}
-			e.held[c.ID] = now
-		default:
-			continue
-		}
+	held, err := e.runners.Divide(ctx, units, nodes, e.cfg.PerNode)
+	for _, u := range held {
+		c := byUnit[u]
 		if err := e.sync(ctx, c); err != nil {
 			e.log.WarnContext(ctx, "campaign sync failed", "campaign", c.ID, "err", err)
 		}
 	}
-	return nil
+	return err
 }
+
+// runnerUnit is campaign id's runner among the work the nodes divide.
+func runnerUnit(id int64) string { return "campaign:" + strconv.FormatInt(id, 10) }
 
 // sync is one runner round of campaign c (as MySQL has it).
 func (e *Engine) sync(ctx context.Context, c taskd.Campaign) error {
@@ -165,16 +140,6 @@ func (e *Engine) drainEvents(ctx context.Context, c taskd.Campaign) error {
 
 // Roles are the campaigns this node runs, as its node beats report them.
 func (e *Engine) Roles() []string {
-	e.runMu.Lock()
-	defer e.runMu.Unlock()
-	ids := make([]int64, 0, len(e.held))
-	for id := range e.held {
-		ids = append(ids, id)
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	out := make([]string, len(ids))
-	for i, id := range ids {
-		out[i] = "campaign:" + strconv.FormatInt(id, 10)
-	}
-	return out
+	held, _ := e.runners.Held()
+	return held
 }

@@ -33,8 +33,9 @@ type Store interface {
 	Redo(ctx context.Context, d *taskd.Dispatch, now time.Time) (bool, error)
 	// Expire expires logID if its lease has run out; nil when there was nothing to do.
 	Expire(ctx context.Context, logID string, now time.Time) (*taskd.Dispatch, error)
-	// ExpiredLeases lists up to limit open dispatches past their lease.
-	ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]string, error)
+	// ExpiredLeases lists up to limit open dispatches past their lease, of the users
+	// whose hash modulo of is one of parts (of 0: of every user).
+	ExpiredLeases(ctx context.Context, now time.Time, limit, of int, parts []int) ([]string, error)
 	// Progress saves a checkpoint of uid's open dispatch logID (nil keeps the last) and,
 	// with extend, pushes its lease out; it returns the lease's end.
 	Progress(ctx context.Context, uid, logID string, checkpoint json.RawMessage, extend bool, now time.Time) (*time.Time, error)

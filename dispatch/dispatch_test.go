@@ -247,17 +247,17 @@ func TestSweepExpiredGivesTheSlotBack(t *testing.T) {
 	b.mustGetNothing(svc, u2) // the one slot is taken: user 2 drops the occurrence
 
 	b.clock.Advance(59 * time.Second)
-	if n, err := svc.SweepExpired(b.ctx); err != nil || n != 0 {
+	if n, err := svc.SweepExpired(b.ctx, dispatch.Shards{}); err != nil || n != 0 {
 		t.Fatalf("sweep within the lease: %d, %v; want 0", n, err)
 	}
 	b.clock.Advance(time.Second)
-	if n, err := svc.SweepExpired(b.ctx); err != nil || n != 1 {
+	if n, err := svc.SweepExpired(b.ctx, dispatch.Shards{}); err != nil || n != 1 {
 		t.Fatalf("sweep at the lease's end: %d, %v; want 1", n, err)
 	}
 	if rec := b.record(d.LogID); rec.State != taskd.StateExpired {
 		t.Fatalf("state %d, want expired", rec.State)
 	}
-	if n, err := svc.SweepExpired(b.ctx); err != nil || n != 0 {
+	if n, err := svc.SweepExpired(b.ctx, dispatch.Shards{}); err != nil || n != 0 {
 		t.Fatalf("second sweep: %d, %v; want 0", n, err)
 	}
 

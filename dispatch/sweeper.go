@@ -5,15 +5,31 @@ import (
 	"time"
 )
 
-// SweepExpired expires every open dispatch whose lease has run out, returning their
-// quota slots to the pool, and reports how many it expired. Fetch expires a user's own
-// dispatch lazily; the sweep frees slots held by agents that never come back. Several
-// nodes may sweep at once: each expiry is a conditional update in its own transaction.
-func (s *Service) SweepExpired(ctx context.Context) (int, error) {
+// Shards is the part of the open dispatches a sweep covers: those whose user's hash
+// (CRC-32 of the uid) modulo Of is one of Parts. The nodes divide the parts among them;
+// Of 0 is every dispatch.
+type Shards struct {
+	Of    int
+	Parts []int
+}
+
+// All is every dispatch.
+func (sh Shards) All() bool { return sh.Of <= 0 }
+
+// SweepExpired expires every open dispatch of sh whose lease has run out, returning
+// their quota slots to the pool, and reports how many it expired. Fetch expires a
+// user's own dispatch lazily; the sweep frees slots held by agents that never come
+// back. Several nodes may sweep the same dispatches (while Redis, which divides the
+// parts, is unreachable, each sweeps them all): each expiry is a conditional update in
+// its own transaction.
+func (s *Service) SweepExpired(ctx context.Context, sh Shards) (int, error) {
+	if !sh.All() && len(sh.Parts) == 0 {
+		return 0, nil
+	}
 	total := 0
 	for {
 		now := s.now()
-		ids, err := s.store.ExpiredLeases(ctx, now, 200)
+		ids, err := s.store.ExpiredLeases(ctx, now, 200, sh.Of, sh.Parts)
 		if err != nil {
 			return total, err
 		}
@@ -39,8 +55,9 @@ func (s *Service) SweepExpired(ctx context.Context) (int, error) {
 	}
 }
 
-// RunSweeper sweeps every interval until ctx is done.
-func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
+// RunSweeper sweeps every interval, the shards shards says at the time, until ctx is
+// done.
+func (s *Service) RunSweeper(ctx context.Context, interval time.Duration, shards func() Shards) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -48,7 +65,7 @@ func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if n, err := s.SweepExpired(ctx); err != nil && ctx.Err() == nil {
+			if n, err := s.SweepExpired(ctx, shards()); err != nil && ctx.Err() == nil {
 				s.log.WarnContext(ctx, "lease sweep failed", "err", err)
 			} else if n > 0 {
 				s.log.InfoContext(ctx, "leases expired", "count", n)

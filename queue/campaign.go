@@ -42,6 +42,11 @@ type Campaigns struct {
 	events bool
 }
 
+// Shares is node's share of the campaign runners, over the windows' Redis.
+func (c *Campaigns) Shares(node string, ttl time.Duration) *Shares {
+	return NewShares(c.rdb, c.keys, node, ttl)
+}
+
 // NewCampaigns returns the campaign windows over rdb; with events, the windows record
 // their items' events for the outbox (ItemEvents).
 func NewCampaigns(rdb redis.UniversalClient, keys Keys, events bool) *Campaigns {
@@ -104,10 +109,6 @@ func (k Keys) Campaign(id int64) []string {
 
 // campaignEvents is the list of campaign id's recorded item events.
 func (k Keys) campaignEvents(id int64) string { return k.campaignHash(id) + ":events" }
-
-// CampaignLock is the key of the lease a node holds while it runs campaign id's
-// background work (sync to MySQL, the end of a stop).
-func (k Keys) CampaignLock(id int64) string { return k.campaignHash(id) + ":runner" }
 
 // ErrCampaignMissing says Redis has no window for the campaign: it is restored from
 // MySQL (Apply) and the call made again.
@@ -505,37 +506,4 @@ func (c *Campaigns) Sync(ctx context.Context, id int64, now time.Time) (*taskd.C
 		p.Finished = append(p.Finished, n(i))
 	}
 	return p, nil
-}
-
-// releaseScript releases a lock only if the caller still holds it.
-var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0`)
-
-// renewScript extends a lock only if the caller still holds it.
-var renewScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 0`)
-
-// Hold takes (or, when node holds it already, renews) the runner lease of campaign id
-// for ttl. It reports whether node holds it.
-func (c *Campaigns) Hold(ctx context.Context, id int64, node string, ttl time.Duration) (bool, error) {
-	key := c.keys.CampaignLock(id)
-	n, err := renewScript.Run(ctx, c.rdb, []string{key}, node, ttl.Milliseconds()).Int()
-	if err != nil {
-		return false, unavailable("campaign lease", err)
-	}
-	if n == 1 {
-		return true, nil
-	}
-	ok, err := c.rdb.SetNX(ctx, key, node, ttl).Result()
-	if err != nil {
-		return false, unavailable("campaign lease", err)
-	}
-	return ok, nil
-}
-
-// Release gives up node's runner lease of campaign id.
-func (c *Campaigns) Release(ctx context.Context, id int64, node string) error {
-	return unavailableIf("campaign release", releaseScript.Run(ctx, c.rdb, []string{c.keys.CampaignLock(id)}, node).Err())
 }

@@ -50,6 +50,8 @@ type App struct {
 	Registry *prometheus.Registry
 	// Members is this node's membership (heartbeats in Redis) and the live nodes.
 	Members *queue.Members
+	// sweeps are the parts of the lease sweep this node holds (sweeper.go).
+	sweeps  *queue.Shares
 	metrics *metrics.Metrics
 	guard   *authguard.Guard
 	handler http.Handler
@@ -88,7 +90,7 @@ func New(cfg Config, deps Deps) *App {
 		campaign.Config{Node: cfg.Node, SyncInterval: cfg.CampaignSync, LeaseTTL: cfg.NodeTimeout,
 			PerNode: cfg.CampaignsPerNode, Nodes: a.liveNodes})
 	a.Dispatch.SetCampaigns(a.Campaigns)
-	a.roles.static = []string{"sweeper"}
+	a.sweeps = queue.NewShares(deps.Redis, a.Cache.Keys(), cfg.Node, cfg.NodeTimeout)
 	if cfg.RetainDispatches > 0 || cfg.RetainOutbox > 0 {
 		a.roles.static = append(a.roles.static, "janitor")
 	}
@@ -100,14 +102,15 @@ func New(cfg Config, deps Deps) *App {
 // Handler is the HTTP API.
 func (a *App) Handler() http.Handler { return a.handler }
 
-// RunBackground runs the background work (the node's heartbeat, the lease sweeper,
-// the retention janitor) until ctx is done.
+// RunBackground runs the background work (the node's heartbeat, its parts of the
+// lease sweep, its campaign runners, the retention janitor) until ctx is done.
 func (a *App) RunBackground(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { a.runJanitor(ctx) })
 	wg.Go(func() { a.beat(ctx) })
 	wg.Go(func() { a.Campaigns.Run(ctx) })
-	a.Dispatch.RunSweeper(ctx, a.cfg.SweepInterval)
+	wg.Go(func() { a.divideSweeps(ctx) })
+	a.Dispatch.RunSweeper(ctx, a.cfg.SweepInterval, a.sweepShards)
 	wg.Wait()
 }
 

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskpull/taskd/dispatch"
 	"github.com/taskpull/taskd/schedule"
 )
 
@@ -222,7 +223,7 @@ func TestLeaseExpiryReturnsSlotAndFencesLateComplete(t *testing.T) {
 		t.Fatalf("quota 1 taken, user 2 got %+v", r2.Task)
 	}
 	e.clock.Advance(61 * time.Second)
-	n, err := e.apps[0].Dispatch.SweepExpired(t.Context())
+	n, err := e.apps[0].Dispatch.SweepExpired(t.Context(), dispatch.Shards{})
 	if err != nil || n != 1 {
 		t.Fatalf("sweep: %d, %v", n, err)
 	}

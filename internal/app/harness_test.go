@@ -87,8 +87,12 @@ func newEnvWith(t testing.TB, instances int, tweak func(*app.Config)) *env {
 	if tweak != nil {
 		tweak(&cfg)
 	}
+	node := cfg.Node
 	for i := 0; i < instances; i++ {
 		loader := &countingLoader{Loader: st}
+		if instances > 1 { // nodes of their own, as in production: the leases tell them apart
+			cfg.Node = fmt.Sprintf("%s-%d", node, i)
+		}
 		a := app.New(cfg, app.Deps{Store: st, Redis: rdb, Clock: e.clock, Log: log, Loader: loader})
 		srv := httptest.NewServer(a.Handler())
 		t.Cleanup(srv.Close)

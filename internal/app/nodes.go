@@ -35,7 +35,7 @@ func (a *App) AddRole(role string, active func() bool) {
 func (a *App) currentRoles() []string {
 	a.roles.mu.Lock()
 	defer a.roles.mu.Unlock()
-	out := append([]string(nil), a.roles.static...)
+	out := append(a.sweepRoles(), a.roles.static...)
 	for role, active := range a.roles.active {
 		if active() {
 			out = append(out, role)

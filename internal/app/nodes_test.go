@@ -20,8 +20,8 @@ import (
 
 // Node membership: every node beats into Redis with the background work it holds;
 // GET /v1/admin/nodes lists the ones seen within DISPATCH_NODE_TIMEOUT. A node that
-// stops cleanly leaves at once; one that dies (no more beats) is gone after the
-// timeout.
+// stops cleanly leaves at once, and gives its parts of the sweep up to the others; one
+// that dies (no more beats) is gone after the timeout.
 func TestNodeMembership(t *testing.T) {
 	t.Parallel()
 	st := testenv.Store(t)
@@ -30,7 +30,7 @@ func TestNodeMembership(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	start := func(node string, retain time.Duration) (*app.App, context.CancelFunc, chan struct{}) {
 		cfg := app.Config{RedisPrefix: prefix, AdminTokens: []string{adminToken}, Node: node, SweepInterval: time.Second,
-			NodeHeartbeat: 20 * time.Millisecond, NodeTimeout: 10 * time.Second, RetainDispatches: retain}
+			NodeHeartbeat: 20 * time.Millisecond, NodeTimeout: 3 * time.Second, RetainDispatches: retain}
 		a := app.New(cfg, app.Deps{Store: st, Redis: rdb, Clock: clk, Log: log})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
@@ -72,7 +72,7 @@ func TestNodeMembership(t *testing.T) {
 	// until waits (in real time: the beats are) for the list to satisfy ok.
 	until := func(what string, ok func(map[string]node) bool) map[string]node {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
+		deadline := time.Now().Add(15 * time.Second) // the sweep is divided every half second
 		for {
 			m := list()
 			if ok(m) {
@@ -84,33 +84,39 @@ func TestNodeMembership(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	m := until("both nodes listed", func(m map[string]node) bool { return len(m) == 2 })
-	if a, b := m["node-a"], m["node-b"]; strings.Join(a.Roles, ",") != "sweeper" || strings.Join(b.Roles, ",") != "sweeper,janitor" ||
-		!a.StartedAt.Equal(t0) || !a.LastSeen.Equal(t0) {
+	// node-a came first and took the whole sweep; with node-b it keeps half.
+	m := until("both nodes listed, the sweep divided", func(m map[string]node) bool {
+		return len(m) == 2 && strings.Join(m["node-a"].Roles, ",") == "sweeper:0,sweeper:1,sweeper:2,sweeper:3" &&
+			strings.Join(m["node-b"].Roles, ",") == "sweeper:4,sweeper:5,sweeper:6,sweeper:7,janitor"
+	})
+	if a := m["node-a"]; !a.StartedAt.Equal(t0) || !a.LastSeen.Equal(t0) {
 		t.Fatalf("nodes: %+v", m)
 	}
 	relay.Store(true)
 	until("the relay's holder says so", func(m map[string]node) bool {
-		return strings.Join(m["node-a"].Roles, ",") == "sweeper,relay"
+		return strings.Join(m["node-a"].Roles, ",") == "sweeper:0,sweeper:1,sweeper:2,sweeper:3,relay"
 	})
 
-	stopB() // a clean stop leaves at once
+	stopB() // a clean stop leaves at once, and gives its parts up
 	<-doneB
 	if m := list(); len(m) != 1 || m["node-a"].Node == "" {
 		t.Fatalf("after node-b stopped: %v", m)
 	}
+	until("node-a sweeps every part", func(m map[string]node) bool {
+		return len(m["node-a"].Roles) == 9
+	})
 	// A node that dies beats no more: gone once the timeout has passed, while the live
 	// one's beats keep it listed.
-	ghost := queue.NewMembers(rdb, queue.Keys{Prefix: prefix}, clk, "ghost", 10*time.Second, func() []string { return nil })
+	ghost := queue.NewMembers(rdb, queue.Keys{Prefix: prefix}, clk, "ghost", 3*time.Second, func() []string { return nil })
 	if err := ghost.Beat(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if m := list(); len(m) != 2 {
 		t.Fatalf("with the ghost: %v", m)
 	}
-	clk.Advance(11 * time.Second)
+	clk.Advance(4 * time.Second)
 	until("the ghost gone, node-a kept", func(m map[string]node) bool {
 		_, ghost := m["ghost"]
-		return !ghost && m["node-a"].LastSeen.Equal(t0.Add(11*time.Second))
+		return !ghost && m["node-a"].LastSeen.Equal(t0.Add(4*time.Second))
 	})
 }

@@ -435,11 +435,23 @@ func (s *Store) expireAs(ctx context.Context, tx *sql.Tx, d *taskd.Dispatch, now
 	return s.emit(ctx, tx, d, taskd.EventExpire, now)
 }
 
-// ExpiredLeases lists up to limit open dispatches whose lease ran out before now.
-func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx,
-		"SELECT log_id FROM dispatch WHERE state = ? AND lease_expires_at <= ? ORDER BY lease_expires_at LIMIT ?",
-		taskd.StateOpen, now, limit)
+// ExpiredLeases lists up to limit open dispatches whose lease ran out before now, of
+// the users whose uid's CRC-32 modulo of is one of parts (of 0: of every user). The
+// index on (state, lease_expires_at) finds the expired ones; the hash filters them.
+func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit, of int, parts []int) ([]string, error) {
+	q := "SELECT log_id FROM dispatch WHERE state = ? AND lease_expires_at <= ?"
+	args := []any{taskd.StateOpen, now}
+	if of > 0 {
+		if len(parts) == 0 {
+			return nil, nil
+		}
+		q += " AND CRC32(uid) % ? IN (?" + strings.Repeat(", ?", len(parts)-1) + ")"
+		args = append(args, of)
+		for _, p := range parts {
+			args = append(args, p)
+		}
+	}
+	rows, err := s.db.QueryContext(ctx, q+" ORDER BY lease_expires_at LIMIT ?", append(args, limit)...)
 	if err != nil {
 		return nil, mysqlErr("expired leases", err)
 	}
