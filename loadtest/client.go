@@ -360,5 +360,15 @@ func (c *Client) StartCampaign(ctx context.Context, id int64) error {
 	return c.Admin(ctx, http.MethodPost, fmt.Sprintf("/v1/admin/campaigns/%d/start", id), nil, nil)
 }
 
+// StopCampaign stops campaign id; one that finished already (409) is left as it is.
+func (c *Client) StopCampaign(ctx context.Context, id int64) error {
+	err := c.Admin(ctx, http.MethodPost, fmt.Sprintf("/v1/admin/campaigns/%d/stop", id), nil, nil)
+	var ae *APIError
+	if errors.As(err, &ae) && ae.Status == http.StatusConflict {
+		return nil
+	}
+	return err
+}
+
 // idPath makes an id safe in a path (ids are [A-Za-z0-9_-], so this is for safety).
 func idPath(id string) string { return url.PathEscape(id) }

@@ -179,3 +179,33 @@ func TestEndToEndCampaign(t *testing.T) {
 		t.Errorf("table: %v\n%s", err, table.String())
 	}
 }
+
+// Where the rate binds (more items than the rate hands out in the run), the handouts
+// keep to it and the check, which bounds them by the rate plus a bucket, passes; at
+// the end the run stops what did not finish.
+func TestEndToEndCampaignAtItsRate(t *testing.T) {
+	t.Parallel()
+	url, _ := startServer(t)
+	cfg := tinyConfig(url)
+	cfg.Workload, cfg.Cycles, cfg.Warmup = WorkloadCampaign, 0, false
+	cfg.Size.Items, cfg.Size.ItemRate, cfg.Size.Duration = 3000, 150, 2*time.Second
+	rep, err := Run(t.Context(), cfg, Progress{})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	cs := rep.Campaigns
+	if cs == nil || cs.Finished != 0 || cs.Handouts == 0 || !rep.Passed() {
+		t.Fatalf("campaigns %+v, check %+v", cs, rep.Check)
+	}
+	cli := NewClient(url, testAdminToken, 1, 10*time.Second)
+	defer cli.Close()
+	all, err := cli.Campaigns(t.Context(), 1)
+	if err != nil || len(all) != 3 {
+		t.Fatalf("campaigns after the run: %v %v", all, err)
+	}
+	for _, c := range all {
+		if c.State != "stopping" && c.State != "stopped" {
+			t.Errorf("campaign %d left %s after the run", c.ID, c.State)
+		}
+	}
+}

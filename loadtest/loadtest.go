@@ -134,6 +134,13 @@ func Run(ctx context.Context, cfg Config, prog Progress) (*Report, error) {
 		if rep.Campaigns, err = campaignReport(ctx, c, d.Campaigns, started, ended, lastItem, int64(len(obs.Items))); err != nil {
 			prog.printf("campaigns: %v", err)
 		}
+		// What did not finish is stopped: a run leaves no campaign running on the
+		// server (each would keep a runner busy).
+		for _, id := range d.Campaigns {
+			if err := c.StopCampaign(ctx, id); err != nil {
+				prog.printf("campaigns: stop %d: %v", id, err)
+			}
+		}
 	}
 
 	if cfg.Check {

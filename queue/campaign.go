@@ -42,10 +42,19 @@ type Campaigns struct {
 	events bool
 }
 
-// Shares is node's share of the campaign runners, over the windows' Redis.
+// Shares is node's share of the campaign runners, over the windows' Redis: units
+// "campaign:<id>", each under the lease CampaignLock(id) (the key earlier versions
+// took, so that nodes of both kinds never run one campaign at once).
 func (c *Campaigns) Shares(node string, ttl time.Duration) *Shares {
-	return NewShares(c.rdb, c.keys, node, ttl)
+	return newShares(c.rdb, func(unit string) string {
+		id, _ := strconv.ParseInt(strings.TrimPrefix(unit, "campaign:"), 10, 64)
+		return c.keys.CampaignLock(id)
+	}, node, ttl)
 }
+
+// CampaignLock is the key of the lease a node holds while it runs campaign id's
+// background work (sync to MySQL, the end of a stop).
+func (k Keys) CampaignLock(id int64) string { return k.campaignHash(id) + ":runner" }
 
 // NewCampaigns returns the campaign windows over rdb; with events, the windows record
 // their items' events for the outbox (ItemEvents).

@@ -16,36 +16,48 @@ import (
 // one node at a time under a lease in Redis. A node holds its share: the units divided
 // by the live nodes, rounded up, capped by configuration. It renews its leases at a
 // third of their TTL; a dead node's run out, and the others, counting one node fewer,
-// take its units over within the TTL.
+// take its units over.
+//
+// A node works only on the units whose lease it took or renewed less than two thirds
+// of the TTL ago: a lease it could not renew (Redis failing, for this key or all) may
+// have run out and gone to another node, and it stops working on it before that can
+// happen.
 
 // Shares is this node's part of one kind of background work.
 type Shares struct {
 	rdb  redis.UniversalClient
-	keys Keys
+	key  func(unit string) string // the key of the lease on a unit
 	node string
 	ttl  time.Duration
+
+	divide sync.Mutex // one Divide (or ReleaseAll) at a time; Held does not wait for it
 
 	mu      sync.Mutex
 	held    map[string]time.Time // unit -> when its lease was last taken or renewed
 	divided bool                 // the last Divide reached Redis
 }
 
-// NewShares returns node's shares over rdb, each lease lasting ttl unrenewed.
+// NewShares returns node's shares over rdb, each lease lasting ttl unrenewed, under
+// the key <prefix>lease:<unit>.
 func NewShares(rdb redis.UniversalClient, keys Keys, node string, ttl time.Duration) *Shares {
-	return &Shares{rdb: rdb, keys: keys, node: node, ttl: ttl, held: map[string]time.Time{}}
+	return newShares(rdb, keys.lease, node, ttl)
 }
 
 // lease is the key of the lease on unit.
 func (k Keys) lease(unit string) string { return k.Prefix + "lease:" + unit }
+
+func newShares(rdb redis.UniversalClient, key func(string) string, node string, ttl time.Duration) *Shares {
+	return &Shares{rdb: rdb, key: key, node: node, ttl: ttl, held: map[string]time.Time{}}
+}
 
 // Divide is one round of taking this node's share of units among nodes live nodes,
 // at most perNode of them (0: no cap). It gives up what it holds that is no longer
 // among units or is over the share (the last units first), renews the leases a third
 // of the way through their TTL (dropping the ones another node took meanwhile), and
 // takes free units in order while it holds fewer than its share. It returns the units
-// it holds, in units' order. A Redis failure ends the round: the units held so far are
-// returned with the error, and Held reports the division unknown until the next round
-// that succeeds.
+// it holds and may work on, in units' order. A Redis failure ends the round (so does a
+// third of the TTL going by): the units still fresh are returned with the error, and
+// Held reports the division unknown until a round succeeds.
 func (s *Shares) Divide(ctx context.Context, units []string, nodes, perNode int) ([]string, error) {
 	share := len(units)
 	if nodes > 1 {
@@ -54,53 +66,65 @@ func (s *Shares) Divide(ctx context.Context, units []string, nodes, perNode int)
 	if perNode > 0 {
 		share = min(share, perNode)
 	}
+	s.divide.Lock()
+	defer s.divide.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, s.ttl/3)
+	defer cancel()
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	held := make(map[string]time.Time, len(s.held))
+	for u, at := range s.held {
+		held[u] = at
+	}
+	s.mu.Unlock()
+
 	work := make(map[string]bool, len(units))
 	for _, u := range units {
 		work[u] = true
 	}
-	for u := range s.held {
+	for u := range held {
 		if !work[u] {
 			s.release(ctx, u)
+			delete(held, u)
 		}
 	}
-	for i := len(units) - 1; i >= 0 && len(s.held) > share; i-- {
-		if _, ok := s.held[units[i]]; ok {
+	for i := len(units) - 1; i >= 0 && len(held) > share; i-- {
+		if _, ok := held[units[i]]; ok {
 			s.release(ctx, units[i])
+			delete(held, units[i])
 		}
 	}
-	s.divided = false
-	now := time.Now() // the leases expire in Redis's time, not the service's clock
+	var err error
 	for _, u := range units {
-		renewed, holds := s.held[u]
-		if holds && now.Sub(renewed) < s.ttl/3 || !holds && len(s.held) >= share {
+		renewed, holds := held[u]
+		if holds && time.Since(renewed) < s.ttl/3 || !holds && len(held) >= share {
 			continue
 		}
-		ok, err := s.hold(ctx, u)
-		if err != nil {
-			return s.list(units), err
+		start := time.Now() // the leases expire in Redis's time, not the service's clock
+		var ok bool
+		if ok, err = s.hold(ctx, u); err != nil {
+			break
 		}
 		if ok {
-			s.held[u] = now
+			held[u] = start
 		} else {
-			delete(s.held, u)
+			delete(held, u)
 		}
 	}
-	s.divided = true
-	return s.list(units), nil
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.held = held
+	s.divided = err == nil
+	return s.fresh(units), err
 }
 
-// Held lists the units this node holds, shortest first ("sweeper:2" before
-// "sweeper:10"), and whether the last Divide reached
-// Redis (false: what is held is not known; before the first Divide too).
+// Held lists the units this node holds and may work on, shortest first ("sweeper:2"
+// before "sweeper:10"), and whether the last Divide reached Redis (false: what is
+// held is not known; before the first Divide too). A Divide takes at most a third of
+// the TTL.
 func (s *Shares) Held() ([]string, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]string, 0, len(s.held))
-	for u := range s.held {
-		out = append(out, u)
-	}
+	out := s.fresh(nil)
 	slices.SortFunc(out, func(a, b string) int { return cmp.Or(len(a)-len(b), strings.Compare(a, b)) })
 	return out, s.divided
 }
@@ -108,19 +132,35 @@ func (s *Shares) Held() ([]string, bool) {
 // ReleaseAll gives every lease up (a node stopping cleanly: the others need not wait
 // for the TTL).
 func (s *Shares) ReleaseAll(ctx context.Context) {
+	s.divide.Lock()
+	defer s.divide.Unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	units := make([]string, 0, len(s.held))
 	for u := range s.held {
+		units = append(units, u)
+	}
+	s.held, s.divided = map[string]time.Time{}, false
+	s.mu.Unlock()
+	for _, u := range units {
 		s.release(ctx, u)
 	}
-	s.divided = false
 }
 
-// list is the held units in units' order.
-func (s *Shares) list(units []string) []string {
+// fresh lists the held units taken or renewed less than two thirds of the TTL ago, in
+// order's order (nil: any order). The caller holds s.mu.
+func (s *Shares) fresh(order []string) []string {
+	ok := func(u string) bool { at, held := s.held[u]; return held && time.Since(at) < 2*s.ttl/3 }
 	var out []string
-	for _, u := range units {
-		if _, ok := s.held[u]; ok {
+	if order == nil {
+		for u := range s.held {
+			if ok(u) {
+				out = append(out, u)
+			}
+		}
+		return out
+	}
+	for _, u := range order {
+		if ok(u) {
 			out = append(out, u)
 		}
 	}
@@ -130,7 +170,7 @@ func (s *Shares) list(units []string) []string {
 // hold takes (or, when this node holds it already, renews) the lease on unit and
 // reports whether this node holds it.
 func (s *Shares) hold(ctx context.Context, unit string) (bool, error) {
-	key := s.keys.lease(unit)
+	key := s.key(unit)
 	n, err := renewScript.Run(ctx, s.rdb, []string{key}, s.node, s.ttl.Milliseconds()).Int()
 	if err != nil {
 		return false, unavailable("lease", err)
@@ -148,8 +188,7 @@ func (s *Shares) hold(ctx context.Context, unit string) (bool, error) {
 // release gives up the lease on unit, if this node still holds it. A failure leaves
 // the lease to run out.
 func (s *Shares) release(ctx context.Context, unit string) {
-	delete(s.held, unit)
-	releaseScript.Run(ctx, s.rdb, []string{s.keys.lease(unit)}, s.node)
+	releaseScript.Run(ctx, s.rdb, []string{s.key(unit)}, s.node)
 }
 
 // releaseScript releases a lease only if the caller still holds it.

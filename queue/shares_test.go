@@ -2,9 +2,14 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/taskpull/taskd/internal/testenv"
 )
@@ -107,4 +112,70 @@ func TestSharesHeldInNumberOrder(t *testing.T) {
 		t.Errorf("held %v", held)
 	}
 	s.ReleaseAll(context.Background())
+}
+
+// failKeys fails every command naming a key that contains key, while on.
+type failKeys struct {
+	key string
+	on  *atomic.Bool
+}
+
+func (f failKeys) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (f failKeys) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (f failKeys) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		for _, a := range cmd.Args() {
+			if s, ok := a.(string); ok && f.on.Load() && strings.Contains(s, f.key) {
+				cmd.SetErr(errors.New("injected: the slot is down"))
+				return cmd.Err()
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// A node that cannot renew one lease (its slot down) ends every round there, so the
+// units after it go unrenewed: it stops working on them before their leases can run
+// out and another node take them. No unit is ever worked on by two nodes.
+func TestSharesNeverTwoNodesOnAUnit(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := testenv.Redis(t)
+	keys := Keys{Prefix: prefix}
+	ctx := t.Context()
+	const ttl = 300 * time.Millisecond
+	units := []string{"campaign:1", "campaign:2", "campaign:3"}
+	var down atomic.Bool
+	rdbA := testenv.RedisClient(t)
+	defer rdbA.Close()
+	rdbA.AddHook(failKeys{key: keys.lease("campaign:1"), on: &down})
+	a, b := NewShares(rdbA, keys, "node-a", ttl), NewShares(rdb, keys, "node-b", ttl)
+	if got, err := a.Divide(ctx, units, 2, 0); err != nil || !slices.Equal(got, units[:2]) {
+		t.Fatalf("node-a: %v %v", got, err)
+	}
+	if got, err := b.Divide(ctx, units, 2, 0); err != nil || !slices.Equal(got, units[2:]) {
+		t.Fatalf("node-b: %v %v", got, err)
+	}
+	down.Store(true)
+	deadline := time.Now().Add(3 * ttl)
+	for time.Now().Before(deadline) {
+		time.Sleep(ttl / 10)
+		gotA, errA := a.Divide(ctx, units, 2, 0)
+		gotB, errB := b.Divide(ctx, units, 1, 0) // node-b counts one node: it would take anything free
+		if errB != nil {
+			t.Fatal(errB)
+		}
+		for _, u := range gotA {
+			if slices.Contains(gotB, u) {
+				t.Fatalf("%s worked on by both nodes: node-a %v (%v), node-b %v", u, gotA, errA, gotB)
+			}
+		}
+		if held, known := a.Held(); known && errA != nil || len(held) > len(gotA) {
+			t.Fatalf("node-a's Held %v (known %v) after a failed round that left %v", held, known, gotA)
+		}
+	}
+	if got, _ := b.Divide(ctx, units, 1, 0); !slices.Equal(got, units) {
+		t.Errorf("node-b took over what node-a could not renew: %v", got)
+	}
 }

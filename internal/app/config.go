@@ -125,9 +125,9 @@ func (c *Config) table() config.Table {
 		{Env: "DISPATCH_NODE_HEARTBEAT", Flag: "node-heartbeat", Default: "2s", Usage: "how often this node reports itself alive (and the background work it holds) in Redis",
 			Value: config.Duration(&c.NodeHeartbeat, config.Positive)},
 		{Env: "DISPATCH_NODE_TIMEOUT", Flag: "node-timeout", Default: "10s", Usage: "a node unseen for this long is no longer listed by GET /v1/admin/nodes",
-			Value: config.Duration(&c.NodeTimeout, config.Positive)},
+			Value: config.Duration(&c.NodeTimeout, config.Positive, config.AtLeast(100*time.Millisecond))},
 		{Env: "DISPATCH_CAMPAIGN_SYNC", Flag: "campaign-sync", Default: "1s", Usage: "how often a node syncs the windows of the campaigns it runs from Redis to MySQL (and ends stopping ones with nothing in flight); after Redis loses a campaign, at most the items finished since the last sync are handed out again",
-			Value: config.Duration(&c.CampaignSync, config.Positive)},
+			Value: config.Duration(&c.CampaignSync, config.Positive, c.syncFitsTimeout)},
 		{Env: "DISPATCH_CAMPAIGNS_PER_NODE", Flag: "campaigns-per-node", Default: "100", Usage: "most campaigns one node runs (syncs); each runs its share, the active campaigns divided by the live nodes rounded up, up to this",
 			Value: config.Int(&c.CampaignsPerNode, config.Between(1, 10000))},
 		{Env: "DISPATCH_SHUTDOWN_TIMEOUT", Flag: "shutdown-timeout", Default: "20s", Usage: "how long in-flight requests may take to finish on SIGTERM",
@@ -138,7 +138,7 @@ func (c *Config) table() config.Table {
 			Value: config.Int(&c.MySQLBatch, config.Between(1, 1000))},
 		{Env: "DISPATCH_MYSQL_LANES", Flag: "mysql-lanes", Default: "2", Usage: "group-commit batches of each kind running at once (at most half of DISPATCH_MYSQL_CONNS)",
 			Value: config.Int(&c.MySQLLanes, config.Between(1, 64))},
-		{Env: "DISPATCH_NODE", Flag: "node", Usage: "node name carried by events; empty: the host name",
+		{Env: "DISPATCH_NODE", Flag: "node", Usage: "this process's name among the nodes (membership, the leases on background work) and in its events; every process needs its own; empty: the host name",
 			Value: config.String(&c.Node)},
 		{Env: "DISPATCH_REQUEST_TIMEOUT", Flag: "request-timeout", Default: "5s", Usage: "bound on one request's MySQL and Redis work (a long poll's wait is apart from it); past it the request answers 503 with Retry-After",
 			Value: config.Duration(&c.RequestTimeout, config.Positive)},
@@ -186,6 +186,16 @@ func (c *Config) masterNameFitsMode(name string) error {
 func (c *Config) dbFitsMode(db int) error {
 	if c.RedisMode == RedisCluster && db != 0 {
 		return fmt.Errorf("must be 0 with DISPATCH_REDIS_MODE=cluster (a cluster has only database 0), got %d", db)
+	}
+	return nil
+}
+
+// syncFitsTimeout refuses a campaign sync slower than a third of the node timeout: a
+// runner renews its lease at its rounds, so slower rounds would let the lease run out.
+func (c *Config) syncFitsTimeout(d time.Duration) error {
+	if d > c.NodeTimeout/3 {
+		return fmt.Errorf("must be at most a third of DISPATCH_NODE_TIMEOUT (%s): the campaign runners renew their leases at each sync, got %s",
+			config.FormatDuration(c.NodeTimeout), config.FormatDuration(d))
 	}
 	return nil
 }

@@ -52,6 +52,8 @@ func TestLoadConfigRefuses(t *testing.T) {
 		{map[string]string{"DISPATCH_REDIS_MODE": "cluster", "DISPATCH_REDIS_DB": "2"}, nil, "DISPATCH_REDIS_DB: must be 0 with DISPATCH_REDIS_MODE=cluster (a cluster has only database 0), got 2"},
 		{map[string]string{"DISPATCH_REDIS_MODE": "sentinel"}, nil, "DISPATCH_REDIS_MASTER_NAME: is required with DISPATCH_REDIS_MODE=sentinel"},
 		{map[string]string{"DISPATCH_REDIS_MASTER_NAME": "mymaster"}, nil, "DISPATCH_REDIS_MASTER_NAME: is only for DISPATCH_REDIS_MODE=sentinel, and the mode is standalone"},
+		{map[string]string{"DISPATCH_NODE_TIMEOUT": "2s"}, nil, "DISPATCH_CAMPAIGN_SYNC: must be at most a third of DISPATCH_NODE_TIMEOUT (2s): the campaign runners renew their leases at each sync, got 1s"},
+		{map[string]string{"DISPATCH_NODE_TIMEOUT": "50ms", "DISPATCH_CAMPAIGN_SYNC": "10ms"}, nil, "DISPATCH_NODE_TIMEOUT: must be at least 100ms, got 50ms"},
 		{nil, []string{"-no-such-flag"}, "flag provided but not defined: -no-such-flag (dispatchd -h lists the settings)"},
 	} {
 		_, err := LoadConfig(c.args, func(k string) string { return c.env[k] }, io.Discard)
