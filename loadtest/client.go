@@ -223,27 +223,39 @@ type Task struct {
 
 // Tasks lists every task (all pages, at most maxPages of 1000), deleted ones apart.
 func (c *Client) Tasks(ctx context.Context, maxPages int) ([]Task, error) {
-	var all []Task
+	return listAll[Task](ctx, c, "/v1/admin/tasks", "tasks", maxPages)
+}
+
+// listAll reads every page of the admin list at path (pages of 1000, followed by
+// their next_cursor), at most maxPages; field names the list in each page.
+func listAll[T any](ctx context.Context, c *Client, path, field string, maxPages int) ([]T, error) {
+	var all []T
 	cursor := ""
 	for page := 0; page < maxPages; page++ {
 		q := url.Values{"limit": {"1000"}}
 		if cursor != "" {
 			q.Set("cursor", cursor)
 		}
-		var r struct {
-			Tasks      []Task `json:"tasks"`
-			NextCursor string `json:"next_cursor"`
+		var r map[string]json.RawMessage
+		if err := c.Admin(ctx, http.MethodGet, path+"?"+q.Encode(), nil, &r); err != nil {
+			return nil, fmt.Errorf("list %s: %w", field, err)
 		}
-		if err := c.Admin(ctx, http.MethodGet, "/v1/admin/tasks?"+q.Encode(), nil, &r); err != nil {
-			return nil, fmt.Errorf("list tasks: %w", err)
+		var items []T
+		if err := json.Unmarshal(r[field], &items); err != nil {
+			return nil, fmt.Errorf("list %s: %w", field, err)
 		}
-		all = append(all, r.Tasks...)
-		if r.NextCursor == "" {
+		all = append(all, items...)
+		cursor = ""
+		if next, ok := r["next_cursor"]; ok {
+			if err := json.Unmarshal(next, &cursor); err != nil {
+				return nil, fmt.Errorf("list %s: next_cursor: %w", field, err)
+			}
+		}
+		if cursor == "" {
 			return all, nil
 		}
-		cursor = r.NextCursor
 	}
-	return nil, fmt.Errorf("list tasks: more than %d pages", maxPages)
+	return nil, fmt.Errorf("list %s: more than %d pages", field, maxPages)
 }
 
 // Event is one event of GET /v1/admin/events.
@@ -332,27 +344,7 @@ type Campaign struct {
 
 // Campaigns lists every campaign (all pages, at most maxPages of 1000).
 func (c *Client) Campaigns(ctx context.Context, maxPages int) ([]Campaign, error) {
-	var all []Campaign
-	cursor := ""
-	for page := 0; page < maxPages; page++ {
-		q := url.Values{"limit": {"1000"}}
-		if cursor != "" {
-			q.Set("cursor", cursor)
-		}
-		var r struct {
-			Campaigns  []Campaign `json:"campaigns"`
-			NextCursor string     `json:"next_cursor"`
-		}
-		if err := c.Admin(ctx, http.MethodGet, "/v1/admin/campaigns?"+q.Encode(), nil, &r); err != nil {
-			return nil, fmt.Errorf("list campaigns: %w", err)
-		}
-		all = append(all, r.Campaigns...)
-		if r.NextCursor == "" {
-			return all, nil
-		}
-		cursor = r.NextCursor
-	}
-	return nil, fmt.Errorf("list campaigns: more than %d pages", maxPages)
+	return listAll[Campaign](ctx, c, "/v1/admin/campaigns", "campaigns", maxPages)
 }
 
 // StartCampaign starts campaign id.
