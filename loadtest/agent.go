@@ -128,9 +128,12 @@ type counters struct {
 type phaseOptions struct {
 	agents   int
 	deadline time.Time // stop starting cycles at this time
-	cycles   int64     // stop after this many cycles in total; 0: no limit
-	once     bool      // each user exactly once (the warm-up)
-	rate     float64   // fetches per second in total; 0: closed loop
+	// done, if not nil, ends the phase early once it is closed (every campaign of a
+	// campaign run finished).
+	done     <-chan struct{}
+	cycles   int64   // stop after this many cycles in total; 0: no limit
+	once     bool    // each user exactly once (the warm-up)
+	rate     float64 // fetches per second in total; 0: closed loop
 	think    time.Duration
 	failRate float64
 	seed     uint64
@@ -180,7 +183,7 @@ func runAgents(ctx context.Context, c *Client, d *Deployed, opts phaseOptions, c
 					if u >= users {
 						return
 					}
-				} else if !time.Now().Before(opts.deadline) {
+				} else if !time.Now().Before(opts.deadline) || closed(opts.done) {
 					return
 				}
 				k := issued.Add(1) - 1
@@ -270,7 +273,7 @@ func cycle(ctx context.Context, c *Client, key string, begin time.Time, opts pha
 		return nil
 	}
 	done := &carried{logID: t.LogID, success: opts.failRate == 0 || rng.Float64() >= opts.failRate, item: t.CampaignID != 0}
-	if opts.combine && time.Now().Before(opts.deadline) {
+	if opts.combine && time.Now().Before(opts.deadline) && !closed(opts.done) {
 		return done
 	}
 	finish(ctx, c, key, done, rec, ctrs)
@@ -350,6 +353,16 @@ func recordErr(rec *recorder, ctrs *counters, endpoint string, err error) {
 		}
 	}
 	rec.errs[k]++
+}
+
+// closed reports whether ch (nil: never) is closed.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // sleep waits d or until ctx ends; it reports whether d passed.

@@ -138,7 +138,7 @@ func (c *Config) table(dispatchToken *string) config.Table {
 			Value: config.Int(&c.Size.Rotate, config.NotNegative), Skip: runOnly},
 		{Flag: "agents", DefaultNote: presetNote(func(s Size) int { return s.Agents }), Usage: "concurrent agents",
 			Value: config.Int(&c.Size.Agents, config.Positive), Skip: runOnly},
-		{Flag: "duration", DefaultNote: presetNote(func(s Size) time.Duration { return s.Duration }), Usage: "length of the timed run",
+		{Flag: "duration", DefaultNote: presetNote(func(s Size) time.Duration { return s.Duration }), Usage: "length of the timed run (a campaign run ends sooner once every campaign finished)",
 			Value: config.Duration(&c.Size.Duration, config.Positive, config.AtMost(24*time.Hour)), Skip: runOnly},
 		{Flag: "items", DefaultNote: presetNote(func(s Size) int { return s.Items }), Usage: "-workload campaign: items over all the campaigns (split evenly over them, one campaign per group)",
 			Value: config.Int(&c.Size.Items, config.Between(0, 1_000_000_000)), Skip: runOnly},

@@ -124,7 +124,16 @@ func Run(ctx context.Context, cfg Config, prog Progress) (*Report, error) {
 	opts.deadline, opts.cycles, opts.rate, opts.combine = time.Now().Add(s.Duration), cfg.Cycles, cfg.Rate, cfg.Combine
 	opts.batch = cfg.Batch
 	opts.seed++
+	stopWatching := func() {}
+	if len(d.Campaigns) > 0 { // the run ends early once every campaign finished
+		finished := make(chan struct{})
+		var watch context.Context
+		watch, stopWatching = context.WithCancel(ctx)
+		go watchCampaigns(watch, c, d.Campaigns, finished)
+		opts.done = finished
+	}
 	rep.Run = phase("run", opts)
+	stopWatching()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -155,4 +164,36 @@ func Run(ctx context.Context, cfg Config, prog Progress) (*Report, error) {
 		rep.Check, rep.checkErr = res, err
 	}
 	return rep, rep.Verdict()
+}
+
+// watchCampaigns closes finished once every campaign of ids has finished, looking
+// every 250 ms until ctx is done. A failed look is tried again at the next.
+func watchCampaigns(ctx context.Context, c *Client, ids []int64, finished chan<- struct{}) {
+	want := map[int64]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		all, err := c.Campaigns(ctx, 100)
+		if err != nil {
+			continue
+		}
+		done := 0
+		for _, cp := range all {
+			if want[cp.ID] && cp.State == "finished" {
+				done++
+			}
+		}
+		if done == len(want) {
+			close(finished)
+			return
+		}
+	}
 }
