@@ -13,9 +13,6 @@ type Shards struct {
 	Parts []int
 }
 
-// All is every dispatch.
-func (sh Shards) All() bool { return sh.Of <= 0 }
-
 // SweepExpired expires every open dispatch of sh whose lease has run out, returning
 // their quota slots to the pool, and reports how many it expired. Fetch expires a
 // user's own dispatch lazily; the sweep frees slots held by agents that never come
@@ -23,9 +20,6 @@ func (sh Shards) All() bool { return sh.Of <= 0 }
 // parts, is unreachable, each sweeps them all): each expiry is a conditional update in
 // its own transaction.
 func (s *Service) SweepExpired(ctx context.Context, sh Shards) (int, error) {
-	if !sh.All() && len(sh.Parts) == 0 {
-		return 0, nil
-	}
 	total := 0
 	for {
 		now := s.now()

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 )
@@ -345,6 +346,19 @@ type Campaign struct {
 // Campaigns lists every campaign (all pages, at most maxPages of 1000).
 func (c *Client) Campaigns(ctx context.Context, maxPages int) ([]Campaign, error) {
 	return listAll[Campaign](ctx, c, "/v1/admin/campaigns", "campaigns", maxPages)
+}
+
+// CampaignsOf reads the campaigns ids (as Campaigns lists them), in the list's order.
+func (c *Client) CampaignsOf(ctx context.Context, ids []int64) ([]Campaign, error) {
+	all, err := c.Campaigns(ctx, 100)
+	if err != nil {
+		return nil, err
+	}
+	want := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	return slices.DeleteFunc(all, func(cp Campaign) bool { return !want[cp.ID] }), nil
 }
 
 // StartCampaign starts campaign id.

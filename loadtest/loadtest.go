@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 )
 
@@ -169,10 +170,6 @@ func Run(ctx context.Context, cfg Config, prog Progress) (*Report, error) {
 // watchCampaigns closes finished once every campaign of ids has finished, looking
 // every 250 ms until ctx is done. A failed look is tried again at the next.
 func watchCampaigns(ctx context.Context, c *Client, ids []int64, finished chan<- struct{}) {
-	want := map[int64]bool{}
-	for _, id := range ids {
-		want[id] = true
-	}
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -181,17 +178,11 @@ func watchCampaigns(ctx context.Context, c *Client, ids []int64, finished chan<-
 			return
 		case <-t.C:
 		}
-		all, err := c.Campaigns(ctx, 100)
+		list, err := c.CampaignsOf(ctx, ids)
 		if err != nil {
 			continue
 		}
-		done := 0
-		for _, cp := range all {
-			if want[cp.ID] && cp.State == "finished" {
-				done++
-			}
-		}
-		if done == len(want) {
+		if !slices.ContainsFunc(list, func(cp Campaign) bool { return cp.State != "finished" }) && len(list) == len(ids) {
 			close(finished)
 			return
 		}

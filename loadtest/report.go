@@ -103,19 +103,12 @@ type CampaignsJSON struct {
 
 // campaignReport reads the campaigns ids back (their live progress) and sums them up.
 func campaignReport(ctx context.Context, c *Client, ids []int64, started, ended, lastItem time.Time, handouts int64) (*CampaignsJSON, error) {
-	all, err := c.Campaigns(ctx, 100)
+	list, err := c.CampaignsOf(ctx, ids)
 	if err != nil {
 		return nil, err
 	}
-	want := map[int64]bool{}
-	for _, id := range ids {
-		want[id] = true
-	}
 	r := &CampaignsJSON{Handouts: handouts}
-	for _, cp := range all {
-		if !want[cp.ID] {
-			continue
-		}
+	for _, cp := range list {
 		r.Campaigns++
 		r.Items += cp.Total
 		r.RateAsked += cp.RatePerSecond

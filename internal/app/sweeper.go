@@ -2,8 +2,8 @@ package app
 
 import (
 	"context"
+	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/taskpull/taskd/dispatch"
@@ -56,8 +56,7 @@ func (a *App) sweepShards() dispatch.Shards {
 	}
 	sh := dispatch.Shards{Of: sweepShards, Parts: []int{}}
 	for _, u := range held {
-		n, _ := strconv.Atoi(strings.TrimPrefix(u, "sweeper:"))
-		sh.Parts = append(sh.Parts, n)
+		sh.Parts = append(sh.Parts, slices.Index(sweepUnits, u))
 	}
 	return sh
 }
