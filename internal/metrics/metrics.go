@@ -29,6 +29,7 @@ type Metrics struct {
 	fallbacks     *prometheus.CounterVec
 	rateLimited   *prometheus.CounterVec
 	pruned        *prometheus.CounterVec
+	contention    *prometheus.CounterVec
 }
 
 // New registers the server's metrics (and the Go and process collectors) on reg.
@@ -89,8 +90,12 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "taskd_retention_deleted_rows_total",
 			Help: "Rows the retention janitor deleted, by table: dispatch (finished records past DISPATCH_RETAIN_DISPATCHES), event_outbox (past DISPATCH_RETAIN_OUTBOX).",
 		}, []string{"table"}),
+		contention: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskd_mysql_contention_total",
+			Help: "MySQL transactions rolled back for meeting a concurrent one, by reason (deadlock, lock_wait, write_conflict) and outcome: retried inside the server, or gave_up (the request's deadline left no room: it answered 503 with Retry-After).",
+		}, []string{"reason", "outcome"}),
 	}
-	reg.MustRegister(m.requests, m.fetches, m.dispatches, m.completions, m.expiries, m.claimRefusals,
+	reg.MustRegister(m.contention, m.requests, m.fetches, m.dispatches, m.completions, m.expiries, m.claimRefusals,
 		m.heapLookups, m.rebuilds, m.overBudget, m.batches, m.fallbacks, m.rateLimited, m.pruned,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -208,6 +213,18 @@ func (m *Metrics) Batch(kind string, size int, fellBack bool) {
 		if fellBack {
 			m.fallbacks.WithLabelValues(kind).Inc()
 		}
+	}
+}
+
+// Contended records a MySQL transaction rolled back for meeting a concurrent one: why
+// (deadlock, lock_wait, write_conflict) and whether it was run again.
+func (m *Metrics) Contended(reason string, retried bool) {
+	if m != nil {
+		outcome := "gave_up"
+		if retried {
+			outcome = "retried"
+		}
+		m.contention.WithLabelValues(reason, outcome).Inc()
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -157,6 +156,7 @@ func (s *Store) CreateTask(ctx context.Context, actor string, t taskd.Task, now 
 		if err := templateLive(ctx, tx, t.TemplateID); err != nil {
 			return err
 		}
+		s.between(ctx, "task.create")
 		cols := "executor, start_time, template_id, params, dispatch_times, mode, priority, status, " +
 			strings.Join(settingsNames, ", ") + ", created_at, updated_at"
 		args := append([]any{t.Executor, t.StartTime, t.TemplateID, string(t.Params), t.DispatchTimes, t.Mode,
@@ -324,20 +324,81 @@ func (s *Store) DeleteTask(ctx context.Context, actor string, key taskd.TaskKey,
 
 // ---- groups ----
 
-// AddMembers adds uids to gid and returns those that were not members yet.
+// Every change of a group's members takes its turn on the group's row (lockGroup),
+// then reads and writes the members without locking reads, in key order and in
+// multi-row statements of memberChunk rows.
+
+// memberChunk is the most members one statement adds or removes.
+const memberChunk = 500
+
+// lockGroup locks gid's row, creating it if gid has none: an upsert on the primary
+// key, which takes a record lock and no gap lock, found or not.
+func lockGroup(ctx context.Context, tx *sql.Tx, gid string, now time.Time) error {
+	_, err := tx.ExecContext(ctx, "INSERT INTO member_group (gid, created_at) VALUES (?, ?) ON DUPLICATE KEY UPDATE gid = gid", gid, now)
+	return err
+}
+
+// writeMembers inserts (or, with remove, deletes) uids of gid, sorted, memberChunk at a
+// time.
+func writeMembers(ctx context.Context, tx *sql.Tx, gid string, uids []string, remove bool, now time.Time) error {
+	for chunk := range slices.Chunk(uids, memberChunk) {
+		var err error
+		if remove {
+			_, err = tx.ExecContext(ctx, "DELETE FROM group_member WHERE gid = ? AND uid IN ("+marks(len(chunk))+")",
+				append([]any{gid}, anys(chunk)...)...)
+		} else {
+			args := make([]any, 0, 3*len(chunk))
+			for _, u := range chunk {
+				args = append(args, gid, u, now)
+			}
+			_, err = tx.ExecContext(ctx, "INSERT INTO group_member (gid, uid, created_at) VALUES "+tuples(len(chunk), 3), args...)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sortedSet is uids sorted, without repeats.
+func sortedSet(uids []string) []string {
+	out := slices.Clone(uids)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// AddMembers adds uids to gid and returns those that were not members yet, sorted.
 func (s *Store) AddMembers(ctx context.Context, actor, gid string, uids []string, now time.Time) ([]string, error) {
+	want := sortedSet(uids)
 	var added []string
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		added = added[:0]
-		for _, uid := range uids {
-			res, err := tx.ExecContext(ctx,
-				"INSERT IGNORE INTO group_member (gid, uid, created_at) VALUES (?, ?, ?)", gid, uid, now)
+		if err := lockGroup(ctx, tx, gid, now); err != nil {
+			return err
+		}
+		have := make(map[string]bool)
+		for chunk := range slices.Chunk(want, memberChunk) {
+			rows, err := tx.QueryContext(ctx, "SELECT uid FROM group_member WHERE gid = ? AND uid IN ("+marks(len(chunk))+")",
+				append([]any{gid}, anys(chunk)...)...)
 			if err != nil {
 				return err
 			}
-			if n, _ := res.RowsAffected(); n > 0 {
-				added = append(added, uid)
+			for rows.Next() {
+				var u string
+				if err := rows.Scan(&u); err != nil {
+					rows.Close()
+					return err
+				}
+				have[u] = true
 			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+		}
+		added = slices.DeleteFunc(slices.Clone(want), func(u string) bool { return have[u] })
+		s.between(ctx, "group_member.write")
+		if err := writeMembers(ctx, tx, gid, added, false, now); err != nil {
+			return err
 		}
 		return audit(ctx, tx, actor, "group.add_members", "group:"+gid, nil, map[string]any{"added": added}, now)
 	})
@@ -348,6 +409,9 @@ func (s *Store) AddMembers(ctx context.Context, actor, gid string, uids []string
 func (s *Store) RemoveMember(ctx context.Context, actor, gid, uid string, now time.Time) (bool, error) {
 	var removed bool
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := lockGroup(ctx, tx, gid, now); err != nil {
+			return err
+		}
 		res, err := tx.ExecContext(ctx, "DELETE FROM group_member WHERE gid = ? AND uid = ?", gid, uid)
 		if err != nil {
 			return err
@@ -362,44 +426,43 @@ func (s *Store) RemoveMember(ctx context.Context, actor, gid, uid string, now ti
 }
 
 // ReplaceMembers makes uids the members of gid and returns every uid whose membership
-// changed (added or removed).
+// changed (added or removed), sorted.
 func (s *Store) ReplaceMembers(ctx context.Context, actor, gid string, uids []string, now time.Time) ([]string, error) {
+	after := sortedSet(uids)
 	var changed []string
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		current, err := members(ctx, tx, gid, true)
+		if err := lockGroup(ctx, tx, gid, now); err != nil {
+			return err
+		}
+		current, err := members(ctx, tx, gid)
 		if err != nil {
 			return err
 		}
-		want := make(map[string]bool, len(uids))
-		for _, u := range uids {
+		want := make(map[string]bool, len(after))
+		for _, u := range after {
 			want[u] = true
 		}
 		have := make(map[string]bool, len(current))
-		changed = changed[:0]
+		var gone, fresh []string
 		for _, u := range current {
 			have[u] = true
 			if !want[u] {
-				if _, err := tx.ExecContext(ctx, "DELETE FROM group_member WHERE gid = ? AND uid = ?", gid, u); err != nil {
-					return err
-				}
-				changed = append(changed, u)
+				gone = append(gone, u)
 			}
 		}
-		for u := range want {
+		for _, u := range after {
 			if !have[u] {
-				if _, err := tx.ExecContext(ctx,
-					"INSERT IGNORE INTO group_member (gid, uid, created_at) VALUES (?, ?, ?)", gid, u, now); err != nil {
-					return err
-				}
-				changed = append(changed, u)
+				fresh = append(fresh, u)
 			}
 		}
-		sort.Strings(changed)
-		after := make([]string, 0, len(want))
-		for u := range want {
-			after = append(after, u)
+		s.between(ctx, "group_member.write")
+		if err := writeMembers(ctx, tx, gid, gone, true, now); err != nil {
+			return err
 		}
-		sort.Strings(after)
+		if err := writeMembers(ctx, tx, gid, fresh, false, now); err != nil {
+			return err
+		}
+		changed = sortedSet(append(gone, fresh...))
 		return audit(ctx, tx, actor, "group.replace_members", "group:"+gid,
 			map[string]any{"uids": current}, map[string]any{"uids": after}, now)
 	})
@@ -410,12 +473,8 @@ type querier interface {
 	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
 }
 
-func members(ctx context.Context, q querier, gid string, lock bool) ([]string, error) {
-	query := "SELECT uid FROM group_member WHERE gid = ? ORDER BY uid"
-	if lock {
-		query += " FOR UPDATE"
-	}
-	rows, err := q.QueryContext(ctx, query, gid)
+func members(ctx context.Context, q querier, gid string) ([]string, error) {
+	rows, err := q.QueryContext(ctx, "SELECT uid FROM group_member WHERE gid = ? ORDER BY uid", gid)
 	if err != nil {
 		return nil, err
 	}
@@ -433,7 +492,7 @@ func members(ctx context.Context, q querier, gid string, lock bool) ([]string, e
 
 // Members returns the uids in gid.
 func (s *Store) Members(ctx context.Context, gid string) ([]string, error) {
-	uids, err := members(ctx, s.db, gid, false)
+	uids, err := members(ctx, s.db, gid)
 	return uids, mysqlErr("members", err)
 }
 
@@ -442,11 +501,14 @@ func (s *Store) Members(ctx context.Context, gid string) ([]string, error) {
 // CreateClientKey stores the hash of a new client key of uid and revokes uid's oldest
 // live keys beyond keep (the new one included), so that enrolling again and again does
 // not pile keys up. It returns how many keys it revoked.
+//
+// Issues for one uid take turns on uid's client row (lockClient); issues for different
+// uids share no lock: every later statement reaches rows by the uid's index or by
+// primary key, never by a scan that would wait on another uid's fresh key.
 func (s *Store) CreateClientKey(ctx context.Context, actor, uid, hash string, keep int, now time.Time) (int, error) {
 	var revoked int64
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		// The user's key rows are locked first, so two concurrent issues count alike.
-		if _, err := tx.ExecContext(ctx, "SELECT id FROM client_key WHERE uid = ? FOR UPDATE", uid); err != nil {
+		if err := lockClient(ctx, tx, uid, now); err != nil {
 			return err
 		}
 		res, err := tx.ExecContext(ctx,
@@ -455,25 +517,63 @@ func (s *Store) CreateClientKey(ctx context.Context, actor, uid, hash string, ke
 			return err
 		}
 		id, _ := res.LastInsertId()
-		res, err = tx.ExecContext(ctx, `UPDATE client_key k JOIN (
-			SELECT id FROM client_key WHERE uid = ? AND revoked_at IS NULL ORDER BY id DESC LIMIT 18446744073709551615 OFFSET ?
-			) old ON old.id = k.id SET k.revoked_at = ?`, uid, keep, now)
+		s.between(ctx, "client_key.create")
+		// The client row is held: every other live key of uid is committed, and this
+		// read (at READ COMMITTED, locking nothing) sees them all.
+		old, err := int64s(ctx, tx, `SELECT id FROM client_key FORCE INDEX (idx_uid)
+			WHERE uid = ? AND revoked_at IS NULL ORDER BY id DESC LIMIT 18446744073709551615 OFFSET ?`, uid, keep)
 		if err != nil {
 			return err
 		}
-		revoked, _ = res.RowsAffected()
+		if len(old) > 0 {
+			args := append([]any{now}, anys(old)...)
+			res, err = tx.ExecContext(ctx, "UPDATE client_key SET revoked_at = ? WHERE id IN ("+marks(len(old))+")", args...)
+			if err != nil {
+				return err
+			}
+			revoked, _ = res.RowsAffected()
+		}
 		return audit(ctx, tx, actor, "client_key.create", "user:"+uid, nil,
 			map[string]int64{"key_id": id, "replaced": revoked}, now)
 	})
 	return int(revoked), mysqlErr("create client key", err)
 }
 
-// RevokeClientKeys revokes every key of uid and returns how many were live.
+// lockClient locks uid's client row, creating it if uid has none: an upsert on the
+// primary key, which takes a record lock on the row and no gap lock, found or not.
+func lockClient(ctx context.Context, tx *sql.Tx, uid string, now time.Time) error {
+	_, err := tx.ExecContext(ctx, "INSERT INTO client (uid, created_at) VALUES (?, ?) ON DUPLICATE KEY UPDATE uid = uid", uid, now)
+	return err
+}
+
+// int64s reads a one-column list of integers.
+func int64s(ctx context.Context, q querier, query string, args ...any) ([]int64, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []int64
+	for rows.Next() {
+		var v int64
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// RevokeClientKeys revokes every key of uid and returns how many were live. It takes
+// its turn on uid's client row, as issues do.
 func (s *Store) RevokeClientKeys(ctx context.Context, actor, uid string, now time.Time) (int, error) {
 	var n int64
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := lockClient(ctx, tx, uid, now); err != nil {
+			return err
+		}
 		res, err := tx.ExecContext(ctx,
-			"UPDATE client_key SET revoked_at = ? WHERE uid = ? AND revoked_at IS NULL", now, uid)
+			"UPDATE client_key FORCE INDEX (idx_uid) SET revoked_at = ? WHERE uid = ? AND revoked_at IS NULL", now, uid)
 		if err != nil {
 			return err
 		}

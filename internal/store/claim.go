@@ -748,7 +748,7 @@ func takeRate(ctx context.Context, tx *sql.Tx, k taskd.TaskKey, rate int, now ti
 }
 
 // errConflict is a transaction that met a concurrent one's write where it had read
-// none: it is run again (see retryable).
+// none: it is run again (see inTx).
 var errConflict = errors.New("conflict with a concurrent transaction")
 
 // writeCounters adds the granted slots to the claim counters: to a row the batch holds
@@ -942,6 +942,15 @@ func insertDispatches(ctx context.Context, tx *sql.Tx, ds []*taskd.Dispatch) err
 // marks is n comma-separated placeholders.
 func marks(n int) string {
 	return "?" + strings.Repeat(", ?", n-1)
+}
+
+// anys is vs as arguments.
+func anys[T any](vs []T) []any {
+	out := make([]any, len(vs))
+	for i, v := range vs {
+		out[i] = v
+	}
+	return out
 }
 
 // tuples is n parenthesized groups of width placeholders: a multi-row VALUES list.

@@ -59,6 +59,7 @@ var columnName = regexp.MustCompile(`column '([^']+)'`)
 // a server shutting down, out of connections, or too busy to take a lock in time.
 func unreachable(err error) bool {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, errClosed) ||
+		errors.Is(err, errConflict) || // a write conflict still, after retries
 		errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) ||
 		errors.Is(err, sql.ErrTxDone) || errors.Is(err, sql.ErrConnDone) || // ended by a deadline mid-transaction
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||

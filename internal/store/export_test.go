@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"time"
 
@@ -66,3 +67,17 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []BatchComplete) ([]BatchR
 	}
 	return res, nil
 }
+
+// Interleave sets the hook called at the named points between a transaction's read and
+// its write (see Store.between).
+func (s *Store) Interleave(f func(ctx context.Context, point string)) { s.interleave = f }
+
+// InTx runs fn as the store runs its transactions: again after a pause while it meets
+// a concurrent one.
+func (s *Store) InTx(ctx context.Context, fn func(*sql.Tx) error) error { return s.inTx(ctx, fn) }
+
+// MySQLErr gives err its kind as the store's methods do.
+func MySQLErr(op string, err error) error { return mysqlErr(op, err) }
+
+// SetMaxTries bounds the tries of a transaction that meets concurrent ones.
+func (s *Store) SetMaxTries(n int) { s.maxTries = n }

@@ -8,6 +8,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/url"
 	"strings"
 	"time"
@@ -28,6 +29,27 @@ type Store struct {
 	claims    *batcher[claimIn, claimOut]       // nil: each claim its own transaction
 	completes *batcher[completeIn, completeOut] // nil: each complete its own transaction
 	observe   BatchObserver
+	contended ContentionObserver
+	maxTries  int // of a transaction that meets concurrent ones (see inTx)
+	// interleave, set by white-box tests only, is called at named points between a
+	// transaction's read and its write, to force two transactions to meet there.
+	interleave func(ctx context.Context, point string)
+}
+
+// ContentionObserver is told of every transaction that met a concurrent one and was
+// rolled back by the database: why ("deadlock", "lock_wait" or "write_conflict") and
+// whether it was run again (false: the request's deadline left no room, and the
+// caller gets 503).
+type ContentionObserver func(reason string, retried bool)
+
+// ObserveContention sets the observer of lock conflicts; call before serving.
+func (s *Store) ObserveContention(o ContentionObserver) { s.contended = o }
+
+// between is a point between a transaction's read and its write (see interleave).
+func (s *Store) between(ctx context.Context, point string) {
+	if s.interleave != nil {
+		s.interleave(ctx, point)
+	}
 }
 
 // BatchObserver is told of every group-commit batch: its kind ("claim" or "complete"),
@@ -139,7 +161,7 @@ func Open(ctx context.Context, dsn string, opt OpenOptions) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("mysql ping: %w", err)
 	}
-	s := &Store{db: db}
+	s := &Store{db: db, maxTries: retryMaxTries}
 	if opt.Batch <= 0 {
 		opt.Batch = 64
 	}
@@ -217,14 +239,22 @@ func migrateUp(cfg *mysql.Config) error {
 	return nil
 }
 
-// retryable reports whether a transaction failed only because of lock contention and
-// may simply be run again.
-func retryable(err error) bool {
+// contention names why a transaction failed only because it met a concurrent one and
+// may simply be run again ("" when it failed for another reason).
+func contention(err error) string {
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {
-		return me.Number == 1213 || me.Number == 1205 // deadlock, lock wait timeout
+		switch me.Number {
+		case 1213:
+			return "deadlock"
+		case 1205:
+			return "lock_wait"
+		}
 	}
-	return errors.Is(err, errConflict)
+	if errors.Is(err, errConflict) {
+		return "write_conflict"
+	}
+	return ""
 }
 
 // isDuplicate reports a unique-key violation.
@@ -262,29 +292,54 @@ func (s *Store) inTxOnce(ctx context.Context, fn func(*sql.Tx) error) error {
 	return tx.Commit()
 }
 
-// inTx runs fn in a transaction, retrying on deadlock a few times.
+// Transactions that meet a concurrent one (a deadlock, a lock wait timeout, a write
+// conflict a claim found) are run again by inTx after a pause drawn at random from zero
+// to a bound that doubles with every try (full jitter: transactions that collided do
+// not come back together), up to retryMaxTries tries and for as long as the caller's
+// deadline leaves room for the pause. Only then does the caller see the error, which
+// the API answers with 503 and Retry-After.
+const (
+	retryFirstBound = 2 * time.Millisecond
+	retryMaxBound   = 250 * time.Millisecond
+	retryMaxTries   = 12
+)
+
+// retryPause is the pause before try n+1 (n >= 1): uniform in [0, bound], the bound
+// doubling from retryFirstBound up to retryMaxBound.
+func retryPause(n int) time.Duration {
+	bound := retryMaxBound
+	if n < 8 && retryFirstBound<<(n-1) < retryMaxBound {
+		bound = retryFirstBound << (n - 1)
+	}
+	return rand.N(bound + 1)
+}
+
+// inTx runs fn in a transaction, again after a jittered pause while it fails only
+// because of a concurrent transaction (see retryPause).
 func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	var err error
-	for attempt := 0; attempt < 5; attempt++ {
-		var tx *sql.Tx
-		tx, err = s.db.BeginTx(ctx, nil)
-		if err != nil {
-			return fmt.Errorf("begin: %w", err)
+	for try := 1; ; try++ {
+		err := s.inTxOnce(ctx, fn)
+		reason := contention(err)
+		if reason == "" {
+			return err
 		}
-		err = fn(tx)
-		if err == nil {
-			err = tx.Commit()
-			if err == nil {
-				return nil
-			}
-		} else {
-			tx.Rollback()
+		pause := retryPause(try)
+		deadline, bounded := ctx.Deadline()
+		retry := try < s.maxTries && ctx.Err() == nil && (!bounded || time.Until(deadline) > pause)
+		if s.contended != nil {
+			s.contended(reason, retry)
 		}
-		if !retryable(err) {
+		if !retry {
+			return err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
 			return err
 		}
 	}
-	return err
 }
 
 // safeCharset refuses a DSN whose charset parameter names a charset in which escaping

@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS member_group;
+DROP TABLE IF EXISTS client;
