@@ -3,6 +3,7 @@ package queue
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -130,8 +131,8 @@ func (s *Shares) Held() ([]string, bool) {
 }
 
 // ReleaseAll gives every lease up (a node stopping cleanly: the others need not wait
-// for the TTL).
-func (s *Shares) ReleaseAll(ctx context.Context) {
+// for the TTL). An error says how many leases are left to run out.
+func (s *Shares) ReleaseAll(ctx context.Context) error {
 	s.divide.Lock()
 	defer s.divide.Unlock()
 	s.mu.Lock()
@@ -141,9 +142,20 @@ func (s *Shares) ReleaseAll(ctx context.Context) {
 	}
 	s.held, s.divided = map[string]time.Time{}, false
 	s.mu.Unlock()
+	var failed int
+	var first error
 	for _, u := range units {
-		s.release(ctx, u)
+		if err := s.release(ctx, u); err != nil {
+			failed++
+			if first == nil {
+				first = err
+			}
+		}
 	}
+	if first != nil {
+		return fmt.Errorf("%d of %d leases left to run out: %w", failed, len(units), first)
+	}
+	return nil
 }
 
 // fresh lists the held units taken or renewed less than two thirds of the TTL ago, in
@@ -187,8 +199,11 @@ func (s *Shares) hold(ctx context.Context, unit string) (bool, error) {
 
 // release gives up the lease on unit, if this node still holds it. A failure leaves
 // the lease to run out.
-func (s *Shares) release(ctx context.Context, unit string) {
-	releaseScript.Run(ctx, s.rdb, []string{s.key(unit)}, s.node)
+func (s *Shares) release(ctx context.Context, unit string) error {
+	if err := releaseScript.Run(ctx, s.rdb, []string{s.key(unit)}, s.node).Err(); err != nil {
+		return unavailable("release lease "+unit, err)
+	}
+	return nil
 }
 
 // releaseScript releases a lease only if the caller still holds it.

@@ -33,7 +33,8 @@ func main() {
 }
 
 // run starts the server and blocks until ctx is done, then shuts down gracefully:
-// in-flight requests finish (up to the shutdown timeout). With -h or --help it lists
+// in-flight requests finish (up to the shutdown timeout), so do the campaign syncs, and
+// the node leaves the membership before the clients close. With -h or --help it lists
 // the settings on stdout and returns nil.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cfg, err := app.LoadConfig(args, getenv, stdout, logsink.RelaySettings()...)
@@ -79,15 +80,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		MaxHeaderBytes:    64 << 10,
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
+	// The stop, in order: when ctx ends the server takes no new requests and the
+	// background work no new rounds; then the requests in flight and the campaign syncs
+	// finish, the node gives its leases up and leaves the membership, and only then,
+	// deferred before this, are the clients closed.
 	bg, stopBG := context.WithCancel(ctx)
+	background := make(chan struct{})
 	var relay relayDone
 	defer func() {
 		stopBG()
+		<-background
 		if relay != nil {
 			relay.Wait() // the relay finishes its round; what it did not send stays in the outbox
 		}
 	}()
-	go a.RunBackground(bg)
+	go func() {
+		defer close(background)
+		a.RunBackground(bg)
+	}()
 	if len(cfg.KafkaBrokers) > 0 {
 		if relay, err = startRelay(bg, rc, deps, a, log); err != nil {
 			return err

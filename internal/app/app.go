@@ -103,15 +103,24 @@ func New(cfg Config, deps Deps) *App {
 func (a *App) Handler() http.Handler { return a.handler }
 
 // RunBackground runs the background work (the node's heartbeat, its parts of the
-// lease sweep, its campaign runners, the retention janitor) until ctx is done.
+// lease sweep, its campaign runners, the retention janitor) until ctx is done, then
+// stops it in order: no new rounds start, the campaign syncs in progress finish, the
+// node gives its leases up, stops beating and leaves the membership. It returns once
+// the node has left; the caller closes the clients only then.
 func (a *App) RunBackground(ctx context.Context) {
+	beats, stopBeats := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBeats()
+	var beating sync.WaitGroup
+	beating.Go(func() { a.beat(beats) })
 	var wg sync.WaitGroup
 	wg.Go(func() { a.runJanitor(ctx) })
-	wg.Go(func() { a.beat(ctx) })
 	wg.Go(func() { a.Campaigns.Run(ctx) })
 	wg.Go(func() { a.divideSweeps(ctx) })
 	a.Dispatch.RunSweeper(ctx, a.cfg.SweepInterval, a.sweepShards)
 	wg.Wait()
+	stopBeats()
+	beating.Wait() // a beat after the leave would list the node again
+	a.leave(ctx)
 }
 
 // Open connects to MySQL (creating and migrating the database) and Redis.

@@ -44,24 +44,30 @@ func (a *App) currentRoles() []string {
 	return append(out, a.Campaigns.Roles()...)
 }
 
-// beat reports this node alive every NodeHeartbeat until ctx is done, then leaves.
+// beat reports this node alive every NodeHeartbeat until ctx is done. A beat in
+// progress then finishes: cut off, it could still reach Redis after the node left.
 func (a *App) beat(ctx context.Context) {
 	t := time.NewTicker(a.cfg.NodeHeartbeat)
 	defer t.Stop()
 	for {
-		if err := a.Members.Beat(ctx); err != nil && ctx.Err() == nil {
+		if err := a.Members.Beat(context.WithoutCancel(ctx)); err != nil {
 			a.deps.Log.WarnContext(ctx, "node heartbeat failed", "err", err)
 		}
 		select {
 		case <-ctx.Done():
-			leave, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			defer cancel()
-			if err := a.Members.Leave(leave); err != nil {
-				a.deps.Log.Warn("node leave failed: the others see it gone after DISPATCH_NODE_TIMEOUT", "err", err)
-			}
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// leave takes this node out of the membership at once (a clean stop), once it beats no
+// more.
+func (a *App) leave(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if err := a.Members.Leave(ctx); err != nil {
+		a.deps.Log.WarnContext(ctx, "node leave failed: the others see it gone after DISPATCH_NODE_TIMEOUT", "err", err)
 	}
 }
 

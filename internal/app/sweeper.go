@@ -73,19 +73,24 @@ func (a *App) sweepRoles() []string {
 
 // divideSweeps divides the sweep every sixth of the node timeout (so a lease is
 // renewed between a third and half of the way through) until ctx is done; then it
-// gives this node's parts up.
+// gives this node's parts up. A round in progress then finishes (a Divide takes at
+// most a third of the timeout): cut off, it could leave a lease it had just taken to
+// run out.
 func (a *App) divideSweeps(ctx context.Context) {
+	work := context.WithoutCancel(ctx)
 	t := time.NewTicker(a.cfg.NodeTimeout / 6)
 	defer t.Stop()
 	for {
-		if err := a.DivideSweep(ctx); err != nil && ctx.Err() == nil {
+		if err := a.DivideSweep(work); err != nil {
 			a.deps.Log.WarnContext(ctx, "sweep division failed: this node sweeps every part until it succeeds", "err", err)
 		}
 		select {
 		case <-ctx.Done():
-			release, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			release, cancel := context.WithTimeout(work, time.Second)
 			defer cancel()
-			a.sweeps.ReleaseAll(release)
+			if err := a.sweeps.ReleaseAll(release); err != nil {
+				a.deps.Log.WarnContext(ctx, "sweep parts not given up: the other nodes take them after DISPATCH_NODE_TIMEOUT", "err", err)
+			}
 			return
 		case <-t.C:
 		}
