@@ -18,20 +18,27 @@ import (
 // campaign once nothing is in flight. Items flow without it: fetch and complete work
 // on the window in Redis directly.
 
-// Run runs this node's share of the campaigns until ctx is done, then gives its leases
-// up.
+// Run runs this node's share of the campaigns until ctx is done, then stops: it starts
+// no more rounds and no more syncs, lets the round in progress finish its sync (one cut
+// off midway would be logged as failed, though nothing failed), and gives its leases
+// up. Nothing is cut off, so whatever fails meanwhile is a real failure, and logged.
 func (e *Engine) Run(ctx context.Context) {
+	// The round in progress gets a third of the lease TTL past the stop, as a Divide has.
+	work, cancel := outlive(ctx, e.cfg.LeaseTTL/3)
+	defer cancel()
 	t := time.NewTicker(e.cfg.SyncInterval)
 	defer t.Stop()
 	for {
-		if err := e.RunOnce(ctx); err != nil && ctx.Err() == nil {
-			e.log.WarnContext(ctx, "campaign runners", "err", err)
+		if err := e.round(ctx, work); err != nil {
+			e.log.WarnContext(work, "campaign runners", "err", err)
 		}
 		select {
 		case <-ctx.Done():
 			release, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 			defer cancel()
-			e.runners.ReleaseAll(release)
+			if err := e.runners.ReleaseAll(release); err != nil {
+				e.log.WarnContext(release, "campaign runners: leases not given up, their campaigns move to the other nodes after DISPATCH_NODE_TIMEOUT", "err", err)
+			}
 			return
 		case <-t.C:
 		}
@@ -39,15 +46,19 @@ func (e *Engine) Run(ctx context.Context) {
 }
 
 // RunOnce is one round of this node's runners.
-func (e *Engine) RunOnce(ctx context.Context) error {
-	active, err := e.store.ListCampaigns(ctx, []taskd.CampaignState{taskd.CampaignRunning, taskd.CampaignPaused, taskd.CampaignStopping}, 0, maxRunning)
+func (e *Engine) RunOnce(ctx context.Context) error { return e.round(ctx, ctx) }
+
+// round is one round of this node's runners, on work; once stop is done it starts no
+// more syncs.
+func (e *Engine) round(stop, work context.Context) error {
+	active, err := e.store.ListCampaigns(work, []taskd.CampaignState{taskd.CampaignRunning, taskd.CampaignPaused, taskd.CampaignStopping}, 0, maxRunning)
 	if err != nil {
 		return err
 	}
 	sort.Slice(active, func(i, j int) bool { return active[i].ID < active[j].ID })
 	nodes := 1
 	if e.cfg.Nodes != nil {
-		if n, err := e.cfg.Nodes(ctx); err == nil && n > 0 {
+		if n, err := e.cfg.Nodes(work); err == nil && n > 0 {
 			nodes = n
 		}
 	}
@@ -57,14 +68,28 @@ func (e *Engine) RunOnce(ctx context.Context) error {
 		units[i] = runnerUnit(c.ID)
 		byUnit[units[i]] = c
 	}
-	held, err := e.runners.Divide(ctx, units, nodes, e.cfg.PerNode)
+	held, err := e.runners.Divide(work, units, nodes, e.cfg.PerNode)
 	for _, u := range held {
+		if stop.Err() != nil {
+			break
+		}
 		c := byUnit[u]
-		if err := e.sync(ctx, c); err != nil {
-			e.log.WarnContext(ctx, "campaign sync failed", "campaign", c.ID, "err", err)
+		if err := e.sync(work, c); err != nil {
+			e.log.WarnContext(work, "campaign sync failed", "campaign", c.ID, "err", err)
 		}
 	}
 	return err
+}
+
+// outlive is a context that ends grace after ctx does (or at cancel): the work in
+// progress when ctx ends finishes, unless it takes longer than grace.
+func outlive(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	work, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancel) })
+	return work, func() {
+		stop()
+		cancel()
+	}
 }
 
 // runnerUnit is campaign id's runner among the work the nodes divide.
