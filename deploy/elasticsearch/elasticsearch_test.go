@@ -226,3 +226,31 @@ func TestIndexTemplateBaseIsPortable(t *testing.T) {
 		t.Error("index-template.json holds what some servers refuse")
 	}
 }
+
+// A field's mapping is its type alone. Parameters such as a date format are written in
+// one server's grammar (a server that does not know Elasticsearch's refused every event
+// under "format": "strict_date_optional_time||epoch_millis"), and the defaults mean the
+// same on Elasticsearch: a date without a format parses RFC 3339 and epoch millis.
+func TestIndexTemplateMappingsNameTypesOnly(t *testing.T) {
+	b, err := IndexTemplate("ev", TemplateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tpl struct {
+		Template struct {
+			Mappings struct {
+				Properties map[string]map[string]any `json:"properties"`
+			} `json:"mappings"`
+		} `json:"template"`
+	}
+	if err := json.Unmarshal(b, &tpl); err != nil {
+		t.Fatal(err)
+	}
+	for name, params := range tpl.Template.Mappings.Properties {
+		for p := range params {
+			if p != "type" {
+				t.Errorf("field %s: mapping parameter %q", name, p)
+			}
+		}
+	}
+}

@@ -10,9 +10,16 @@
 // or an HTML 502 from a proxy) and for the whole server (down: connections are cut
 // without an answer).
 //
+// An index is created by its first write, from the index template whose pattern matches
+// its name (the highest priority wins), and keeps that template's field mappings: a
+// document whose mapped value the server cannot take is refused as Elasticsearch
+// refuses it (a keyword longer than 32766 bytes, a date its date grammar cannot parse).
+// DELETE /<index> deletes an index and its documents.
+//
 // It can also be another server that speaks the API: one without ILM, one that refuses
 // template settings it does not know, one whose setup calls fail for a while, one that
-// does not send X-Elastic-Product (OpenSearch, Elasticsearch before 7.14).
+// does not send X-Elastic-Product (OpenSearch, Elasticsearch before 7.14), one with
+// another date grammar, one that refuses a bulk request as a whole for one document.
 package esfake
 
 import (
@@ -24,10 +31,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+	"unicode/utf8"
 )
 
 // Item is one bulk operation as the fake received it, for fault injection.
@@ -60,6 +71,7 @@ type Server struct {
 	attempts     map[string]int
 	templates    map[string]json.RawMessage
 	policies     map[string]json.RawMessage
+	indices      map[string]map[string]field // index -> its field mappings (nil: none)
 	itemFault    func(Item) int
 	replyFault   func(Item) ReplyFault
 	failRequests int
@@ -72,6 +84,16 @@ type Server struct {
 	failSetup   int            // the next failSetup template and policy calls fail ...
 	setupStatus int            // ... with this status
 	setupCalls  []string       // "PUT _ilm/policy/x 200", in order
+
+	dates         DateGrammar
+	wholeRequests bool // refuse a bulk request as a whole for its first refused document
+}
+
+// field is the mapping of one field: its type and, for a date, its format ("" for the
+// server's default).
+type field struct {
+	Type   string `json:"type"`
+	Format string `json:"format"`
 }
 
 // New starts a fake on a local port; it is closed when t ends.
@@ -81,6 +103,7 @@ func New(t testing.TB) *Server {
 		attempts:  map[string]int{},
 		templates: map[string]json.RawMessage{},
 		policies:  map[string]json.RawMessage{},
+		indices:   map[string]map[string]field{},
 		missing:   map[string]int{},
 	}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
@@ -168,6 +191,68 @@ func (s *Server) SetupCalls() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.setupCalls...)
+}
+
+// DateGrammar is what a server's date type parses.
+type DateGrammar uint8
+
+const (
+	// ElasticsearchDates is Elasticsearch's default date format whatever format a
+	// mapping names: RFC 3339 strings (strict_date_optional_time) and epoch
+	// milliseconds. A value it cannot parse fails its item with 400.
+	ElasticsearchDates DateGrammar = iota
+	// RFC3339Dates is a server that does not know Elasticsearch's format grammar: it
+	// takes a template whose date fields name a format, but then refuses every value of
+	// such a field ("field [at] value [...] parse err: time format is
+	// [strict_date_optional_time||epoch_millis]"); a date field without a format parses
+	// RFC 3339.
+	RFC3339Dates
+	// EpochMillisDates is a server whose date type takes only numbers (epoch
+	// milliseconds), whatever the format.
+	EpochMillisDates
+)
+
+// SetDateGrammar sets what the date fields of indices parse.
+func (s *Server) SetDateGrammar(g DateGrammar) {
+	s.mu.Lock()
+	s.dates = g
+	s.mu.Unlock()
+}
+
+// RefuseWholeRequests makes the server answer a bulk request that holds a document it
+// cannot take with 400 and a top-level error in its own words ({"error":"field [at]
+// value [...] parse err: ..."}), storing none of the request, as some servers that
+// speak the API do, instead of failing that document's item. With RFC3339Dates and a
+// template whose date fields name a format, this is the server of the measured run
+// that indexed nothing.
+func (s *Server) RefuseWholeRequests() {
+	s.mu.Lock()
+	s.wholeRequests = true
+	s.mu.Unlock()
+}
+
+// Indices lists the indices that exist, sorted.
+func (s *Server) Indices() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.indices))
+	for name := range s.indices {
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Mapping returns the type of each mapped field of an index, as the index was created.
+func (s *Server) Mapping(index string) (map[string]string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fields, ok := s.indices[index]
+	out := map[string]string{}
+	for name, f := range fields {
+		out[name] = f.Type
+	}
+	return out, ok
 }
 
 // SetItemFault installs f, called for every bulk item before it is applied: a non-zero
@@ -335,6 +420,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			defaultIndex = parts[0]
 		}
 		s.serveBulk(w, r, defaultIndex)
+	case len(parts) == 1 && r.Method == http.MethodDelete && !strings.HasPrefix(path, "_"):
+		s.deleteIndex(w, path)
 	default:
 		writeError(w, http.StatusNotFound, "resource_not_found_exception",
 			fmt.Sprintf("esfake does not implement %s /%s", r.Method, path))
@@ -459,6 +546,12 @@ type bulkResult struct {
 	Error   map[string]any `json:"error,omitempty"`
 }
 
+// bulkOp is one operation of a bulk request.
+type bulkOp struct {
+	action, index, id string
+	source            []byte
+}
+
 func (s *Server) serveBulk(w http.ResponseWriter, r *http.Request, defaultIndex string) {
 	body, err := readBody(r)
 	if err != nil {
@@ -476,8 +569,8 @@ func (s *Server) serveBulk(w http.ResponseWriter, r *http.Request, defaultIndex 
 		return
 	}
 
-	var items []map[string]bulkResult
-	anyErr := false
+	// Like Elasticsearch, parse the whole request before applying any of it.
+	var ops []bulkOp
 	lines := bufio.NewReader(bytes.NewReader(body))
 	for {
 		line, err := readLine(lines)
@@ -500,54 +593,239 @@ func (s *Server) serveBulk(w http.ResponseWriter, r *http.Request, defaultIndex 
 			writeError(w, http.StatusBadRequest, "illegal_argument_exception", "malformed action/metadata line")
 			return
 		}
-		var op string
-		var meta struct {
-			Index string `json:"_index"`
-			ID    string `json:"_id"`
-		}
+		var op bulkOp
 		for k, v := range action {
-			op, meta = k, v
+			op = bulkOp{action: k, index: v.Index, id: v.ID}
 		}
-		var source []byte
-		if op != "delete" {
-			source, err = readLine(lines)
+		if op.action != "delete" {
+			op.source, err = readLine(lines)
 			if err != nil {
 				writeError(w, http.StatusBadRequest, "illegal_argument_exception",
 					"the bulk request must be terminated by a newline [\\n]")
 				return
 			}
 		}
-		if meta.Index == "" {
-			meta.Index = defaultIndex
+		if op.index == "" {
+			op.index = defaultIndex
 		}
+		ops = append(ops, op)
+	}
+	if s.wholeRequests {
+		mappings := map[string]map[string]field{}
+		for _, op := range ops {
+			if op.action != "index" && op.action != "create" {
+				continue
+			}
+			fields, ok := mappings[op.index]
+			if !ok {
+				fields = s.fieldsFor(op.index)
+				mappings[op.index] = fields
+			}
+			if _, reason := s.checkDoc(fields, op.id, op.source); reason != "" {
+				writeJSON(w, http.StatusBadRequest, map[string]any{"error": reason, "status": http.StatusBadRequest})
+				return
+			}
+		}
+	}
+
+	var items []map[string]bulkResult
+	anyErr := false
+	for _, op := range ops {
 		if s.replyFault != nil {
-			fault := s.replyFault(Item{Action: op, Index: meta.Index, ID: meta.ID, Source: source, Attempt: s.attempts[meta.ID] + 1})
+			fault := s.replyFault(Item{Action: op.action, Index: op.index, ID: op.id, Source: op.source, Attempt: s.attempts[op.id] + 1})
 			switch fault {
 			case ReplyOmit:
-				s.attempts[meta.ID]++
+				s.attempts[op.id]++
 				continue
 			case ReplyOtherID:
-				s.attempts[meta.ID]++
-				items = append(items, map[string]bulkResult{op: {Index: meta.Index, ID: "other-" + meta.ID,
+				s.attempts[op.id]++
+				items = append(items, map[string]bulkResult{op.action: {Index: op.index, ID: "other-" + op.id,
 					Version: 1, Result: "created", Status: http.StatusCreated}})
 				continue
 			case ReplyNoStatus:
-				s.attempts[meta.ID]++
-				items = append(items, map[string]bulkResult{op: {Index: meta.Index, ID: meta.ID}})
+				s.attempts[op.id]++
+				items = append(items, map[string]bulkResult{op.action: {Index: op.index, ID: op.id}})
 				continue
 			case ReplyTwice:
-				res := s.applyItem(op, meta.Index, meta.ID, source)
-				items = append(items, map[string]bulkResult{op: res}, map[string]bulkResult{op: res})
+				res := s.applyItem(op.action, op.index, op.id, op.source)
+				items = append(items, map[string]bulkResult{op.action: res}, map[string]bulkResult{op.action: res})
 				continue
 			}
 		}
-		res := s.applyItem(op, meta.Index, meta.ID, source)
+		res := s.applyItem(op.action, op.index, op.id, op.source)
 		if res.Status >= 300 {
 			anyErr = true
 		}
-		items = append(items, map[string]bulkResult{op: res})
+		items = append(items, map[string]bulkResult{op.action: res})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"took": 1, "errors": anyErr, "items": items})
+}
+
+// fieldsFor returns the field mappings of an index: its own if it exists, else those
+// of the template it would be created from. s.mu is held.
+func (s *Server) fieldsFor(index string) map[string]field {
+	if fields, ok := s.indices[index]; ok {
+		return fields
+	}
+	return s.templateFields(index)
+}
+
+// createIndex creates an index from its template unless it exists. s.mu is held.
+func (s *Server) createIndex(index string) {
+	if _, ok := s.indices[index]; !ok {
+		s.indices[index] = s.templateFields(index)
+	}
+}
+
+// templateFields returns the field mappings of the highest-priority template whose
+// pattern matches index (nil for none). s.mu is held.
+func (s *Server) templateFields(index string) map[string]field {
+	var best map[string]field
+	bestPriority := -1
+	for _, body := range s.templates {
+		var tpl struct {
+			IndexPatterns json.RawMessage `json:"index_patterns"`
+			Priority      int             `json:"priority"`
+			Template      struct {
+				Mappings struct {
+					Properties map[string]field `json:"properties"`
+				} `json:"mappings"`
+			} `json:"template"`
+		}
+		if json.Unmarshal(body, &tpl) != nil {
+			continue
+		}
+		var patterns []string
+		if json.Unmarshal(tpl.IndexPatterns, &patterns) != nil {
+			var one string
+			json.Unmarshal(tpl.IndexPatterns, &one)
+			patterns = []string{one}
+		}
+		for _, p := range patterns {
+			if ok, _ := path.Match(p, index); ok && tpl.Priority > bestPriority {
+				best, bestPriority = tpl.Template.Mappings.Properties, tpl.Priority
+				if best == nil {
+					best = map[string]field{}
+				}
+			}
+		}
+	}
+	return best
+}
+
+// maxKeywordBytes is the longest term Lucene indexes: a longer keyword value refuses
+// the document.
+const maxKeywordBytes = 32766
+
+// checkDoc returns why the server cannot take a document under fields, as the error
+// type and reason of its item; "" when it can. Only top-level mapped fields are
+// checked; unmapped ones are kept in _source (the templates say dynamic: false).
+// s.mu is held.
+func (s *Server) checkDoc(fields map[string]field, id string, source []byte) (typ, reason string) {
+	if len(fields) == 0 {
+		return "", ""
+	}
+	var doc map[string]json.RawMessage
+	if json.Unmarshal(source, &doc) != nil {
+		return "", ""
+	}
+	names := make([]string, 0, len(doc))
+	for name := range doc {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		f, ok := fields[name]
+		raw := doc[name]
+		if !ok || string(raw) == "null" {
+			continue
+		}
+		var str string
+		isString := json.Unmarshal(raw, &str) == nil
+		switch f.Type {
+		case "keyword":
+			if isString && len(str) > maxKeywordBytes {
+				return "document_parsing_exception", fmt.Sprintf("failed to parse: Document contains at least one immense term in field=%q "+
+					"(whose UTF8 encoding is longer than the max length %d), all of which were skipped. "+
+					"Please correct the analyzer to not produce such terms.", name, maxKeywordBytes)
+			}
+		case "date":
+			if why := s.parseDate(f.Format, raw, str, isString); why != "" {
+				value := str
+				if !isString {
+					value = string(raw)
+				}
+				if s.dates == ElasticsearchDates {
+					return "document_parsing_exception", fmt.Sprintf("failed to parse field [%s] of type [date] in document with id '%s'. "+
+						"Preview of field's value: '%s'", name, id, preview(value))
+				}
+				return "mapper_parsing_exception", fmt.Sprintf("field [%s] value [%s] parse err: time format is [%s]", name, value, why)
+			}
+		}
+	}
+	return "", ""
+}
+
+// parseDate returns "" when the server's date grammar parses a value under format, else
+// the name of the format it tried. s.mu is held.
+func (s *Server) parseDate(format string, raw json.RawMessage, str string, isString bool) string {
+	_, numErr := strconv.ParseInt(string(raw), 10, 64)
+	switch s.dates {
+	case RFC3339Dates:
+		if format != "" {
+			return format
+		}
+		if _, err := time.Parse(time.RFC3339Nano, str); !isString || err != nil {
+			return "rfc3339"
+		}
+	case EpochMillisDates:
+		if numErr != nil {
+			return "epoch_millis"
+		}
+	default:
+		if numErr == nil {
+			return ""
+		}
+		if _, err := time.Parse(time.RFC3339Nano, str); !isString || err != nil {
+			if _, err := time.Parse("2006-01-02", str); err != nil {
+				return "strict_date_optional_time||epoch_millis"
+			}
+		}
+	}
+	return ""
+}
+
+// preview shortens a value as Elasticsearch's error messages do.
+func preview(v string) string {
+	if len(v) <= 40 {
+		return v
+	}
+	cut := 40
+	for cut > 0 && !utf8.RuneStart(v[cut]) {
+		cut--
+	}
+	return v[:cut] + "..."
+}
+
+// deleteIndex deletes an index and its documents.
+func (s *Server) deleteIndex(w http.ResponseWriter, index string) {
+	s.mu.Lock()
+	_, ok := s.indices[index]
+	if ok {
+		delete(s.indices, index)
+		for id, byIndex := range s.docs {
+			delete(byIndex, index)
+			if len(byIndex) == 0 {
+				delete(s.docs, id)
+			}
+		}
+	}
+	s.mu.Unlock()
+	if !ok {
+		writeError(w, http.StatusNotFound, "index_not_found_exception", "no such index ["+index+"]")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"acknowledged": true})
 }
 
 // applyItem applies one operation; s.mu is held.
@@ -581,6 +859,12 @@ func (s *Server) applyItem(op, index, id string, source []byte) bulkResult {
 		if op == "create" && existing != nil {
 			return fail(http.StatusConflict, "version_conflict_engine_exception",
 				fmt.Sprintf("[%s]: version conflict, document already exists", id))
+		}
+		// Like Elasticsearch, the first write creates the index, even when its
+		// document is then refused.
+		s.createIndex(index)
+		if typ, reason := s.checkDoc(s.indices[index], id, source); reason != "" {
+			return fail(http.StatusBadRequest, typ, reason)
 		}
 		if existing != nil {
 			existing.Version++

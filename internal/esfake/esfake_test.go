@@ -148,3 +148,114 @@ func TestOtherServers(t *testing.T) {
 		t.Fatalf("%d stored", s.Count())
 	}
 }
+
+func del(t *testing.T, s *Server, path string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodDelete, s.URL()+path, nil)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	return res.StatusCode
+}
+
+// itemErrors returns each item's status and error reason.
+func itemErrors(out map[string]any) (statuses []int, reasons []string) {
+	items, _ := out["items"].([]any)
+	for _, it := range items {
+		for _, r := range it.(map[string]any) {
+			res := r.(map[string]any)
+			statuses = append(statuses, int(res["status"].(float64)))
+			e, _ := res["error"].(map[string]any)
+			reason, _ := e["reason"].(string)
+			reasons = append(reasons, reason)
+		}
+	}
+	return statuses, reasons
+}
+
+const datedTemplate = `{"index_patterns":["ev-*"],"priority":200,"template":{"mappings":{"dynamic":false,"properties":{
+	"at":{"type":"date","format":"strict_date_optional_time||epoch_millis"},"due_at":{"type":"date"},"result":{"type":"keyword"}}}}}`
+
+// An index is created from the template whose pattern matches it and keeps its
+// mappings; Elasticsearch fails the item of a document it cannot take (an immense
+// keyword, a date it cannot parse), and a DELETE removes the index and its documents.
+func TestIndicesFollowTheirTemplate(t *testing.T) {
+	s := New(t)
+	if st, _, body := put(t, s, "/_index_template/ev", datedTemplate); st != 200 {
+		t.Fatalf("template: %d %s", st, body)
+	}
+	long := strings.Repeat("x", 32767)
+	_, _, out := bulk(t, s, `{"index":{"_index":"ev-1","_id":"ok"}}
+{"at":"2026-11-26T14:56:38.773768Z","due_at":"2026-11-26T14:00:00Z","result":"done"}
+{"index":{"_index":"ev-1","_id":"long"}}
+{"at":"2026-11-26T14:56:38Z","result":"`+long+`"}
+{"index":{"_index":"ev-1","_id":"baddate"}}
+{"at":"yesterday"}
+{"index":{"_index":"other","_id":"free"}}
+{"at":"yesterday","result":"`+long+`"}
+`)
+	statuses, reasons := itemErrors(out)
+	if len(statuses) != 4 || statuses[0] != 201 || statuses[1] != 400 || statuses[2] != 400 || statuses[3] != 201 {
+		t.Fatalf("statuses %v reasons %v", statuses, reasons)
+	}
+	if !strings.Contains(reasons[1], `immense term in field="result"`) ||
+		!strings.Contains(reasons[2], "failed to parse field [at] of type [date] in document with id 'baddate'") {
+		t.Fatalf("reasons %v", reasons)
+	}
+	if m, ok := s.Mapping("ev-1"); !ok || m["at"] != "date" || m["result"] != "keyword" {
+		t.Fatalf("mapping of ev-1: %v %v", m, ok)
+	}
+	if got := strings.Join(s.Indices(), ","); got != "ev-1,other" {
+		t.Fatalf("indices %s", got)
+	}
+	if st := del(t, s, "/ev-1"); st != 200 {
+		t.Fatalf("delete: %d", st)
+	}
+	if st := del(t, s, "/ev-1"); st != 404 {
+		t.Fatalf("delete of a missing index: %d", st)
+	}
+	if ids := s.IDs(); len(ids) != 1 || ids[0] != "free" {
+		t.Fatalf("ids after delete %v", ids)
+	}
+}
+
+// The measured server: it does not know Elasticsearch's date formats and refuses a
+// bulk request as a whole, storing none of it; a date field without a format parses
+// RFC 3339. Another grammar takes only epoch milliseconds.
+func TestOtherDateGrammars(t *testing.T) {
+	s := New(t)
+	s.SetDateGrammar(RFC3339Dates)
+	s.RefuseWholeRequests()
+	put(t, s, "/_index_template/ev", datedTemplate)
+	st, _, out := bulk(t, s, `{"index":{"_index":"ev-1","_id":"a"}}
+{"due_at":"2026-11-26T14:00:00Z"}
+{"index":{"_index":"ev-1","_id":"b"}}
+{"at":"2026-11-26T14:56:38.773768Z"}
+`)
+	want := "field [at] value [2026-11-26T14:56:38.773768Z] parse err: time format is [strict_date_optional_time||epoch_millis]"
+	if st != 400 || out["error"] != want || out["items"] != nil {
+		t.Fatalf("%d %v, want 400 with %q", st, out, want)
+	}
+	if s.Count() != 0 || len(s.Indices()) != 0 {
+		t.Fatalf("a refused request stored %d documents, created %v", s.Count(), s.Indices())
+	}
+	if st, _, out := bulk(t, s, "{\"index\":{\"_index\":\"ev-1\",\"_id\":\"a\"}}\n{\"due_at\":\"2026-11-26T14:00:00.5Z\"}\n"); st != 200 || out["errors"] != false {
+		t.Fatalf("a date without a format: %d %v", st, out)
+	}
+
+	e := New(t)
+	e.SetDateGrammar(EpochMillisDates)
+	put(t, e, "/_index_template/ev", datedTemplate)
+	_, _, out = bulk(t, e, `{"index":{"_index":"ev-1","_id":"a"}}
+{"due_at":1795705200000}
+{"index":{"_index":"ev-1","_id":"b"}}
+{"due_at":"2026-11-26T14:00:00Z"}
+`)
+	statuses, reasons := itemErrors(out)
+	if len(statuses) != 2 || statuses[0] != 201 || statuses[1] != 400 ||
+		reasons[1] != "field [due_at] value [2026-11-26T14:00:00Z] parse err: time format is [epoch_millis]" {
+		t.Fatalf("epoch millis: %v %v", statuses, reasons)
+	}
+}
