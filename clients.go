@@ -14,12 +14,15 @@ const DefaultMaxInFlight = 1
 const MaxInFlightLimit = 100
 
 // ClientSetting is one client's settings as the admin API shows them. UpdatedAt is nil
-// while the client has the defaults; Open is how many dispatches it holds open now.
+// and Version 0 while the client has the defaults; Open is how many dispatches it holds
+// open now (not part of the version: it is nobody's edit).
 type ClientSetting struct {
 	UID         string     `json:"uid"`
 	MaxInFlight int        `json:"max_in_flight"`
 	UpdatedAt   *time.Time `json:"updated_at"`
 	Open        int        `json:"open"`
+	// Version counts the settings' writes (their ETag).
+	Version int64 `json:"version"`
 }
 
 // OpenSlot is one of a user's open dispatches and the slot it holds.

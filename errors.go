@@ -22,8 +22,11 @@ const (
 	CodeTooLarge        Code = "too_large"
 	CodeParamsInvalid   Code = "params_invalid"
 	CodeRateLimited     Code = "rate_limited"
-	CodeUnavailable     Code = "unavailable"
-	CodeInternal        Code = "internal"
+	// CodePreconditionFailed is a write made against a version (If-Match) the record
+	// no longer has.
+	CodePreconditionFailed Code = "precondition_failed"
+	CodeUnavailable        Code = "unavailable"
+	CodeInternal           Code = "internal"
 )
 
 // Error is an error the caller can act on: it carries a code, a message safe to show
@@ -35,6 +38,8 @@ type Error struct {
 	// RetryAfter, for unavailable and rate_limited, is when the client may try again
 	// (zero: the server picks a short, jittered wait).
 	RetryAfter time.Duration
+	// Current, for precondition_failed, is the record's version now (the reply's ETag).
+	Current Version
 	// Err is the underlying cause, for logs only: it is never shown to the client.
 	Err error
 }

@@ -225,6 +225,8 @@ type Template struct {
 	Stages    []string  `json:"stages"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// Version counts the template's writes (its ETag).
+	Version int64 `json:"version"`
 }
 
 // Task is a once or rotate task as admins see it.
@@ -249,6 +251,8 @@ type Task struct {
 	Inherited []string  `json:"inherited"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// Version counts the task's writes (its ETag).
+	Version int64 `json:"version"`
 }
 
 // Bounds of a task's fields: what the columns hold and what the rules allow.

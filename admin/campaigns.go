@@ -35,7 +35,7 @@ type CampaignStore interface {
 
 // CampaignEngine moves campaigns and reads their live windows (package campaign).
 type CampaignEngine interface {
-	Move(ctx context.Context, actor string, id int64, move taskd.CampaignMove) (taskd.Campaign, error)
+	Move(ctx context.Context, actor string, id int64, move taskd.CampaignMove, ifMatch taskd.IfMatch) (taskd.Campaign, error)
 	Live(ctx context.Context, c taskd.Campaign) (taskd.Campaign, error)
 }
 
@@ -328,7 +328,7 @@ func (cs *Campaigns) GetCampaign() http.Handler {
 			return 0, nil, err
 		}
 		c, err = cs.engine.Live(r.Context(), c)
-		return http.StatusOK, c, err
+		return http.StatusOK, c, tagged(w, c.Version(), err)
 	})
 }
 
@@ -395,7 +395,7 @@ func (cs *Campaigns) MoveCampaign() http.Handler {
 		default:
 			return 0, nil, taskd.Errorf(taskd.CodeNotFound, "no route POST %s", r.URL.Path)
 		}
-		c, err := cs.engine.Move(r.Context(), ActorFrom(r.Context()), id, move)
-		return http.StatusOK, c, err
+		c, err := cs.engine.Move(r.Context(), ActorFrom(r.Context()), id, move, ifMatch(r))
+		return http.StatusOK, c, tagged(w, c.Version(), err)
 	})
 }

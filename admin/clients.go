@@ -18,11 +18,11 @@ func (s *Service) ClientSetting(ctx context.Context, uid string) (taskd.ClientSe
 }
 
 // SetMaxInFlight sets uid's max_in_flight (1..taskd.MaxInFlightLimit).
-func (s *Service) SetMaxInFlight(ctx context.Context, uid string, n int) (taskd.ClientSetting, error) {
+func (s *Service) SetMaxInFlight(ctx context.Context, uid string, n int, ifMatch taskd.IfMatch) (taskd.ClientSetting, error) {
 	if n < 1 || n > taskd.MaxInFlightLimit {
 		return taskd.ClientSetting{}, taskd.Errorf(taskd.CodeInvalid, "max_in_flight: must be 1..%d, got %d", taskd.MaxInFlightLimit, n)
 	}
-	return s.store.SetMaxInFlight(ctx, ActorFrom(ctx), uid, n, s.now())
+	return s.store.SetMaxInFlight(ctx, ActorFrom(ctx), uid, n, ifMatch, s.now())
 }
 
 // GetClient is GET /v1/admin/clients/{uid}.
@@ -33,7 +33,7 @@ func (h *Handlers) GetClient() http.Handler {
 			return 0, nil, err
 		}
 		c, err := h.svc.ClientSetting(r.Context(), uid)
-		return http.StatusOK, c, err
+		return http.StatusOK, c, tagged(w, taskd.Count(c.Version), err)
 	})
 }
 
@@ -57,7 +57,7 @@ func (h *Handlers) PutClient() http.Handler {
 		if err != nil {
 			return 0, nil, err
 		}
-		c, err := h.svc.SetMaxInFlight(r.Context(), uid, int(n))
-		return http.StatusOK, c, err
+		c, err := h.svc.SetMaxInFlight(r.Context(), uid, int(n), ifMatch(r))
+		return http.StatusOK, c, tagged(w, taskd.Count(c.Version), err)
 	})
 }

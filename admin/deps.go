@@ -10,18 +10,19 @@ import (
 
 // Store is what the admin service needs from the database of record (MySQL,
 // internal/store). Every change takes the actor, for the audit log written in the
-// same transaction.
+// same transaction; an edit takes the versions it may be made against (If-Match) and
+// checks them with the record locked.
 type Store interface {
 	CreateTemplate(ctx context.Context, actor string, t taskd.Template, now time.Time) (taskd.Template, error)
-	UpdateTemplate(ctx context.Context, actor string, id int64, edit func(*taskd.Template) error, now time.Time) (before, after taskd.Template, err error)
+	UpdateTemplate(ctx context.Context, actor string, id int64, ifMatch taskd.IfMatch, edit func(*taskd.Template) error, now time.Time) (before, after taskd.Template, err error)
 	GetTemplate(ctx context.Context, id int64) (taskd.Template, error)
 	ListTemplates(ctx context.Context) ([]taskd.Template, error)
-	DeleteTemplate(ctx context.Context, actor string, id int64, now time.Time) error
+	DeleteTemplate(ctx context.Context, actor string, id int64, ifMatch taskd.IfMatch, now time.Time) error
 
 	CreateTask(ctx context.Context, actor string, t taskd.Task, now time.Time) (taskd.Task, error)
 	GetTask(ctx context.Context, key taskd.TaskKey) (taskd.Task, error)
-	ReplaceTask(ctx context.Context, actor string, t taskd.Task, now time.Time) (before, after taskd.Task, err error)
-	DeleteTask(ctx context.Context, actor string, key taskd.TaskKey, now time.Time) (taskd.Task, error)
+	ReplaceTask(ctx context.Context, actor string, key taskd.TaskKey, ifMatch taskd.IfMatch, edit func(taskd.Task) (taskd.Task, error), now time.Time) (before, after taskd.Task, err error)
+	DeleteTask(ctx context.Context, actor string, key taskd.TaskKey, ifMatch taskd.IfMatch, now time.Time) (taskd.Task, error)
 	ListTasks(ctx context.Context, f taskd.TaskFilter, after taskd.TaskKey, limit int) ([]taskd.Task, bool, error)
 
 	AddMembers(ctx context.Context, actor, gid string, uids []string, now time.Time) ([]string, error)
@@ -49,7 +50,7 @@ type Store interface {
 	// ClientSetting returns a client's settings; SetMaxInFlight sets its max_in_flight
 	// (audited).
 	ClientSetting(ctx context.Context, uid string) (taskd.ClientSetting, error)
-	SetMaxInFlight(ctx context.Context, actor, uid string, n int, now time.Time) (taskd.ClientSetting, error)
+	SetMaxInFlight(ctx context.Context, actor, uid string, n int, ifMatch taskd.IfMatch, now time.Time) (taskd.ClientSetting, error)
 }
 
 // Cache is what the admin service needs from the cache (Redis, package queue): to make

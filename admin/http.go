@@ -111,6 +111,17 @@ func (h *Handlers) serve(e endpoint) http.Handler {
 	})
 }
 
+// ifMatch is the request's If-Match: the versions its write may be made against.
+func ifMatch(r *http.Request) taskd.IfMatch { return taskd.ParseIfMatch(r.Header.Get("If-Match")) }
+
+// tagged sets the reply's ETag to v when the request succeeded, and returns err.
+func tagged(w http.ResponseWriter, v taskd.Version, err error) error {
+	if err == nil {
+		w.Header().Set("ETag", v.ETag())
+	}
+	return err
+}
+
 type templateRequest struct {
 	Name   reqName         `json:"name"`
 	Schema json.RawMessage `json:"schema"`
@@ -144,7 +155,7 @@ func (h *Handlers) CreateTemplate() http.Handler {
 			return 0, nil, err
 		}
 		t, err = h.svc.CreateTemplate(r.Context(), t)
-		return http.StatusCreated, t, err
+		return http.StatusCreated, t, tagged(w, taskd.Count(t.Version), err)
 	})
 }
 
@@ -152,7 +163,7 @@ func (h *Handlers) CreateTemplate() http.Handler {
 // (tasks' params were checked against it).
 var (
 	templateEditable = map[string]bool{"name": true, "stages": true}
-	templateServer   = map[string]bool{"id": true, "created_at": true, "updated_at": true}
+	templateServer   = map[string]bool{"id": true, "created_at": true, "updated_at": true, "version": true}
 )
 
 func init() {
@@ -181,7 +192,7 @@ func (h *Handlers) PatchTemplate() http.Handler {
 			}
 			return 0, nil, err
 		}
-		t, err := h.svc.UpdateTemplate(r.Context(), id, func(cur *taskd.Template) error {
+		t, err := h.svc.UpdateTemplate(r.Context(), id, ifMatch(r), func(cur *taskd.Template) error {
 			doc := map[string]any{"name": cur.Name, "stages": cur.Stages}
 			settingsDoc(cur.Settings, doc)
 			current, err := json.Marshal(doc)
@@ -206,7 +217,7 @@ func (h *Handlers) PatchTemplate() http.Handler {
 			cur.Name, cur.Settings, cur.Stages = next.Name, next.Settings, next.Stages
 			return nil
 		})
-		return http.StatusOK, t, err
+		return http.StatusOK, t, tagged(w, taskd.Count(t.Version), err)
 	})
 }
 
@@ -226,7 +237,7 @@ func (h *Handlers) GetTemplate() http.Handler {
 			return 0, nil, err
 		}
 		t, err := h.svc.GetTemplate(r.Context(), id)
-		return http.StatusOK, t, err
+		return http.StatusOK, t, tagged(w, taskd.Count(t.Version), err)
 	})
 }
 
@@ -237,7 +248,7 @@ func (h *Handlers) DeleteTemplate() http.Handler {
 		if err != nil {
 			return 0, nil, err
 		}
-		return http.StatusNoContent, nil, h.svc.DeleteTemplate(r.Context(), id)
+		return http.StatusNoContent, nil, h.svc.DeleteTemplate(r.Context(), id, ifMatch(r))
 	})
 }
 
@@ -386,7 +397,7 @@ func (h *Handlers) CreateTask() http.Handler {
 			return 0, nil, err
 		}
 		t, err = h.svc.CreateTask(r.Context(), t)
-		return http.StatusCreated, viewTask(t), err
+		return http.StatusCreated, viewTask(t), tagged(w, taskd.Count(t.Version), err)
 	})
 }
 
@@ -415,7 +426,7 @@ func (h *Handlers) GetTask() http.Handler {
 			return 0, nil, err
 		}
 		t, err := h.svc.GetTask(r.Context(), key)
-		return http.StatusOK, viewTask(t), err
+		return http.StatusOK, viewTask(t), tagged(w, taskd.Count(t.Version), err)
 	})
 }
 
@@ -431,8 +442,8 @@ func (h *Handlers) ReplaceTask() http.Handler {
 			return 0, nil, err
 		}
 		t.Key = key
-		t, err = h.svc.ReplaceTask(r.Context(), t)
-		return http.StatusOK, viewTask(t), err
+		t, err = h.svc.ReplaceTask(r.Context(), t, ifMatch(r))
+		return http.StatusOK, viewTask(t), tagged(w, taskd.Count(t.Version), err)
 	})
 }
 
@@ -443,7 +454,7 @@ func (h *Handlers) DeleteTask() http.Handler {
 		if err != nil {
 			return 0, nil, err
 		}
-		return http.StatusNoContent, nil, h.svc.DeleteTask(r.Context(), key)
+		return http.StatusNoContent, nil, h.svc.DeleteTask(r.Context(), key, ifMatch(r))
 	})
 }
 

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"mime"
 	"net/http"
@@ -36,7 +37,7 @@ var (
 		"max_attempts": true, "retry_backoff_seconds": true, "retry_multiplier": true, "retry_max_seconds": true,
 		"dispatch_rate_per_minute": true, "space_minutes": true, "end_time": true}
 	serverFields = map[string]bool{"id": true, "task_id": true, "kind": true, "created_at": true, "updated_at": true,
-		"inherited": true, "own": true}
+		"inherited": true, "own": true, "version": true}
 )
 
 // jsonPatchMediaType is JSON Patch (RFC 6902), another format than the merge patch
@@ -69,29 +70,28 @@ func (h *Handlers) PatchTask() http.Handler {
 		if err := checkPatch(patch, editableFields, serverFields); err != nil {
 			return 0, nil, err
 		}
-		current, err := h.svc.GetTask(r.Context(), key)
-		if err != nil {
-			return 0, nil, err
-		}
+		t, err := h.patchTask(r.Context(), key, patch, ifMatch(r))
+		return http.StatusOK, viewTask(t), tagged(w, taskd.Count(t.Version), err)
+	})
+}
+
+// patchTask merges patch into the task as it is, held locked: an edit another admin
+// made meanwhile is kept, never overwritten with what was read before it.
+func (h *Handlers) patchTask(ctx context.Context, key taskd.TaskKey, patch json.RawMessage, ifMatch taskd.IfMatch) (taskd.Task, error) {
+	return h.svc.UpdateTask(ctx, key, ifMatch, func(current taskd.Task) (taskd.Task, error) {
 		doc, err := json.Marshal(editable(current))
 		if err != nil {
-			return 0, nil, err
+			return current, err
 		}
 		merged, err := mergePatch(doc, patch)
 		if err != nil {
-			return 0, nil, err
+			return current, err
 		}
 		var req taskRequest
 		if err := web.DecodeBytes(merged, &req); err != nil {
-			return 0, nil, err
+			return current, err
 		}
-		t, err := req.task(key.Kind)
-		if err != nil {
-			return 0, nil, err
-		}
-		t.Key = key
-		t, err = h.svc.ReplaceTask(r.Context(), t)
-		return http.StatusOK, viewTask(t), err
+		return req.task(key.Kind)
 	})
 }
 

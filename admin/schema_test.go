@@ -232,7 +232,7 @@ func TestCompiledSchemaIsReused(t *testing.T) {
 		}
 	}
 	last.Params = json.RawMessage(`{}`)
-	if _, err := svc.ReplaceTask(ctx, last); taskd.ErrorCode(err) != taskd.CodeParamsInvalid {
+	if _, err := svc.ReplaceTask(ctx, last, nil); taskd.ErrorCode(err) != taskd.CodeParamsInvalid {
 		t.Fatalf("replace with params the schema refuses: %v, want params_invalid", err)
 	}
 	if n := compiles.Load(); n > 1 {

@@ -63,10 +63,10 @@ func (s *Service) CreateTemplate(ctx context.Context, t taskd.Template) (taskd.T
 }
 
 // UpdateTemplate applies edit (which checks what it sets) to template id's name,
-// settings and stages. Nothing is cached from a template: a claim reads its settings
+// settings and stages, if its version is one ifMatch matches. Nothing is cached from a template: a claim reads its settings
 // in its own transaction, so the next dispatch of any of its tasks has them.
-func (s *Service) UpdateTemplate(ctx context.Context, id int64, edit func(*taskd.Template) error) (taskd.Template, error) {
-	_, after, err := s.store.UpdateTemplate(ctx, ActorFrom(ctx), id, edit, s.now())
+func (s *Service) UpdateTemplate(ctx context.Context, id int64, ifMatch taskd.IfMatch, edit func(*taskd.Template) error) (taskd.Template, error) {
+	_, after, err := s.store.UpdateTemplate(ctx, ActorFrom(ctx), id, ifMatch, edit, s.now())
 	return after, err
 }
 
@@ -125,16 +125,29 @@ func (s *Service) CreateTask(ctx context.Context, t taskd.Task) (taskd.Task, err
 	return t, s.invalidate(ctx, t.Executor)
 }
 
-// ReplaceTask replaces a task's editable fields and invalidates the heaps of the old
-// and the new executor.
-func (s *Service) ReplaceTask(ctx context.Context, t taskd.Task) (taskd.Task, error) {
-	if err := t.Validate(); err != nil {
-		return taskd.Task{}, err
+// ReplaceTask replaces a task's editable fields with t's, if its version is one
+// ifMatch matches (see UpdateTask).
+func (s *Service) ReplaceTask(ctx context.Context, t taskd.Task, ifMatch taskd.IfMatch) (taskd.Task, error) {
+	return s.UpdateTask(ctx, t.Key, ifMatch, func(taskd.Task) (taskd.Task, error) { return t, nil })
+}
+
+// UpdateTask replaces task key's editable fields with those edit makes of the task as
+// it is, held locked (so that an edit made meanwhile is never overwritten with what
+// was read before it), if its version is one ifMatch matches. The result is checked as
+// a new task is; the heaps of the old and the new executor are invalidated.
+func (s *Service) UpdateTask(ctx context.Context, key taskd.TaskKey, ifMatch taskd.IfMatch, edit func(taskd.Task) (taskd.Task, error)) (taskd.Task, error) {
+	checked := func(cur taskd.Task) (taskd.Task, error) {
+		t, err := edit(cur)
+		if err != nil {
+			return t, err
+		}
+		t.Key = key
+		if err := t.Validate(); err != nil {
+			return t, err
+		}
+		return t, s.validateParams(ctx, t.TemplateID, t.Params)
 	}
-	if err := s.validateParams(ctx, t.TemplateID, t.Params); err != nil {
-		return taskd.Task{}, err
-	}
-	before, after, err := s.store.ReplaceTask(ctx, ActorFrom(ctx), t, s.now())
+	before, after, err := s.store.ReplaceTask(ctx, ActorFrom(ctx), key, ifMatch, checked, s.now())
 	if err != nil {
 		return after, err
 	}
@@ -145,8 +158,8 @@ func (s *Service) ReplaceTask(ctx context.Context, t taskd.Task) (taskd.Task, er
 }
 
 // DeleteTask soft-deletes a task and invalidates its executor's heaps.
-func (s *Service) DeleteTask(ctx context.Context, key taskd.TaskKey) error {
-	before, err := s.store.DeleteTask(ctx, ActorFrom(ctx), key, s.now())
+func (s *Service) DeleteTask(ctx context.Context, key taskd.TaskKey, ifMatch taskd.IfMatch) error {
+	before, err := s.store.DeleteTask(ctx, ActorFrom(ctx), key, ifMatch, s.now())
 	if err != nil {
 		return err
 	}
@@ -211,8 +224,8 @@ func checkMembers(gid string, uids []string) error {
 }
 
 // DeleteTemplate soft-deletes a template that no live task uses.
-func (s *Service) DeleteTemplate(ctx context.Context, id int64) error {
-	if err := s.store.DeleteTemplate(ctx, ActorFrom(ctx), id, s.now()); err != nil {
+func (s *Service) DeleteTemplate(ctx context.Context, id int64, ifMatch taskd.IfMatch) error {
+	if err := s.store.DeleteTemplate(ctx, ActorFrom(ctx), id, ifMatch, s.now()); err != nil {
 		return err
 	}
 	s.schemas.drop(id)

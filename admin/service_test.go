@@ -50,7 +50,7 @@ func TestReplaceTaskReachesOldAndNewExecutor(t *testing.T) {
 
 	// Due now, with other params: user 1's next fetch has it as it is now.
 	task.StartTime, task.Params = t0.Add(-time.Minute), json.RawMessage(`{"n":2}`)
-	after, err := svc.ReplaceTask(b.ctx, task)
+	after, err := svc.ReplaceTask(b.ctx, task, nil)
 	if err != nil || !after.StartTime.Equal(task.StartTime) {
 		t.Fatalf("replace: %+v, %v", after, err)
 	}
@@ -65,7 +65,7 @@ func TestReplaceTaskReachesOldAndNewExecutor(t *testing.T) {
 	moved := b.create(svc, b.once("uid_1", t0.Add(30*time.Minute)))
 	nextDue(t, "user 1 with the second task", b.poll(u1), at(t0.Add(30*time.Minute)))
 	moved.Executor, moved.StartTime = "uid_2", t0.Add(-30*time.Second)
-	if _, err := svc.ReplaceTask(b.ctx, moved); err != nil {
+	if _, err := svc.ReplaceTask(b.ctx, moved, nil); err != nil {
 		t.Fatalf("move: %v", err)
 	}
 	nextDue(t, "user 1 after the move", b.poll(u1), nil)
@@ -134,7 +134,7 @@ func TestDeleteTaskCancelsAndLeavesTheOffer(t *testing.T) {
 	d := got(t, "before", b.poll(a), open.Key)
 
 	for _, k := range []taskd.TaskKey{open.Key, later.Key} {
-		if err := svc.DeleteTask(b.ctx, k); err != nil {
+		if err := svc.DeleteTask(b.ctx, k, nil); err != nil {
 			t.Fatalf("delete %s: %v", k, err)
 		}
 	}
@@ -145,7 +145,7 @@ func TestDeleteTaskCancelsAndLeavesTheOffer(t *testing.T) {
 	wantCode(t, "complete of the cancelled dispatch", err, taskd.CodeStaleLease)
 	_, err = svc.GetTask(b.ctx, open.Key)
 	wantCode(t, "get a deleted task", err, taskd.CodeNotFound)
-	wantCode(t, "delete twice", svc.DeleteTask(b.ctx, open.Key), taskd.CodeNotFound)
+	wantCode(t, "delete twice", svc.DeleteTask(b.ctx, open.Key, nil), taskd.CodeNotFound)
 	deleted, _, err := svc.ListTasks(b.ctx, taskd.TaskFilter{Status: taskd.StatusDeleted}, taskd.TaskKey{}, 10)
 	if err != nil || len(deleted) != 2 {
 		t.Fatalf("deleted tasks: %v, %v", deleted, err)
@@ -399,7 +399,7 @@ func TestServiceRefusesWhatHTTPWouldRefuse(t *testing.T) {
 	created := b.create(svc, b.once("uid_1", t0))
 	bad := created
 	bad.Executor = "nobody"
-	if _, err := svc.ReplaceTask(b.ctx, bad); taskd.ErrorCode(err) != taskd.CodeInvalid {
+	if _, err := svc.ReplaceTask(b.ctx, bad, nil); taskd.ErrorCode(err) != taskd.CodeInvalid {
 		t.Errorf("replace with a bad executor: %v", err)
 	}
 	if got, err := svc.GetTask(b.ctx, created.Key); err != nil || got.Executor != "uid_1" {

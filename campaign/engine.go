@@ -27,7 +27,7 @@ type Store interface {
 	GetCampaign(ctx context.Context, id int64) (taskd.Campaign, error)
 	ListCampaigns(ctx context.Context, states []taskd.CampaignState, before int64, limit int) ([]taskd.Campaign, error)
 	CampaignUIDs(ctx context.Context, id, from, to int64) (map[int64]string, error)
-	MoveCampaign(ctx context.Context, actor string, id int64, move taskd.CampaignMove, live *taskd.CampaignProgress, now time.Time) (taskd.Campaign, error)
+	MoveCampaign(ctx context.Context, actor string, id int64, move taskd.CampaignMove, live *taskd.CampaignProgress, ifMatch taskd.IfMatch, now time.Time) (taskd.Campaign, error)
 	SyncCampaign(ctx context.Context, id int64, p taskd.CampaignProgress, now time.Time) (taskd.Campaign, error)
 	Members(ctx context.Context, gid string) ([]string, error)
 	AppendOutbox(ctx context.Context, evs ...taskd.Event) error
@@ -388,7 +388,7 @@ func (e *Engine) Live(ctx context.Context, c taskd.Campaign) (taskd.Campaign, er
 
 // Move makes an admin's move of campaign id and takes it to Redis. Should Redis fail
 // after MySQL committed, the campaign's runner takes it there within a sync interval.
-func (e *Engine) Move(ctx context.Context, actor string, id int64, move taskd.CampaignMove) (taskd.Campaign, error) {
+func (e *Engine) Move(ctx context.Context, actor string, id int64, move taskd.CampaignMove, ifMatch taskd.IfMatch) (taskd.Campaign, error) {
 	live, err := e.win.Sync(ctx, id, e.now())
 	if err != nil {
 		// The move is made in MySQL all the same (at a new epoch), and the runner takes
@@ -396,7 +396,7 @@ func (e *Engine) Move(ctx context.Context, actor string, id int64, move taskd.Ca
 		e.log.WarnContext(ctx, "campaign move: redis window unreadable; moving from mysql's state", "campaign", id, "err", err)
 		live = nil
 	}
-	c, err := e.store.MoveCampaign(ctx, actor, id, move, live, e.now())
+	c, err := e.store.MoveCampaign(ctx, actor, id, move, live, ifMatch, e.now())
 	if err != nil {
 		return c, err
 	}

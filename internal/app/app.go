@@ -76,6 +76,7 @@ func New(cfg Config, deps Deps) *App {
 			deps.Log.Warn("group commit: the batch failed and its requests ran one by one", "kind", kind, "size", size, "err", err)
 		}
 	})
+	deps.Store.ObserveContention(a.metrics.Contended)
 	a.guard = authguard.New(cfg.AuthFailureBurst, cfg.AuthFailureRate, nil)
 	a.Cache = queue.NewCache(deps.Redis, loader, deps.Clock,
 		queue.Config{Prefix: cfg.RedisPrefix, CatchUp: cfg.CatchUp, KeyTTL: cfg.KeyRecheck,

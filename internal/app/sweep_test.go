@@ -16,7 +16,10 @@ import (
 // round yet) a node sweeps everything.
 func TestSweepIsDividedAmongNodes(t *testing.T) {
 	t.Parallel()
-	const timeout = 600 * time.Millisecond
+	// Wide enough that a loaded machine (the race detector, packages in parallel)
+	// finishes a division within its bound (a third of it) and sweeps while the
+	// leases it renewed are fresh (two thirds of it).
+	const timeout = 1500 * time.Millisecond
 	e := newEnvWith(t, 2, func(c *app.Config) { c.NodeTimeout = timeout })
 	a, b := e.apps[0], e.apps[1]
 	ctx := t.Context()
@@ -96,7 +99,7 @@ func TestSweepIsDividedAmongNodes(t *testing.T) {
 	if n := sweep(a); n != first {
 		t.Fatalf("node-a swept %d with node-b alive, want %d", n, first)
 	}
-	e.clock.Advance(time.Second) // past the membership's timeout
+	e.clock.Advance(2 * time.Second) // past the membership's timeout
 	beat(a)
 	time.Sleep(timeout + 100*time.Millisecond) // node-b's leases run out
 	divide(a)

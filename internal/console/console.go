@@ -270,6 +270,11 @@ func decodeJSON(b []byte, v any) error {
 // call sends one request to the admin API with token, as the browser's address (so a
 // wrong token counts against it like any other).
 func (c *Console) call(r *http.Request, token, method, path string, body any) result {
+	return c.callIfMatch(r, token, method, path, "", body)
+}
+
+// callIfMatch is call with an If-Match header (none when ifMatch is "").
+func (c *Console) callIfMatch(r *http.Request, token, method, path, ifMatch string, body any) result {
 	var rd io.Reader
 	if body != nil {
 		buf, err := json.Marshal(body)
@@ -289,6 +294,9 @@ func (c *Console) call(r *http.Request, token, method, path string, body any) re
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	if ifMatch != "" {
+		req.Header.Set("If-Match", ifMatch)
+	}
 	rec := &recorder{header: http.Header{}}
 	c.admin.ServeHTTP(rec, req)
 	return result{status: rec.status, body: rec.body.Bytes()}
@@ -297,7 +305,12 @@ func (c *Console) call(r *http.Request, token, method, path string, body any) re
 // api is call with the session's token; a token the API refuses ends the session and
 // sends the browser to sign in (ok false: the reply is written).
 func (c *Console) api(w http.ResponseWriter, r *http.Request, method, path string, body any) (result, bool) {
-	res := c.call(r, sessionToken(r), method, path, body)
+	return c.apiIfMatch(w, r, method, path, "", body)
+}
+
+// apiIfMatch is api with an If-Match header (none when ifMatch is "").
+func (c *Console) apiIfMatch(w http.ResponseWriter, r *http.Request, method, path, ifMatch string, body any) (result, bool) {
+	res := c.callIfMatch(r, sessionToken(r), method, path, ifMatch, body)
 	if res.status == http.StatusUnauthorized {
 		setSession(w, r, "", -1)
 		http.Redirect(w, r, "/console/signin?m=refused", http.StatusSeeOther)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"reflect"
 	"slices"
 	"sort"
 	"strconv"
@@ -162,6 +163,10 @@ type taskForm struct {
 	Template map[string]any
 	Params   map[string]any // the params the fields show
 	Raw      bool
+	// Version is the version of the task the form was filled from: a save is made
+	// against it (If-Match), so that an edit someone made meanwhile is never
+	// overwritten unseen.
+	Version string
 }
 
 // newTask is the form of a new task.
@@ -183,6 +188,15 @@ func (c *Console) editTask(w http.ResponseWriter, r *http.Request) {
 	if !c.fetch(w, r, taskPath(r), &t) {
 		return
 	}
+	form, pm := taskFormValues(t)
+	tf := taskForm{Kind: kind, ID: id, Editing: kind + ":" + id, Form: form, Errors: map[string]string{}, Params: pm,
+		Raw: r.URL.Query().Get("raw") == "1", Version: fmt.Sprint(t["version"])}
+	c.renderTaskForm(w, r, http.StatusOK, tf)
+}
+
+// taskFormValues are the form's values of task t (as the API shows it), and its
+// params.
+func taskFormValues(t map[string]any) (map[string]string, map[string]any) {
 	form := map[string]string{}
 	for _, k := range taskFields {
 		switch v := t[k].(type) {
@@ -209,9 +223,7 @@ func (c *Console) editTask(w http.ResponseWriter, r *http.Request) {
 	params, _ := json.Marshal(t["params"])
 	form["params"] = string(params)
 	pm, _ := t["params"].(map[string]any)
-	tf := taskForm{Kind: kind, ID: id, Editing: kind + ":" + id, Form: form, Errors: map[string]string{}, Params: pm,
-		Raw: r.URL.Query().Get("raw") == "1"}
-	c.renderTaskForm(w, r, http.StatusOK, tf)
+	return form, pm
 }
 
 // renderTaskForm shows tf with the templates to choose from and, unless tf.Raw or
@@ -278,6 +290,7 @@ func (c *Console) replaceTask(w http.ResponseWriter, r *http.Request) {
 // the form again with each error at its field.
 func (c *Console) submitTask(w http.ResponseWriter, r *http.Request, tf taskForm, method, path string) {
 	tf.Form, tf.Errors, tf.Raw = map[string]string{}, map[string]string{}, r.PostFormValue("raw") == "1"
+	tf.Version = r.PostFormValue("version")
 	for _, k := range taskFields {
 		tf.Form[k] = strings.TrimSpace(r.PostFormValue(k))
 	}
@@ -354,8 +367,16 @@ func (c *Console) submitTask(w http.ResponseWriter, r *http.Request, tf taskForm
 			}
 		}
 	}
-	res, ok := c.api(w, r, method, path, body)
+	ifMatch := ""
+	if method == http.MethodPut && tf.Version != "" {
+		ifMatch = `"` + tf.Version + `"`
+	}
+	res, ok := c.apiIfMatch(w, r, method, path, ifMatch, body)
 	if !ok {
+		return
+	}
+	if res.status == http.StatusPreconditionFailed {
+		c.changedSinceOpened(w, r, path, tf)
 		return
 	}
 	if !res.ok() {
@@ -369,6 +390,48 @@ func (c *Console) submitTask(w http.ResponseWriter, r *http.Request, tf taskForm
 	}
 	res.decode(&t)
 	http.Redirect(w, r, "/console/tasks/"+t.Kind+"/"+strconv.FormatInt(t.ID, 10), http.StatusSeeOther)
+}
+
+// changedSinceOpened shows the task form again after a save refused because someone
+// changed the task since the form was opened: the values entered stay (nothing was
+// saved), each field that now differs says what the task has now, and the form is
+// made against the current version, so saving again applies what was entered, seen.
+func (c *Console) changedSinceOpened(w http.ResponseWriter, r *http.Request, path string, tf taskForm) {
+	var t map[string]any
+	if !c.fetch(w, r, path, &t) {
+		return
+	}
+	now, _ := taskFormValues(t)
+	for _, k := range taskFields {
+		entered := tf.Form[k]
+		if at, err := parseInputTime(entered); err == nil {
+			entered = inputTime(at)
+		}
+		if k == "template_id" || now[k] == entered {
+			continue
+		}
+		if k == "params" && paramsEqual(now[k], tf.Form[k]) {
+			continue
+		}
+		v := now[k]
+		if v == "" {
+			v = "(not set)"
+		}
+		tf.Errors[k] = "Now: " + v
+	}
+	tf.Errors["form"] = "This task was changed since you opened it, and nothing was saved. Your values are below; " +
+		"under each field that differs is what the task has now. Save again to replace them with yours, or open the task again to start from its current values."
+	tf.Version = fmt.Sprint(t["version"])
+	c.renderTaskForm(w, r, http.StatusPreconditionFailed, tf)
+}
+
+// paramsEqual reports whether two params documents hold the same JSON.
+func paramsEqual(a, b string) bool {
+	var x, y any
+	if decodeJSON([]byte(a), &x) != nil || decodeJSON([]byte(b), &y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y)
 }
 
 // fieldErrors puts an API error next to the field it names: a 422's schema errors at

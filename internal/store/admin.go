@@ -18,7 +18,7 @@ import (
 // CreateTemplate stores t (its name, schema, settings and stages) and returns it with
 // its id.
 func (s *Store) CreateTemplate(ctx context.Context, actor string, t taskd.Template, now time.Time) (taskd.Template, error) {
-	t.CreatedAt, t.UpdatedAt = now, now
+	t.CreatedAt, t.UpdatedAt, t.Version = now, now, 1
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		args := append([]any{t.Name, string(t.Schema)}, settingsArgs(t.Settings)...)
 		res, err := tx.ExecContext(ctx, `INSERT INTO task_params_template (name, schema_json, `+strings.Join(settingsNames, ", ")+`,
@@ -39,14 +39,14 @@ func templateTarget(id int64) string { return "template:" + strconv.FormatInt(id
 
 // selectTemplate reads templates as scanTemplate scans them.
 var selectTemplate = "SELECT p.id, p.name, p.schema_json, " + settingsCols("p") +
-	", p.stages, p.created_at, p.updated_at FROM task_params_template p"
+	", p.stages, p.created_at, p.updated_at, p.version FROM task_params_template p"
 
 func scanTemplate(row scanner) (taskd.Template, error) {
 	var t taskd.Template
 	var schema string
 	var stages *string
 	dest := append([]any{&t.ID, &t.Name, &schema}, settingsDest(&t.Settings)...)
-	if err := row.Scan(append(dest, &stages, &t.CreatedAt, &t.UpdatedAt)...); err != nil {
+	if err := row.Scan(append(dest, &stages, &t.CreatedAt, &t.UpdatedAt, &t.Version)...); err != nil {
 		return t, err
 	}
 	t.Schema = json.RawMessage(schema)
@@ -82,11 +82,12 @@ func (s *Store) ListTemplates(ctx context.Context) ([]taskd.Template, error) {
 	return out, mysqlErr("list templates", rows.Err())
 }
 
-// UpdateTemplate applies edit to live template id, held locked, and stores its name,
-// settings and stages (the schema stays: tasks' params were checked against it). It
-// returns the template before and after. Claims read a template's settings in the
-// same transaction as the claim, so the next dispatch has them.
-func (s *Store) UpdateTemplate(ctx context.Context, actor string, id int64, edit func(*taskd.Template) error, now time.Time) (before, after taskd.Template, err error) {
+// UpdateTemplate applies edit to live template id, held locked and at a version
+// ifMatch matches, and stores its name, settings and stages (the schema stays: tasks'
+// params were checked against it). It returns the template before and after. Claims
+// read a template's settings in the same transaction as the claim, so the next
+// dispatch has them.
+func (s *Store) UpdateTemplate(ctx context.Context, actor string, id int64, ifMatch taskd.IfMatch, edit func(*taskd.Template) error, now time.Time) (before, after taskd.Template, err error) {
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
 		before, err = scanTemplate(tx.QueryRowContext(ctx, selectTemplate+" WHERE p.id = ? AND p.status = 1 FOR UPDATE", id))
@@ -96,15 +97,19 @@ func (s *Store) UpdateTemplate(ctx context.Context, actor string, id int64, edit
 		if err != nil {
 			return err
 		}
+		if err := ifMatch.Check(templateTarget(id), taskd.Count(before.Version)); err != nil {
+			return err
+		}
 		after = before
 		after.Stages = slices.Clone(before.Stages)
 		if err := edit(&after); err != nil {
 			return err
 		}
 		after.ID, after.Schema, after.CreatedAt, after.UpdatedAt = before.ID, before.Schema, before.CreatedAt, now
+		after.Version = before.Version + 1
 		args := append([]any{after.Name}, settingsArgs(after.Settings)...)
 		if _, err := tx.ExecContext(ctx, "UPDATE task_params_template SET name = ?, "+settingsSet()+
-			", stages = ?, updated_at = ? WHERE id = ?", append(args, stagesArg(after.Stages), now, id)...); err != nil {
+			", stages = ?, updated_at = ?, version = version + 1 WHERE id = ?", append(args, stagesArg(after.Stages), now, id)...); err != nil {
 			return err
 		}
 		return audit(ctx, tx, actor, "template.update", templateTarget(id), before, after, now)
@@ -112,11 +117,23 @@ func (s *Store) UpdateTemplate(ctx context.Context, actor string, id int64, edit
 	return before, after, mysqlErr("update template", err)
 }
 
-// DeleteTemplate soft-deletes a template no live task uses (conflict otherwise).
-func (s *Store) DeleteTemplate(ctx context.Context, actor string, id int64, now time.Time) error {
+// DeleteTemplate soft-deletes a template no live task uses (conflict otherwise), at a
+// version ifMatch matches.
+func (s *Store) DeleteTemplate(ctx context.Context, actor string, id int64, ifMatch taskd.IfMatch, now time.Time) error {
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var version int64
+		err := tx.QueryRowContext(ctx, "SELECT version FROM task_params_template WHERE id = ? AND status = 1 FOR UPDATE", id).Scan(&version)
+		if errors.Is(err, sql.ErrNoRows) {
+			return taskd.Errorf(taskd.CodeNotFound, "template %d not found", id)
+		}
+		if err != nil {
+			return err
+		}
+		if err := ifMatch.Check(templateTarget(id), taskd.Count(version)); err != nil {
+			return err
+		}
 		var used int
-		err := tx.QueryRowContext(ctx, `SELECT
+		err = tx.QueryRowContext(ctx, `SELECT
 			(SELECT COUNT(*) FROM task_once WHERE template_id = ? AND status <> ?) +
 			(SELECT COUNT(*) FROM task_rotate WHERE template_id = ? AND status <> ?)`,
 			id, taskd.StatusDeleted, id, taskd.StatusDeleted).Scan(&used)
@@ -126,13 +143,9 @@ func (s *Store) DeleteTemplate(ctx context.Context, actor string, id int64, now 
 		if used > 0 {
 			return taskd.Errorf(taskd.CodeConflict, "template %d is used by %d task(s)", id, used)
 		}
-		res, err := tx.ExecContext(ctx,
-			"UPDATE task_params_template SET status = 3, updated_at = ? WHERE id = ? AND status = 1", now, id)
-		if err != nil {
+		if _, err := tx.ExecContext(ctx,
+			"UPDATE task_params_template SET status = 3, updated_at = ?, version = version + 1 WHERE id = ?", now, id); err != nil {
 			return err
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return taskd.Errorf(taskd.CodeNotFound, "template %d not found", id)
 		}
 		return audit(ctx, tx, actor, "template.delete", templateTarget(id), map[string]int64{"id": id}, nil, now)
 	})
@@ -181,9 +194,15 @@ func (s *Store) CreateTask(ctx context.Context, actor string, t taskd.Task, now 
 	return t, mysqlErr("create task", err)
 }
 
+// templateLive refuses a template that is not live, and share-locks its row to the end
+// of the transaction, so that a concurrent delete of the template waits for the task
+// written with it and then sees it (and refuses). Claims lock a task's row, then its
+// template's; edits of a task do the same, and a template's delete locks its row alone
+// (it counts the tasks without locking), so no order of them closes a cycle.
 func templateLive(ctx context.Context, tx *sql.Tx, id int64) error {
+	q := "SELECT 1 FROM task_params_template WHERE id = ? AND status = 1 LOCK IN SHARE MODE"
 	var one int
-	err := tx.QueryRowContext(ctx, "SELECT 1 FROM task_params_template WHERE id = ? AND status = 1", id).Scan(&one)
+	err := tx.QueryRowContext(ctx, q, id).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return taskd.Errorf(taskd.CodeInvalid, "template_id: template %d does not exist", id)
 	}
@@ -192,7 +211,7 @@ func templateLive(ctx context.Context, tx *sql.Tx, id int64) error {
 
 // taskColumns are a task's columns (alias t) and its template's settings (alias p).
 var taskColumns = `t.id, t.executor, t.start_time, t.template_id, t.params, t.dispatch_times, t.mode, t.priority,
-	t.status, t.created_at, t.updated_at, ` + settingsCols("t") + ", " + settingsCols("p")
+	t.status, t.created_at, t.updated_at, t.version, ` + settingsCols("t") + ", " + settingsCols("p")
 
 // scanTask scans selectTask's columns; the effective settings are resolved from the
 // task's own and its template's.
@@ -203,7 +222,7 @@ func scanTask(row scanner, kind taskd.Kind) (taskd.Task, error) {
 	var end sql.NullTime
 	var tpl taskd.Settings
 	dest := []any{&t.Key.ID, &t.Executor, &t.StartTime, &t.TemplateID, &params, &t.DispatchTimes, &t.Mode,
-		&t.Priority, &t.Status, &t.CreatedAt, &t.UpdatedAt}
+		&t.Priority, &t.Status, &t.CreatedAt, &t.UpdatedAt, &t.Version}
 	dest = append(append(dest, settingsDest(&t.Own)...), settingsDest(&tpl)...)
 	if kind == taskd.KindRotate {
 		dest = append(dest, &space, &end)
@@ -247,10 +266,10 @@ func getTask(ctx context.Context, q rowQuerier, key taskd.TaskKey) (taskd.Task, 
 	return t, err
 }
 
-// lockTask locks a task that is not deleted for an edit and reads it. The task row
-// alone is locked: its template's row, which every claim of the template's tasks
-// reads in share mode, is not.
-func lockTask(ctx context.Context, tx *sql.Tx, key taskd.TaskKey) (taskd.Task, error) {
+// lockTask locks a task that is not deleted for an edit and reads it; its version
+// must be one ifMatch matches. The task row alone is locked: its template's row, which
+// every claim of the template's tasks reads in share mode, is not.
+func lockTask(ctx context.Context, tx *sql.Tx, key taskd.TaskKey, ifMatch taskd.IfMatch) (taskd.Task, error) {
 	var one int
 	err := tx.QueryRowContext(ctx, "SELECT 1 FROM "+taskTable(key.Kind)+" WHERE id = ? AND status <> ? FOR UPDATE",
 		key.ID, taskd.StatusDeleted).Scan(&one)
@@ -260,23 +279,34 @@ func lockTask(ctx context.Context, tx *sql.Tx, key taskd.TaskKey) (taskd.Task, e
 	if err != nil {
 		return taskd.Task{}, err
 	}
-	return getTask(ctx, tx, key)
+	t, err := getTask(ctx, tx, key)
+	if err != nil {
+		return t, err
+	}
+	return t, ifMatch.Check("task "+key.String(), taskd.Count(t.Version))
 }
 
-// ReplaceTask replaces the editable fields of a live task and returns the task before
-// and after. Claims already made are kept: a lower quota only stops further dispatch.
-// Pausing parks the task's open dispatches beside their users' open slots.
-func (s *Store) ReplaceTask(ctx context.Context, actor string, t taskd.Task, now time.Time) (before, after taskd.Task, err error) {
+// ReplaceTask replaces the editable fields of live task key with those edit makes of
+// it as it is, held locked and at a version ifMatch matches, and returns the task
+// before and after. Claims already made are kept: a lower quota only stops further
+// dispatch. Pausing parks the task's open dispatches beside their users' open slots.
+func (s *Store) ReplaceTask(ctx context.Context, actor string, key taskd.TaskKey, ifMatch taskd.IfMatch,
+	edit func(taskd.Task) (taskd.Task, error), now time.Time) (before, after taskd.Task, err error) {
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		if before, err = lockTask(ctx, tx, t.Key); err != nil {
+		if before, err = lockTask(ctx, tx, key, ifMatch); err != nil {
 			return err
 		}
+		t, err := edit(before)
+		if err != nil {
+			return err
+		}
+		t.Key = key
 		if err := templateLive(ctx, tx, t.TemplateID); err != nil {
 			return err
 		}
 		set := "executor = ?, start_time = ?, template_id = ?, params = ?, dispatch_times = ?, mode = ?, priority = ?, " +
-			"status = ?, " + settingsSet() + ", updated_at = ?"
+			"status = ?, " + settingsSet() + ", updated_at = ?, version = version + 1"
 		args := append([]any{t.Executor, t.StartTime, t.TemplateID, string(t.Params), t.DispatchTimes, t.Mode,
 			t.Priority, t.Status}, settingsArgs(t.Own)...)
 		args = append(args, now)
@@ -300,16 +330,16 @@ func (s *Store) ReplaceTask(ctx context.Context, actor string, t taskd.Task, now
 	return before, after, mysqlErr("replace task", err)
 }
 
-// DeleteTask soft-deletes a task and returns it as it was. Its open and retry-waiting
-// dispatches are cancelled in the same transaction.
-func (s *Store) DeleteTask(ctx context.Context, actor string, key taskd.TaskKey, now time.Time) (taskd.Task, error) {
+// DeleteTask soft-deletes a task, at a version ifMatch matches, and returns it as it
+// was. Its open and retry-waiting dispatches are cancelled in the same transaction.
+func (s *Store) DeleteTask(ctx context.Context, actor string, key taskd.TaskKey, ifMatch taskd.IfMatch, now time.Time) (taskd.Task, error) {
 	var before taskd.Task
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		if before, err = lockTask(ctx, tx, key); err != nil {
+		if before, err = lockTask(ctx, tx, key, ifMatch); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, "UPDATE "+taskTable(key.Kind)+" SET status = ?, updated_at = ? WHERE id = ?",
+		_, err = tx.ExecContext(ctx, "UPDATE "+taskTable(key.Kind)+" SET status = ?, updated_at = ?, version = version + 1 WHERE id = ?",
 			taskd.StatusDeleted, now, key.ID)
 		if err != nil {
 			return err
@@ -541,6 +571,7 @@ func (s *Store) CreateClientKey(ctx context.Context, actor, uid, hash string, ke
 
 // lockClient locks uid's client row, creating it if uid has none: an upsert on the
 // primary key, which takes a record lock on the row and no gap lock, found or not.
+// Writers of a client's keys and settings take turns on it.
 func lockClient(ctx context.Context, tx *sql.Tx, uid string, now time.Time) error {
 	_, err := tx.ExecContext(ctx, "INSERT INTO client (uid, created_at) VALUES (?, ?) ON DUPLICATE KEY UPDATE uid = uid", uid, now)
 	return err

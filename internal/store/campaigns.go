@@ -247,9 +247,9 @@ func (s *Store) CampaignUIDs(ctx context.Context, id, from, to int64) (map[int64
 // MoveCampaign makes an admin's move of campaign id, audited (campaign.<move>). live is
 // the campaign's window as Redis has it (nil when Redis has none): a state Redis
 // reached on its own at the campaign's epoch (paused by the error budget, finished) is
-// the state the move starts from. The move bumps the epoch; the caller then takes the
-// new state to Redis.
-func (s *Store) MoveCampaign(ctx context.Context, actor string, id int64, move taskd.CampaignMove, live *taskd.CampaignProgress, now time.Time) (taskd.Campaign, error) {
+// the state the move starts from, and the version ifMatch must match is taken there.
+// The move bumps the epoch; the caller then takes the new state to Redis.
+func (s *Store) MoveCampaign(ctx context.Context, actor string, id int64, move taskd.CampaignMove, live *taskd.CampaignProgress, ifMatch taskd.IfMatch, now time.Time) (taskd.Campaign, error) {
 	var after taskd.Campaign
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		c, err := lockCampaign(ctx, tx, id)
@@ -264,6 +264,9 @@ func (s *Store) MoveCampaign(ctx context.Context, actor string, id int64, move t
 					return err
 				}
 			}
+		}
+		if err := ifMatch.Check(campaignTarget(id), c.Version()); err != nil {
+			return err
 		}
 		before := c
 		to, err := move.Apply(c.State)

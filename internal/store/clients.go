@@ -19,15 +19,15 @@ func (s *Store) ClientSetting(ctx context.Context, uid string) (taskd.ClientSett
 
 func clientSetting(ctx context.Context, q rowQuerier, uid string) (taskd.ClientSetting, error) {
 	c := taskd.ClientSetting{UID: uid, MaxInFlight: taskd.DefaultMaxInFlight}
-	var mif sql.NullInt64
-	err := q.QueryRowContext(ctx, `SELECT c.max_in_flight, c.updated_at,
+	var mif, version sql.NullInt64
+	err := q.QueryRowContext(ctx, `SELECT c.max_in_flight, c.updated_at, c.version,
 		(SELECT COUNT(*) FROM dispatch WHERE open_uid = ?)
-		FROM (SELECT 1) one LEFT JOIN client_setting c ON c.uid = ?`, uid, uid).Scan(&mif, &c.UpdatedAt, &c.Open)
+		FROM (SELECT 1) one LEFT JOIN client_setting c ON c.uid = ?`, uid, uid).Scan(&mif, &c.UpdatedAt, &version, &c.Open)
 	if err != nil {
 		return c, err
 	}
 	if mif.Valid {
-		c.MaxInFlight = int(mif.Int64)
+		c.MaxInFlight, c.Version = int(mif.Int64), version.Int64
 	}
 	if c.UpdatedAt != nil {
 		*c.UpdatedAt = c.UpdatedAt.UTC()
@@ -36,22 +36,30 @@ func clientSetting(ctx context.Context, q rowQuerier, uid string) (taskd.ClientS
 }
 
 // SetMaxInFlight sets how many dispatches uid may hold open at once, audited
-// (client.update). Lowering it takes nothing back: dispatches open in slots above the
-// new limit run to their end, and their slots are not handed out again.
-func (s *Store) SetMaxInFlight(ctx context.Context, actor, uid string, n int, now time.Time) (taskd.ClientSetting, error) {
+// (client.update), if uid's settings are at a version ifMatch matches (0 while it has
+// the defaults). Writers of one client take turns on its client row. Lowering the
+// limit takes nothing back: dispatches open in slots above the new limit run to their
+// end, and their slots are not handed out again.
+func (s *Store) SetMaxInFlight(ctx context.Context, actor, uid string, n int, ifMatch taskd.IfMatch, now time.Time) (taskd.ClientSetting, error) {
 	var after taskd.ClientSetting
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := lockClient(ctx, tx, uid, now); err != nil {
+			return err
+		}
 		before, err := clientSetting(ctx, tx, uid)
 		if err != nil {
 			return err
 		}
+		if err := ifMatch.Check("the settings of client "+uid, taskd.Count(before.Version)); err != nil {
+			return err
+		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO client_setting (uid, max_in_flight, updated_at) VALUES (?, ?, ?)
-			ON DUPLICATE KEY UPDATE max_in_flight = VALUES(max_in_flight), updated_at = VALUES(updated_at)`,
+			ON DUPLICATE KEY UPDATE max_in_flight = VALUES(max_in_flight), updated_at = VALUES(updated_at), version = version + 1`,
 			uid, n, now); err != nil {
 			return err
 		}
 		after = before
-		after.MaxInFlight, after.UpdatedAt = n, &now
+		after.MaxInFlight, after.UpdatedAt, after.Version = n, &now, before.Version+1
 		type setting struct {
 			MaxInFlight int `json:"max_in_flight"`
 		}

@@ -314,3 +314,41 @@ func TestLockWaitGivesUpUnavailable(t *testing.T) {
 		t.Errorf("contention observed: %v, want a lock wait retried, then given up", seen)
 	}
 }
+
+// A template deleted while a task of it is being created: either the delete sees the
+// task and refuses, or the create finds the template gone; never a live task of a
+// deleted template. The delete is made inside the create, between its read of the
+// template and its write of the task.
+func TestTemplateDeletedDuringTaskCreate(t *testing.T) {
+	t.Parallel()
+	st, _ := contentionStore(t, "none")
+	ctx := context.Background()
+	tpl, err := st.CreateTemplate(ctx, "admin", taskd.Template{Name: "t", Schema: []byte(`{}`)}, contentionAt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleted := make(chan error, 1)
+	st.Interleave(func(_ context.Context, point string) {
+		if point != "task.create" {
+			return
+		}
+		go func() { deleted <- st.DeleteTemplate(ctx, "admin", tpl.ID, nil, contentionAt) }()
+		// The delete either ends (it did not wait for this transaction) or waits for
+		// it; a second is long enough to tell on any machine.
+		select {
+		case err := <-deleted:
+			deleted <- err
+		case <-time.After(time.Second):
+		}
+	})
+	_, createErr := st.CreateTask(ctx, "admin", taskd.Task{Key: taskd.TaskKey{Kind: taskd.KindOnce}, Executor: "gid_ops",
+		StartTime: contentionAt, TemplateID: tpl.ID, Params: []byte(`{}`), DispatchTimes: 1,
+		Mode: taskd.ModeOncePerUser, Priority: 5, Status: taskd.StatusActive}, contentionAt)
+	deleteErr := <-deleted
+	if createErr == nil && deleteErr == nil {
+		t.Fatal("the task was created and its template deleted: a live task of a deleted template")
+	}
+	if createErr != nil || taskd.ErrorCode(deleteErr) != taskd.CodeConflict {
+		t.Fatalf("create: %v; delete: %v; want the create to win and the delete refused (conflict)", createErr, deleteErr)
+	}
+}

@@ -42,6 +42,8 @@ func Status(code taskd.Code) int {
 		return http.StatusTooManyRequests
 	case taskd.CodeUnavailable:
 		return http.StatusServiceUnavailable
+	case taskd.CodePreconditionFailed:
+		return http.StatusPreconditionFailed
 	}
 	return http.StatusInternalServerError
 }
@@ -80,6 +82,10 @@ func Error(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) 
 	switch e.Code {
 	case taskd.CodeUnavailable, taskd.CodeRateLimited:
 		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(e.RetryAfter)))
+	case taskd.CodePreconditionFailed:
+		if e.Current != "" {
+			w.Header().Set("ETag", e.Current.ETag())
+		}
 	}
 	Encode(w, Status(e.Code), errorBody{Error: errorDetail{Code: e.Code, Message: e.Message, Details: e.Details}})
 }

@@ -5,7 +5,7 @@
 -- have, and concurrent enrolls of new uids deadlocked on each other's fresh rows;
 -- members added one by one to one group deadlocked when two lists crossed.
 
--- One row per client uid that ever had a key.
+-- One row per client uid that ever had a key (or, later, settings).
 CREATE TABLE client (
   uid        VARCHAR(64) NOT NULL,
   created_at DATETIME(6) NOT NULL,

@@ -190,6 +190,25 @@ try {
       [6, '2030-01-02T03:04:35Z', 1000000, 30, 3, 1000000]);
   });
 
+  await step('a save after someone else changed the task shows the change, not an overwrite', async () => {
+    const created = await api('POST', '/v1/admin/tasks/once', { executor: 'uid_8', start_time: '2030-01-02T03:04:35Z',
+      template_id: templateId, params: { url: 'http://x' }, priority: 2 });
+    assert.equal(created.status, 201);
+    await page.goto(base + '/console/tasks/once/' + created.body.id + '/edit');
+    await page.getByLabel('Priority (1-9)').fill('4');
+    // Another admin changes the task while this form is open.
+    assert.equal((await api('PATCH', '/v1/admin/tasks/once/' + created.body.id, { priority: 9 })).status, 200);
+    await page.getByRole('button', { name: 'Save task' }).click();
+    await page.getByRole('alert').filter({ hasText: 'changed since you opened it' }).waitFor();
+    assert.equal(await page.getByLabel('Priority (1-9)').inputValue(), '4', 'the values entered stay');
+    assert.match(await page.locator('#priority-error').textContent(), /Now: 9/);
+    assert.equal((await api('GET', '/v1/admin/tasks/once/' + created.body.id)).body.priority, 9, 'nothing was saved');
+    await shot('task-conflict');
+    await page.getByRole('button', { name: 'Save task' }).click(); // seen: saved against the current version
+    await page.locator('#task-status').waitFor();
+    assert.equal((await api('GET', '/v1/admin/tasks/once/' + created.body.id)).body.priority, 4);
+  });
+
   await step('pause it and see the audit entry', async () => {
     await page.goto(base + taskPath);
     await page.getByRole('button', { name: 'Pause' }).click();
