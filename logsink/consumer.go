@@ -31,7 +31,14 @@ type SinkStats struct {
 	// answer, an error status, a reply that is not a true bulk reply, or every item
 	// refused. Their events were retried.
 	RefusedBatches uint64
-	InFlight       int // messages fetched and not yet done
+	// RefusedEvents counts events the server refused for a reason in the event itself
+	// (an item error that retrying cannot mend, or a request refused as a whole that
+	// was split down to this event); each went to the dead-letter topic.
+	RefusedEvents uint64
+	// SplitBatches counts bulk requests the server refused as a whole for a reason in
+	// their documents, split to find the documents at fault.
+	SplitBatches uint64
+	InFlight     int // messages fetched and not yet done
 	// Lag is the consumer group's lag and the age of its oldest unindexed event, last
 	// measured from the broker.
 	Lag Lag
@@ -58,6 +65,7 @@ type Sink struct {
 	nextLane atomic.Uint64
 	retryCh  chan *job
 	dlqCh    chan *job
+	splitCh  chan splitBatch
 	abortCtx context.Context // ends in-flight bulk requests when shutdown gives up
 
 	mu     sync.Mutex
@@ -65,6 +73,13 @@ type Sink struct {
 	crash  context.CancelCauseFunc
 
 	indexed, deadLettered, retries, unconfirmed, refusedBatches atomic.Uint64
+	refusedEvents, splitBatches                                 atomic.Uint64
+
+	// storing says the server stored a document since it last refused events as
+	// such; incompat is the reason it refuses them as such, nil while it does not.
+	storing    atomic.Bool
+	incompatMu sync.Mutex
+	incompat   *refusal
 
 	warnMu   sync.Mutex
 	lastWarn map[string]time.Time // warning message -> when last logged
@@ -106,6 +121,7 @@ func NewSink(cfg Config, logger *slog.Logger) (*Sink, error) {
 		sem:      make(chan struct{}, cfg.MaxInFlight),
 		retryCh:  make(chan *job, cfg.MaxInFlight),
 		dlqCh:    make(chan *job, cfg.MaxInFlight),
+		splitCh:  make(chan splitBatch, cfg.MaxInFlight),
 		lastWarn: map[string]time.Time{},
 	}, nil
 }
@@ -115,7 +131,8 @@ func (s *Sink) Stats() SinkStats {
 	st := SinkStats{
 		Indexed: s.indexed.Load(), DeadLettered: s.deadLettered.Load(),
 		Retries: s.retries.Load(), Unconfirmed: s.unconfirmed.Load(),
-		RefusedBatches: s.refusedBatches.Load(), InFlight: len(s.sem),
+		RefusedBatches: s.refusedBatches.Load(), RefusedEvents: s.refusedEvents.Load(),
+		SplitBatches: s.splitBatches.Load(), InFlight: len(s.sem),
 	}
 	if l := s.lag.Load(); l != nil {
 		st.Lag = *l
@@ -124,7 +141,8 @@ func (s *Sink) Stats() SinkStats {
 }
 
 // Readiness says whether the sink is doing its job: Elasticsearch setup finished, the
-// server storing what it is sent, and no unindexed event older than MaxEventAge.
+// server storing what it is sent and not refusing events as such, and no unindexed
+// event older than MaxEventAge.
 func (s *Sink) Readiness() Readiness { return s.health.readiness() }
 
 func (s *Sink) readerConfig() kafka.ReaderConfig {
@@ -205,7 +223,7 @@ func (s *Sink) Run(ctx context.Context) error {
 	s.mu.Unlock()
 
 	var wg sync.WaitGroup
-	for _, loop := range []func(context.Context){s.retryLoop, s.dlqLoop, func(ctx context.Context) { s.commitLoop(ctx, reader) }} {
+	for _, loop := range []func(context.Context){s.retryLoop, s.dlqLoop, s.splitLoop, func(ctx context.Context) { s.commitLoop(ctx, reader) }} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -275,7 +293,7 @@ func (s *Sink) setupElasticsearch(ctx context.Context) {
 	setup := &esSetup{
 		api: s.api, prefix: s.cfg.IndexPrefix, retentionDays: s.cfg.RetentionDays, log: s.log,
 		backoff: backoff{min: s.cfg.RetryMin, max: min(s.cfg.RetryMax, 10*time.Second)},
-		warnf:   s.warnf,
+		warnf:   s.warnf, now: time.Now,
 	}
 	rep, err := setup.run(ctx)
 	if ctx.Err() != nil {
@@ -283,6 +301,9 @@ func (s *Sink) setupElasticsearch(ctx context.Context) {
 	}
 	if err != nil { // the embedded objects do not load: a build defect, which tests catch
 		s.log.Error("elasticsearch setup", "err", err)
+	}
+	if rep.Proven {
+		s.storing.Store(true) // the server stored a real event: a lone refusal is the event's fault
 	}
 	s.health.set(UnreadySetup, false)
 	tpl, retention := rep.Template, "none"
@@ -292,7 +313,7 @@ func (s *Sink) setupElasticsearch(ctx context.Context) {
 	if rep.Policy {
 		retention = fmt.Sprintf("%dd", s.cfg.RetentionDays)
 	}
-	s.log.Info("elasticsearch setup finished", "lifecycle_policy", rep.Policy, "index_template", tpl,
+	s.log.Info("elasticsearch setup finished", "lifecycle_policy", rep.Policy, "index_template", tpl, "template_proven", rep.Proven,
 		"index_pattern", s.cfg.IndexPrefix+"-*", "retention", retention)
 }
 

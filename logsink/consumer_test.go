@@ -139,6 +139,7 @@ func TestSinkElasticsearchFaults(t *testing.T) {
 	es.FailRequests(6, http.StatusServiceUnavailable) // more than the transport's own retries
 
 	cfg := testConfig(brokers, es.URL(), topic, dlq, group)
+	cfg.SetupES = false   // the setup's probe event would take the injected request failures
 	cfg.MaxInFlight = 400 // the rest must wait in Kafka while ES is down
 	sink, checker, stop := startChecked(t, cfg, es)
 

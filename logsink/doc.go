@@ -22,7 +22,13 @@
 // its own document in its own index. Every bulk item's result is checked: 429 and 5xx
 // (and requests that got no answer at all) are retried with backoff until they succeed;
 // other client errors, such as a mapping conflict, cannot succeed and go to the
-// dead-letter topic with the reason, as do messages that are not valid events.
+// dead-letter topic with the reason, as do messages that are not valid events. A bulk
+// request the server refuses as a whole for a reason in its documents (400 or 413) is
+// split in halves, and its halves again, to find the documents at fault (split.go):
+// one bad document never stalls the pipeline. But when every document of a batch is
+// refused for one reason, the server or the index template is at fault, not the
+// documents: none is dead-lettered, readiness says es_incompatible, and the events wait
+// in Kafka (refusesEvents decides, for items and splits alike).
 // Per partition, offsets are committed only up to the lowest message not yet indexed or
 // dead-lettered, so a crash replays but never skips.
 //
@@ -35,5 +41,6 @@
 // after DISPATCH_ES_RETENTION_DAYS; the template and policy live in
 // deploy/elasticsearch and are installed, idempotently, at every logsink start, where
 // the server supports them (see esSetup: a server without ILM gets no retention, and a
-// warning saying so).
+// warning saying so). The template is proven with a real event indexed into a scratch
+// index made from it; a server that refuses the event gets a plainer mapping.
 package logsink

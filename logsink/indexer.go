@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"container/heap"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -59,11 +58,22 @@ type lane struct {
 	unread   []laneItem
 
 	// Of the flush under way, touched by the lane's one worker only: how many items
-	// it sends, how many of them got a final answer (stored, or dead-lettered), and
-	// whether its reply was decoded (BulkIndexer's flush fails, and may drop an item,
-	// exactly when it was not).
-	sent, settled int
-	decoded       bool
+	// it sends, how many of them got a final answer (stored, or dead-lettered), how
+	// many were stored, the items refused for good (settled at the end of the flush,
+	// by one verdict over the whole batch), whether its reply was decoded
+	// (BulkIndexer's flush fails, and may drop an item, exactly when it was not), and
+	// the refusal of the whole request when the server refused it for a reason in its
+	// documents.
+	sent, settled, stored int
+	refused               []refusedJob
+	decoded               bool
+	whole                 *refusal
+}
+
+// refusedJob is a document the server refused for good, with its refusal.
+type refusedJob struct {
+	j *job
+	refusal
 }
 
 type laneItem struct {
@@ -76,7 +86,7 @@ type flushKey struct{}
 func (s *Sink) newLane() (*lane, error) {
 	l := &lane{s: s}
 	bi, err := esutil.NewBulkIndexer(esutil.BulkIndexerConfig{
-		Client:        ownBody{s.es},
+		Client:        laneTransport{next: s.es, l: l},
 		NumWorkers:    1,
 		FlushBytes:    s.cfg.FlushBytes,
 		FlushInterval: s.cfg.FlushInterval,
@@ -107,27 +117,10 @@ func (l *lane) add(ctx context.Context, j *job) error {
 		DocumentID: j.id,
 		Body:       &itemBody{r: bytes.NewReader(j.msg.Value), onRead: func() { l.buffer(j, attempt) }},
 		OnSuccess: func(_ context.Context, _ esutil.BulkIndexerItem, res esutil.BulkIndexerResponseItem) {
-			if !j.answer(attempt) {
-				return
-			}
-			if !confirms(res, j.id) {
-				// BulkIndexer pairs reply items with request items by position: a short
-				// or reordered list, an item for another _id, or one without a 2xx
-				// status confirms nothing. The event goes again (same _id: harmless).
-				l.s.unconfirmed.Add(1)
-				l.s.warnf("bulk reply item does not confirm its event; retrying it",
-					"event_id", j.id, "reply_id", res.DocumentID, "status", res.Status)
-				l.s.retry(j)
-				return
-			}
-			l.settled++
-			l.s.indexed.Add(1)
-			l.s.finish(j)
+			l.itemAnswered(j, attempt, res, nil)
 		},
 		OnFailure: func(_ context.Context, _ esutil.BulkIndexerItem, res esutil.BulkIndexerResponseItem, err error) {
-			if j.answer(attempt) && l.s.itemFailed(j, res, err) {
-				l.settled++
-			}
+			l.itemAnswered(j, attempt, res, err)
 		},
 	})
 	if err != nil {
@@ -154,10 +147,37 @@ func removeItem(items []laneItem, j *job, attempt int) []laneItem {
 	return items
 }
 
-// confirms reports whether a bulk reply item says the event with _id id is stored: it
-// answers for that very _id, with a 2xx status.
-func confirms(res esutil.BulkIndexerResponseItem, id string) bool {
-	return res.DocumentID == id && res.Status >= 200 && res.Status < 300
+// itemAnswered acts on the reply item for job j's attempt (err: BulkIndexer could not
+// even send it): a stored event is done; a refused one waits for the end of the flush,
+// where the batch's refusals are settled together; any other goes again.
+func (l *lane) itemAnswered(j *job, attempt int, res esutil.BulkIndexerResponseItem, err error) {
+	if !j.answer(attempt) {
+		return
+	}
+	if err != nil {
+		l.s.retry(j)
+		return
+	}
+	stored, refused := itemFate(res, j.id)
+	switch {
+	case stored:
+		l.settled++
+		l.stored++
+		l.s.indexed.Add(1)
+		l.s.finish(j)
+	case refused != nil:
+		l.refused = append(l.refused, refusedJob{j, *refused})
+	default:
+		if res.Error.Type == "" && res.Status < 300 {
+			// BulkIndexer pairs reply items with request items by position: a short
+			// or reordered list, an item for another _id, or one without a 2xx
+			// status confirms nothing. The event goes again (same _id: harmless).
+			l.s.unconfirmed.Add(1)
+			l.s.warnf("bulk reply item does not confirm its event; retrying it",
+				"event_id", j.id, "reply_id", res.DocumentID, "status", res.Status)
+		}
+		l.s.retry(j)
+	}
 }
 
 func (l *lane) buffer(j *job, attempt int) {
@@ -174,23 +194,34 @@ func (l *lane) flushStart(context.Context) context.Context {
 	items := l.buffered
 	l.buffered = nil
 	l.mu.Unlock()
-	l.sent, l.settled, l.decoded = len(items), 0, false
+	l.sent, l.settled, l.stored, l.refused, l.decoded, l.whole = len(items), 0, 0, nil, false, nil
 	return context.WithValue(l.s.abortCtx, flushKey{}, items)
 }
 
-// flushEnd retries the items of the flush that got no per-item answer, and records
+// flushEnd settles the items the server refused, sends those of a request refused as
+// a whole to be split, retries the others that got no per-item answer, and records
 // whether the server is storing what it is sent: a request none of whose items got a
 // final answer was refused.
 func (l *lane) flushEnd(ctx context.Context) {
 	items, _ := ctx.Value(flushKey{}).([]laneItem)
+	var split []*job
 	for _, it := range items {
-		if it.j.answer(it.attempt) {
+		if !it.j.answer(it.attempt) {
+			continue
+		}
+		if l.whole != nil {
+			split = append(split, it.j)
+		} else {
 			l.s.retry(it.j)
 		}
+	}
+	if len(split) > 0 {
+		l.s.split(split, *l.whole)
 	}
 	if len(items) == 0 {
 		return
 	}
+	l.settled += l.s.settle(l.stored, l.refused)
 	refused := l.settled == 0
 	if refused {
 		l.s.refusedBatches.Add(1)
@@ -218,32 +249,28 @@ func (l *lane) flushEnd(ctx context.Context) {
 type replyDecoder struct{ l *lane }
 
 func (d replyDecoder) UnmarshalFromReader(r io.Reader, blk *esutil.BulkIndexerResponse) error {
-	var reply struct {
-		esutil.BulkIndexerResponse
-		Error json.RawMessage `json:"error"`
+	reply, err := decodeBulkReply(r, d.l.sent)
+	if err != nil {
+		return err
 	}
-	if err := json.NewDecoder(r).Decode(&reply); err != nil {
-		return fmt.Errorf("bulk reply is not JSON: %w", err)
-	}
-	if len(reply.Error) > 0 && string(reply.Error) != "null" {
-		return fmt.Errorf("bulk reply is an error: %s", errorReason([]byte(`{"error":`+string(reply.Error)+`}`)))
-	}
-	if len(reply.Items) != d.l.sent {
-		return fmt.Errorf("bulk reply has %d items for %d sent", len(reply.Items), d.l.sent)
-	}
-	*blk = reply.BulkIndexerResponse
+	*blk = reply
 	d.l.decoded = true
 	return nil
 }
 
-// ownBody gives each bulk request a body of its own. BulkIndexer sends its reusable
-// buffer as the body and resets it as soon as the request fails, but net/http may still
-// be writing that body from its connection goroutine when a failed round trip returns
-// (a reset connection, say): a data race that corrupts or crashes. Reading the buffer
-// out first costs one copy of each request.
-type ownBody struct{ next esapi.Transport }
+// laneTransport is the transport of a lane's bulk requests. It gives each request a
+// body of its own: BulkIndexer sends its reusable buffer as the body and resets it as
+// soon as the request fails, but net/http may still be writing that body from its
+// connection goroutine when a failed round trip returns (a reset connection, say): a
+// data race that corrupts or crashes. Reading the buffer out first costs one copy of
+// each request. And it keeps the server's reason when it refuses a request as a whole
+// (BulkIndexer drops the answer), for the lane to split the request.
+type laneTransport struct {
+	next esapi.Transport
+	l    *lane
+}
 
-func (t ownBody) Perform(req *http.Request) (*http.Response, error) {
+func (t laneTransport) Perform(req *http.Request) (*http.Response, error) {
 	if req.Body != nil && req.Body != http.NoBody {
 		b, err := io.ReadAll(req.Body)
 		req.Body.Close()
@@ -254,7 +281,19 @@ func (t ownBody) Perform(req *http.Request) (*http.Response, error) {
 		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
 		req.ContentLength = int64(len(b))
 	}
-	return t.next.Perform(req)
+	res, err := t.next.Perform(req)
+	if err != nil || res.StatusCode < 300 {
+		return res, err
+	}
+	body, err := io.ReadAll(io.LimitReader(res.Body, 64<<10))
+	res.Body.Close()
+	if err != nil {
+		return nil, fmt.Errorf("bulk reply: %w", err)
+	}
+	res.Body = io.NopCloser(bytes.NewReader(body))
+	// Perform runs on the lane's one worker, as do flushStart and flushEnd.
+	t.l.whole = wholeRefusal(res.StatusCode, body)
+	return res, nil
 }
 
 // itemBody is an item's source that tells the lane when its worker reads it into a
@@ -276,22 +315,6 @@ func (b *itemBody) Read(p []byte) (int, error) {
 func (b *itemBody) Seek(off int64, whence int) (int64, error) { return b.r.Seek(off, whence) }
 
 var _ io.ReadSeeker = (*itemBody)(nil)
-
-// itemFailed sorts a failed item: throttling and server errors are retried until they
-// succeed; other client errors (a mapping conflict, a document ES cannot parse) would
-// fail forever, so the event goes to the dead-letter topic with the reason. It reports
-// whether the answer was final (dead-lettered).
-func (s *Sink) itemFailed(j *job, res esutil.BulkIndexerResponseItem, err error) bool {
-	switch {
-	case err != nil, res.Status == 0, res.Status == 429, res.Status >= 500:
-		s.retry(j)
-		return false
-	default:
-		j.reason = fmt.Sprintf("elasticsearch status %d: %s: %s", res.Status, res.Error.Type, res.Error.Reason)
-		s.deadLetter(j)
-		return true
-	}
-}
 
 // retry schedules another attempt after the job's backoff. The queue has room for
 // every job in flight, so this never blocks a bulk worker.

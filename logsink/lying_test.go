@@ -53,7 +53,9 @@ func TestSinkRetriesRepliesThatAreNotBulkReplies(t *testing.T) {
 			evs := makeEvents(400)
 			produce(t, brokers, topic, evs)
 			es.FailRequestsWith(1<<30, fault)
-			sink, checker, stop := startChecked(t, testConfig(brokers, es.URL(), topic, dlq, group), es)
+			cfg := testConfig(brokers, es.URL(), topic, dlq, group)
+			cfg.SetupES = false // the setup's probe event would take the injected failures
+			sink, checker, stop := startChecked(t, cfg, es)
 			waitFor(t, time.Minute, "refused batches", func() bool { return sink.Stats().RefusedBatches >= 3 })
 			if r := sink.Readiness(); !r.Holds(UnreadyRefused) {
 				t.Fatalf("readiness %+v while every batch is refused", r)
@@ -99,6 +101,7 @@ func TestSinkResendsTheItemAFailedFlushDropped(t *testing.T) {
 	produce(t, brokers, topic, evs)
 	es.FailRequestsWith(60, esfake.ProxyBadGateway)
 	cfg := testConfig(brokers, es.URL(), topic, dlq, group)
+	cfg.SetupES = false   // the setup's probe event would take the injected failures
 	cfg.FlushBytes = 1024 // a few events
 	_, checker, stop := startChecked(t, cfg, es)
 	wantStoredOnceAndCommitted(t, es, brokers, topic, evs, checker, stop)

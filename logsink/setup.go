@@ -15,7 +15,9 @@ import (
 
 	"github.com/elastic/elastic-transport-go/v8/elastictransport"
 	"github.com/elastic/go-elasticsearch/v8/esapi"
+	"github.com/google/uuid"
 
+	"github.com/taskpull/taskd"
 	esdeploy "github.com/taskpull/taskd/deploy/elasticsearch"
 )
 
@@ -74,6 +76,11 @@ func redactURL(s string) string {
 // is skipped with one warning that says what the operator goes without; a step that
 // fails for the moment (no answer, 429, 5xx) is retried with backoff until it
 // succeeds or the sink stops.
+//
+// A template the server took is then proven before the sink relies on it: setup
+// indexes a real event document into a scratch index made from it, and deletes that
+// index. A server that refuses the event gets a plainer mapping (dates as keywords,
+// then none), with one warning naming what was dropped.
 type esSetup struct {
 	api           *esapi.API
 	prefix        string
@@ -82,6 +89,8 @@ type esSetup struct {
 	backoff       backoff
 	// warnf logs a retry, at most every few seconds.
 	warnf func(msg string, args ...any)
+	// now stamps the probe event.
+	now func() time.Time
 }
 
 // setupReport says what setup installed.
@@ -89,6 +98,8 @@ type setupReport struct {
 	Policy bool // the lifecycle policy
 	// Template is the index template installed: "" none, else a description.
 	Template string
+	// Proven says the server stored an event under the template.
+	Proven bool
 }
 
 // run performs every step; it returns early only when ctx ends.
@@ -132,7 +143,7 @@ func (e *esSetup) run(ctx context.Context) (setupReport, error) {
 				e.log.Warn("elasticsearch setup: index template installed without what the server refused; "+v.loses,
 					"installed", v.describe(), "refused", strings.Join(refusals, "; "))
 			}
-			return rep, nil
+			return rep, e.proveMappings(ctx, v, &rep)
 		}
 		refusals = append(refusals, fmt.Sprintf("%d %s", ans.status, ans.reason))
 		if !ans.bodyRefused() {
@@ -171,6 +182,12 @@ func templateVariants(withPolicy bool, policy string) []templateVariant {
 
 func (v templateVariant) describe() string {
 	d := "mappings"
+	switch v.opt.Mappings {
+	case esdeploy.DatesAsKeywords:
+		d = "mappings (dates as keyword)"
+	case esdeploy.NoMappings:
+		d = "no mappings"
+	}
 	if v.opt.Policy != "" {
 		d += ", lifecycle policy"
 	}
@@ -178,6 +195,148 @@ func (v templateVariant) describe() string {
 		d += ", _meta"
 	}
 	return d
+}
+
+// putTemplate installs the index template of variant v.
+func (e *esSetup) putTemplate(ctx context.Context, v templateVariant) (answer, error) {
+	tpl, err := esdeploy.IndexTemplate(e.prefix, v.opt)
+	if err != nil {
+		return answer{}, err
+	}
+	return e.step(ctx, "index template "+e.prefix, func() (*esapi.Response, error) {
+		return e.api.Indices.PutIndexTemplate(e.prefix, bytes.NewReader(tpl),
+			e.api.Indices.PutIndexTemplate.WithContext(ctx))
+	})
+}
+
+// mappingLevels are the mappings to try, richest first.
+var mappingLevels = []esdeploy.Mappings{esdeploy.FullMappings, esdeploy.DatesAsKeywords, esdeploy.NoMappings}
+
+// proveMappings proves the installed template of variant v with an event, and falls
+// back to a plainer mapping while the server refuses the event. When it refuses the
+// event under every mapping, the mappings are not what it refuses: the full ones are
+// put back, and the events will wait (readiness es_incompatible) until the server or
+// the template is fixed.
+func (e *esSetup) proveMappings(ctx context.Context, v templateVariant, rep *setupReport) error {
+	var refusals []string
+	for i, m := range mappingLevels {
+		v.opt.Mappings = m
+		if i > 0 {
+			ans, err := e.putTemplate(ctx, v)
+			if err != nil {
+				return err
+			}
+			if !ans.ok {
+				refusals = append(refusals, fmt.Sprintf("template with %s: %d %s", v.describe(), ans.status, ans.reason))
+				continue
+			}
+		}
+		p, err := e.prove(ctx)
+		if err != nil {
+			return err
+		}
+		switch {
+		case p.unknown != "":
+			e.log.Warn("elasticsearch setup: index template installed but not proven: the server did not take the probe event "+
+				"for a reason no mapping can mend", "installed", v.describe(), "reason", p.unknown)
+			rep.Template = v.describe()
+			return nil
+		case p.refused == nil:
+			rep.Template, rep.Proven = v.describe(), true
+			if m != esdeploy.FullMappings {
+				e.log.Warn("elasticsearch setup: the server refused an event under the index template's mappings; "+
+					"installed a plainer mapping without "+m.Dropped(),
+					"installed", v.describe(), "dropped", m.Dropped(), "refused", strings.Join(refusals, "; "))
+			}
+			return nil
+		}
+		refusals = append(refusals, fmt.Sprintf("with %s: %s", v.describe(), p.refused))
+	}
+	plainest := v.describe()
+	v.opt.Mappings = esdeploy.FullMappings
+	ans, err := e.putTemplate(ctx, v)
+	if err != nil {
+		return err
+	}
+	rep.Template = v.describe()
+	if !ans.ok {
+		rep.Template = plainest
+	}
+	e.log.Warn("elasticsearch setup: the server refused the probe event under every mapping, the plainest included, "+
+		"so the mappings are not what it refuses; the full mappings stay installed, and events will wait in Kafka "+
+		"(readiness es_incompatible) until the server or the template is fixed",
+		"installed", rep.Template, "refused", strings.Join(refusals, "; "))
+	return nil
+}
+
+// proof is what the probe event got: stored (neither field set), refused, or unknown:
+// a refusal that is not about the documents (401, 403, 404: no right to create or
+// write the scratch index, say), which leaves the template unproven.
+type proof struct {
+	refused *refusal
+	unknown string
+}
+
+// prove indexes a real event document, in one bulk request as the sink sends events,
+// into a scratch index named prefix-setup-probe-<random> (so made from the template),
+// then deletes that index. A transient failure is retried with backoff.
+func (e *esSetup) prove(ctx context.Context) (proof, error) {
+	ev := probeEvent(e.now())
+	src, err := json.Marshal(ev)
+	if err != nil {
+		return proof{}, err
+	}
+	scratch := e.prefix + "-setup-probe-" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
+	doc := []bulkDoc{{index: scratch, id: ev.EventID, source: src}}
+	defer e.dropScratch(ctx, scratch)
+	e.backoff.reset()
+	for {
+		ans := sendBulk(ctx, e.api, doc)
+		switch {
+		case ans.whole != nil:
+			return proof{refused: ans.whole}, nil
+		case ans.err == nil && ans.items[0].stored:
+			return proof{}, nil
+		case ans.err == nil && ans.items[0].refused != nil:
+			return proof{refused: ans.items[0].refused}, nil
+		case ans.err != nil && ans.status >= 400 && ans.status < 500 &&
+			ans.status != http.StatusRequestTimeout && ans.status != http.StatusTooManyRequests:
+			return proof{unknown: ans.err.Error()}, nil
+		}
+		if ctx.Err() != nil {
+			return proof{}, ctx.Err()
+		}
+		reason := "the item was not stored"
+		if ans.err != nil {
+			reason = ans.err.Error()
+		}
+		e.warnf("elasticsearch setup: probe event not stored; retrying", "reason", reason)
+		sleep(ctx, e.backoff.next())
+	}
+}
+
+// dropScratch deletes the probe's scratch index; one that was never created is fine.
+// An index left behind is deleted by the lifecycle policy, where there is one.
+func (e *esSetup) dropScratch(ctx context.Context, index string) {
+	ans, err := e.step(ctx, "scratch index "+index, func() (*esapi.Response, error) {
+		return e.api.Indices.Delete([]string{index}, e.api.Indices.Delete.WithContext(ctx))
+	})
+	if err == nil && !ans.ok && ans.status != http.StatusNotFound {
+		e.log.Warn("elasticsearch setup: scratch index not deleted; delete it by hand", "index", index,
+			"status", ans.status, "reason", ans.reason)
+	}
+}
+
+// probeEvent is a real event document, every field set as the dispatch path sets it
+// (times in UTC with microseconds), that no query mistakes for a dispatch.
+func probeEvent(now time.Time) taskd.Event {
+	at := now.UTC().Truncate(time.Microsecond)
+	latency := int64(12)
+	return taskd.Event{
+		EventID: "setup-probe-" + uuid.NewString(), Type: taskd.EventDispatch, LogID: "setup-probe",
+		UID: "setup-probe", TaskID: "setup-probe", Kind: "once", DueAt: at.Add(-time.Minute), Attempt: 1,
+		Result: "ok", Stage: "probe", LatencyMS: &latency, Node: "logsink", At: at,
+	}
 }
 
 // answer is the outcome of one setup call.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -74,7 +75,7 @@ func runSetup(t *testing.T, es *esfake.Server, logs *logLines) setupReport {
 	}
 	setup := &esSetup{api: esapi.New(tp), prefix: "ev", retentionDays: 7, log: logs.logger(),
 		backoff: backoff{min: time.Millisecond, max: 10 * time.Millisecond},
-		warnf:   logs.logger().Warn}
+		warnf:   logs.logger().Warn, now: time.Now}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rep, err := setup.run(ctx)
@@ -231,5 +232,104 @@ func TestSetupNeverBlocksIndexing(t *testing.T) {
 	waitFor(t, time.Minute, "setup finished", func() bool { return !sink.Readiness().Holds(UnreadySetup) })
 	if _, ok := es.Template(cfg.IndexPrefix); !ok {
 		t.Fatal("no index template installed")
+	}
+}
+
+// mappedType returns the type the installed template maps a field to ("" unmapped).
+func mappedType(t *testing.T, es *esfake.Server, name, field string) string {
+	t.Helper()
+	b, ok := es.Template(name)
+	if !ok {
+		t.Fatalf("no template %s installed", name)
+	}
+	var tpl struct {
+		Template struct {
+			Mappings struct {
+				Properties map[string]struct {
+					Type string `json:"type"`
+				} `json:"properties"`
+			} `json:"mappings"`
+		} `json:"template"`
+	}
+	if err := json.Unmarshal(b, &tpl); err != nil {
+		t.Fatal(err)
+	}
+	return tpl.Template.Mappings.Properties[field].Type
+}
+
+// Setup proves the template: it indexes an event into a scratch index made from it,
+// then deletes that index. A server that refuses the event under the full mappings
+// gets the plainest mapping it takes, with one warning naming what was dropped; one
+// that refuses it under every mapping keeps the full one, with one warning saying so.
+func TestSetupProvesTheTemplateWithAnEvent(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		server   func(*esfake.Server)
+		template string // what the report says was installed
+		atType   string // how the installed template maps "at"
+		warn     string // in the one warning, "" for none
+	}{
+		{"Elasticsearch", func(*esfake.Server) {}, "mappings, lifecycle policy, _meta", "date", ""},
+		{"epoch-millis dates, item errors", func(s *esfake.Server) { s.SetDateGrammar(esfake.EpochMillisDates) },
+			"mappings (dates as keyword), lifecycle policy, _meta", "keyword", "the date type"},
+		{"epoch-millis dates, whole requests refused", func(s *esfake.Server) {
+			s.SetDateGrammar(esfake.EpochMillisDates)
+			s.RefuseWholeRequests()
+		}, "mappings (dates as keyword), lifecycle policy, _meta", "keyword", "the date type"},
+		{"every event refused", func(s *esfake.Server) {
+			s.SetItemFault(func(esfake.Item) int { return http.StatusBadRequest })
+		}, "mappings, lifecycle policy, _meta", "date", "under every mapping"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			es := esfake.New(t)
+			tc.server(es)
+			logs := &logLines{}
+			rep := runSetup(t, es, logs)
+			if rep.Template != tc.template {
+				t.Errorf("template %q, want %q", rep.Template, tc.template)
+			}
+			if got := mappedType(t, es, "ev", "at"); got != tc.atType {
+				t.Errorf("the installed template maps at as %q, want %q", got, tc.atType)
+			}
+			if idx := es.Indices(); len(idx) != 0 || es.Count() != 0 {
+				t.Errorf("setup left indices %v, %d documents", idx, es.Count())
+			}
+			warns := logs.warnings(t)
+			switch {
+			case tc.warn == "" && len(warns) != 0:
+				t.Fatalf("warnings %v", warns)
+			case tc.warn != "":
+				if len(warns) != 1 || !strings.Contains(fmt.Sprint(warns[0]), tc.warn) {
+					t.Fatalf("want one warning saying %q, got %v", tc.warn, warns)
+				}
+			}
+		})
+	}
+}
+
+// A server whose date type takes only epoch milliseconds gets every event, with the
+// dates mapped as keywords; none is dead-lettered.
+func TestSinkIndexesIntoServerThatRefusesTheDates(t *testing.T) {
+	t.Parallel()
+	topic, dlq, group := names()
+	_, brokers := newKafka(t, topic, dlq)
+	es := esfake.New(t)
+	es.SetDateGrammar(esfake.EpochMillisDates)
+	evs := makeEvents(500)
+	produce(t, brokers, topic, evs)
+	cfg := testConfig(brokers, es.URL(), topic, dlq, group)
+	cfg.SetupWait = time.Hour
+	sink, checker, stop := startChecked(t, cfg, es)
+	waitFor(t, time.Minute, "every event indexed or dead-lettered", func() bool {
+		return es.Count()+int(sink.Stats().DeadLettered) >= len(evs)
+	})
+	if n := sink.Stats().DeadLettered; n != 0 {
+		t.Fatalf("%d events dead-lettered", n)
+	}
+	wantStoredOnceAndCommitted(t, es, brokers, topic, evs, checker, stop)
+	if m, _ := es.Mapping(sink.indexName(evs[0].At)); m["at"] != "keyword" {
+		t.Fatalf("index mapping %v", m)
 	}
 }

@@ -88,9 +88,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 // metricsHandler serves /metrics (the sink's throughput, dead letters, retries,
-// in-flight messages, consumer lag and readiness, read at scrape time); /healthz and
-// /readyz, which answer 503 with the reasons while the sink is not ready; and /livez,
-// which says only that the process answers.
+// refusals, in-flight messages, consumer lag and readiness, read at scrape time);
+// /healthz and /readyz, which answer 503 with the reasons (and what is known of why)
+// while the sink is not ready; and /livez, which says only that the process answers.
 func metricsHandler(sink *logsink.Sink) http.Handler {
 	reg := prometheus.NewRegistry()
 	stat := func(v func(logsink.SinkStats) float64) func() float64 {
@@ -114,6 +114,12 @@ func metricsHandler(sink *logsink.Sink) http.Handler {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "taskd_logsink_es_refused_batches_total",
 			Help: "Bulk requests that stored none of their events (no answer, an error status, a reply that is not a bulk reply, every item refused); their events were retried."},
 			stat(func(s logsink.SinkStats) float64 { return float64(s.RefusedBatches) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "taskd_logsink_es_refused_events_total",
+			Help: "Events the server refused for a reason in the event itself (an item error other than 429/5xx, or found alone by splitting a request refused as a whole); each went to the dead-letter topic."},
+			stat(func(s logsink.SinkStats) float64 { return float64(s.RefusedEvents) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "taskd_logsink_es_split_batches_total",
+			Help: "Bulk requests the server refused as a whole (400, 413) for a reason in their documents, split to find the documents at fault."},
+			stat(func(s logsink.SinkStats) float64 { return float64(s.SplitBatches) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "taskd_logsink_in_flight_events",
 			Help: "Events fetched from Kafka and not yet indexed or dead-lettered."},
 			stat(func(s logsink.SinkStats) float64 { return float64(s.InFlight) })),
@@ -146,7 +152,11 @@ func metricsHandler(sink *logsink.Sink) http.Handler {
 		rd := sink.Readiness()
 		if !rd.Ready {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			json.NewEncoder(w).Encode(map[string]any{"status": "not_ready", "reasons": rd.Reasons})
+			body := map[string]any{"status": "not_ready", "reasons": rd.Reasons}
+			if len(rd.Details) > 0 {
+				body["details"] = rd.Details
+			}
+			json.NewEncoder(w).Encode(body)
 			return
 		}
 		io.WriteString(w, `{"status":"ok"}`)

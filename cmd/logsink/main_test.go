@@ -68,6 +68,8 @@ func TestRunIndexesAndStops(t *testing.T) {
 	})
 	for _, want := range []string{"taskd_logsink_dead_lettered_events_total 0\n", "taskd_logsink_es_bulk_failures_total 0\n",
 		"taskd_logsink_oldest_unindexed_event_age_seconds 0\n", "taskd_logsink_ready 1\n",
+		"taskd_logsink_es_refused_events_total 0\n", "taskd_logsink_es_split_batches_total 0\n",
+		`taskd_logsink_unready{reason="es_incompatible"} 0` + "\n",
 		`taskd_logsink_unready{reason="es_refusing"} 0` + "\n", `taskd_logsink_unready_total{reason="setup_pending"} 1` + "\n"} {
 		if !strings.Contains(scrape, want) {
 			t.Errorf("/metrics lacks %q", want)
@@ -129,6 +131,58 @@ func TestReadyzSaysWhy(t *testing.T) {
 	es.SetDown(false)
 	waitUntil(t, 30*time.Second, "ready", func() bool { status, _ := sink.get(t, "/readyz"); return status == http.StatusOK })
 	if es.Count() != 1 {
+		t.Fatalf("%d indexed", es.Count())
+	}
+	sink.stop(t)
+}
+
+// A server that refuses every event for one reason (the measured one: it does not know
+// Elasticsearch's date formats, and the operator's template names one) makes /readyz
+// say es_incompatible with the server's words; nothing is dead-lettered.
+func TestReadyzSaysWhyTheServerRefusesEveryEvent(t *testing.T) {
+	t.Parallel()
+	es := esfake.New(t)
+	es.SetDateGrammar(esfake.RFC3339Dates)
+	es.RefuseWholeRequests()
+	req, _ := http.NewRequest(http.MethodPut, es.URL()+"/_index_template/taskd-events", strings.NewReader(
+		`{"index_patterns":["taskd-events-*"],"template":{"mappings":{"properties":{"at":{"type":"date","format":"strict_date_optional_time||epoch_millis"}}}}}`))
+	req.Header.Set("Content-Type", "application/json")
+	if res, err := http.DefaultClient.Do(req); err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("template: %v %v", res, err)
+	}
+	sink := startRun(t, es.URL(), []string{"-es-setup=false", "-es-retry-max", "200ms", "-lag-interval", "50ms"}, nil)
+	var msgs []kafka.Message
+	for i := range 50 {
+		b, _ := json.Marshal(taskd.Event{EventID: fmt.Sprintf("ev-%03d", i), Type: taskd.EventDispatch, UID: "u1",
+			At: time.Date(2026, 11, 26, 14, 56, 38, 773768000+i, time.UTC)})
+		msgs = append(msgs, kafka.Message{Key: []byte("u1"), Value: b})
+	}
+	sink.produce(t, msgs...)
+	var body string
+	waitUntil(t, 30*time.Second, "not ready because the server refuses every event", func() bool {
+		var status int
+		status, body = sink.get(t, "/readyz")
+		return status == http.StatusServiceUnavailable && strings.Contains(body, "es_incompatible")
+	})
+	var got struct {
+		Reasons []string          `json:"reasons"`
+		Details map[string]string `json:"details"`
+	}
+	if err := json.Unmarshal([]byte(body), &got); err != nil ||
+		!strings.Contains(got.Details["es_incompatible"], "parse err: time format is [strict_date_optional_time||epoch_millis]") {
+		t.Fatalf("/readyz said %s", body)
+	}
+	metrics := sink.metrics(t)
+	for _, want := range []string{`taskd_logsink_unready{reason="es_incompatible"} 1` + "\n",
+		"taskd_logsink_dead_lettered_events_total 0\n", "taskd_logsink_es_refused_events_total 0\n"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if strings.Contains(metrics, "taskd_logsink_es_split_batches_total 0\n") {
+		t.Error("/metrics counts no split request")
+	}
+	if es.Count() != 0 {
 		t.Fatalf("%d indexed", es.Count())
 	}
 	sink.stop(t)

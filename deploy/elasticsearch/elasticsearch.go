@@ -6,8 +6,10 @@
 // curl (PUT _index_template/taskd-events, PUT _ilm/policy/taskd-events). The template
 // file holds only what every server speaking the Elasticsearch API accepts
 // (Elasticsearch 7.8 and later, OpenSearch): shards, replicas, refresh interval and the
-// mappings. What some servers refuse (the link to the lifecycle policy, a _meta block)
-// is added by IndexTemplate on request. The logsink embeds both files and installs
+// mappings, each field by its type alone (no parameter in one server's grammar, such as
+// a date format). What some servers refuse (the link to the lifecycle policy, a _meta
+// block) is added by IndexTemplate on request, and a plainer mapping for a server that
+// refuses events under the full one is made by it too. The logsink embeds both files and installs
 // them at start with the configured prefix and retention.
 package elasticsearch
 
@@ -20,13 +22,45 @@ import (
 //go:embed index-template.json ilm-policy.json
 var files embed.FS
 
-// TemplateOptions adds to the index template what not every server accepts.
+// TemplateOptions adds to the index template what not every server accepts, or takes
+// from it what a server cannot apply.
 type TemplateOptions struct {
 	// Policy links the indices to the ILM policy of this name (the setting
 	// index.lifecycle.name, which servers without ILM refuse as unknown); "" for none.
 	Policy string
 	// Meta adds a _meta block saying what the template is and who manages it.
 	Meta bool
+	// Mappings says how much of the explicit mappings the template carries.
+	Mappings Mappings
+}
+
+// Mappings is how much of the explicit mappings an index template carries: all of
+// them, or less for a server that refuses events under them.
+type Mappings uint8
+
+const (
+	// FullMappings are the mappings as shipped: keyword ids, dates, numbers.
+	FullMappings Mappings = iota
+	// DatesAsKeywords maps the date fields as keywords, for a server whose date type
+	// cannot parse the events' RFC 3339 times: they are kept and searchable as
+	// strings, but time filters, date histograms and Kibana's time field do not work.
+	DatesAsKeywords
+	// NoMappings leaves every field to the server's dynamic mapping.
+	NoMappings
+)
+
+// Dropped says what a template with m goes without, compared with FullMappings; "" for
+// nothing.
+func (m Mappings) Dropped() string {
+	switch m {
+	case DatesAsKeywords:
+		return "the date type: at and due_at are mapped as keyword (kept and searchable as strings; " +
+			"time filters, date histograms and the Kibana data view's time field do not work on them)"
+	case NoMappings:
+		return "every explicit mapping: the server maps each field itself (text where the Kibana objects expect keywords, " +
+			"and its own choice for dates and numbers)"
+	}
+	return ""
 }
 
 // IndexTemplate returns the composable index template body for indices named
@@ -44,6 +78,18 @@ func IndexTemplate(prefix string, opt TemplateOptions) ([]byte, error) {
 	}
 	if opt.Policy != "" {
 		settings["index.lifecycle.name"] = opt.Policy
+	}
+	switch opt.Mappings {
+	case DatesAsKeywords:
+		mappings, _ := tmpl["mappings"].(map[string]any)
+		props, _ := mappings["properties"].(map[string]any)
+		for name, p := range props {
+			if field, _ := p.(map[string]any); field["type"] == "date" {
+				props[name] = map[string]any{"type": "keyword"}
+			}
+		}
+	case NoMappings:
+		delete(tmpl, "mappings")
 	}
 	if opt.Meta {
 		tpl["_meta"] = map[string]any{

@@ -254,3 +254,46 @@ func TestIndexTemplateMappingsNameTypesOnly(t *testing.T) {
 		}
 	}
 }
+
+// A plainer mapping maps the dates as keywords, or nothing at all; the rest of the
+// template stays.
+func TestIndexTemplatePlainerMappings(t *testing.T) {
+	for m, want := range map[Mappings]map[string]string{
+		FullMappings:    {"at": "date", "due_at": "date", "uid": "keyword", "attempt": "integer"},
+		DatesAsKeywords: {"at": "keyword", "due_at": "keyword", "uid": "keyword", "attempt": "integer"},
+		NoMappings:      {},
+	} {
+		b, err := IndexTemplate("ev", TemplateOptions{Policy: "p", Mappings: m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tpl struct {
+			Template struct {
+				Settings map[string]any `json:"settings"`
+				Mappings *struct {
+					Properties map[string]struct {
+						Type string `json:"type"`
+					} `json:"properties"`
+				} `json:"mappings"`
+			} `json:"template"`
+		}
+		if err := json.Unmarshal(b, &tpl); err != nil {
+			t.Fatal(err)
+		}
+		if tpl.Template.Settings["index.lifecycle.name"] != "p" {
+			t.Errorf("mappings %d: settings %v", m, tpl.Template.Settings)
+		}
+		if (tpl.Template.Mappings == nil) != (m == NoMappings) {
+			t.Errorf("mappings %d: %s", m, b)
+			continue
+		}
+		for field, typ := range want {
+			if got := tpl.Template.Mappings.Properties[field].Type; got != typ {
+				t.Errorf("mappings %d: %s mapped as %q, want %q", m, field, got, typ)
+			}
+		}
+		if (m.Dropped() == "") != (m == FullMappings) {
+			t.Errorf("mappings %d: dropped %q", m, m.Dropped())
+		}
+	}
+}
