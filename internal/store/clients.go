@@ -130,3 +130,110 @@ func (s *Store) TaskTemplates(ctx context.Context, keys []taskd.TaskKey) (map[ta
 	}
 	return out, nil
 }
+
+// Client keys.
+
+// CreateClientKey stores the hash of a new client key of uid and revokes uid's oldest
+// live keys beyond keep (the new one included), so that enrolling again and again does
+// not pile keys up. It returns how many keys it revoked.
+//
+// Issues for one uid take turns on uid's client row (lockClient); issues for different
+// uids share no lock: every later statement reaches rows by the uid's index or by
+// primary key, never by a scan that would wait on another uid's fresh key.
+func (s *Store) CreateClientKey(ctx context.Context, actor, uid, hash string, keep int, now time.Time) (int, error) {
+	var revoked int64
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := lockClient(ctx, tx, uid, now); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx,
+			"INSERT INTO client_key (uid, key_hash, created_at) VALUES (?, ?, ?)", uid, hash, now)
+		if err != nil {
+			return err
+		}
+		id, _ := res.LastInsertId()
+		s.between(ctx, "client_key.create")
+		// The client row is held: every other live key of uid is committed, and this
+		// read (at READ COMMITTED, locking nothing) sees them all.
+		old, err := int64s(ctx, tx, `SELECT id FROM client_key FORCE INDEX (idx_uid)
+			WHERE uid = ? AND revoked_at IS NULL ORDER BY id DESC LIMIT 18446744073709551615 OFFSET ?`, uid, keep)
+		if err != nil {
+			return err
+		}
+		if len(old) > 0 {
+			args := append([]any{now}, anys(old)...)
+			res, err = tx.ExecContext(ctx, "UPDATE client_key SET revoked_at = ? WHERE id IN ("+marks(len(old))+")", args...)
+			if err != nil {
+				return err
+			}
+			revoked, _ = res.RowsAffected()
+		}
+		return audit(ctx, tx, actor, "client_key.create", "user:"+uid, nil,
+			map[string]int64{"key_id": id, "replaced": revoked}, now)
+	})
+	return int(revoked), mysqlErr("create client key", err)
+}
+
+// lockClient locks uid's client row, creating it if uid has none: an upsert on the
+// primary key, which takes a record lock on the row and no gap lock, found or not.
+// Writers of a client's keys and settings take turns on it.
+func lockClient(ctx context.Context, tx *sql.Tx, uid string, now time.Time) error {
+	_, err := tx.ExecContext(ctx, "INSERT INTO client (uid, created_at) VALUES (?, ?) ON DUPLICATE KEY UPDATE uid = uid", uid, now)
+	return err
+}
+
+// int64s reads a one-column list of integers.
+func int64s(ctx context.Context, q querier, query string, args ...any) ([]int64, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []int64
+	for rows.Next() {
+		var v int64
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// RevokeClientKeys revokes every key of uid and returns how many were live. It takes
+// its turn on uid's client row, as issues do.
+func (s *Store) RevokeClientKeys(ctx context.Context, actor, uid string, now time.Time) (int, error) {
+	var n int64
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := lockClient(ctx, tx, uid, now); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx,
+			"UPDATE client_key FORCE INDEX (idx_uid) SET revoked_at = ? WHERE uid = ? AND revoked_at IS NULL", now, uid)
+		if err != nil {
+			return err
+		}
+		n, _ = res.RowsAffected()
+		return audit(ctx, tx, actor, "client_key.revoke_all", "user:"+uid, nil, map[string]int64{"revoked": n}, now)
+	})
+	return int(n), mysqlErr("revoke client keys", err)
+}
+
+// ClientKeyHashes returns the hashes of uid's live keys.
+func (s *Store) ClientKeyHashes(ctx context.Context, uid string) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx,
+		"SELECT key_hash FROM client_key WHERE uid = ? AND revoked_at IS NULL", uid)
+	if err != nil {
+		return nil, mysqlErr("client keys", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var h string
+		if err := rows.Scan(&h); err != nil {
+			return nil, mysqlErr("client keys", err)
+		}
+		out = append(out, h)
+	}
+	return out, mysqlErr("client keys", rows.Err())
+}
