@@ -86,8 +86,8 @@ type campaignRequest struct {
 func (req campaignRequest) campaign() (taskd.Campaign, []string, error) {
 	c := taskd.Campaign{Name: strings.TrimSpace(req.Name.s), Params: req.Params, RatePerSecond: defaultCampaignRate,
 		LeaseSeconds: defaultCampaignLease, MaxAttempts: 3, RetryBackoffSeconds: defaultCampaignBackoff}
-	if c.Name == "" || len(c.Name) > 200 {
-		return c, nil, taskd.Errorf(taskd.CodeInvalid, "name: required, at most 200 bytes")
+	if err := checkName(c.Name); err != nil {
+		return c, nil, err
 	}
 	if req.TemplateID == nil {
 		return c, nil, taskd.Errorf(taskd.CodeInvalid, "template_id: required")

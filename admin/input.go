@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
@@ -152,10 +151,6 @@ const (
 	maxAttemptsLimit  = taskd.MaxAttemptsLimit
 )
 
-// maxNameChars bounds a template's name, in characters as the VARCHAR(128) utf8mb4
-// column counts them.
-const maxNameChars = 128
-
 // reqName is a template name as the request wrote it: encoding/json would quietly turn
 // bytes that are not UTF-8 into U+FFFD, so they are refused here, with the field's name.
 type reqName struct{ s string }
@@ -174,24 +169,8 @@ func (n *reqName) UnmarshalJSON(b []byte) error {
 	return json.Unmarshal(b, &n.s)
 }
 
-// checkName refuses a template name that is empty, over maxNameChars characters, not
-// UTF-8 (a lone surrogate escape decodes to U+FFFD) or holding control characters.
-func checkName(name string) error {
-	n := 0
-	for _, r := range name {
-		switch {
-		case r == utf8.RuneError:
-			return taskd.Errorf(taskd.CodeInvalid, "name: must be UTF-8 text (no invalid bytes or lone surrogates)")
-		case unicode.IsControl(r):
-			return taskd.Errorf(taskd.CodeInvalid, "name: must not hold control characters, got %U", r)
-		}
-		n++
-	}
-	if n == 0 || n > maxNameChars {
-		return taskd.Errorf(taskd.CodeInvalid, "name: required, 1 to %d characters, got %d", maxNameChars, n)
-	}
-	return nil
-}
+// checkName refuses a name as every name is refused (taskd.CheckName).
+func checkName(name string) error { return taskd.CheckName("name", name) }
 
 // numeric is what a path id that is a number, if not a valid one, looks like.
 var numeric = regexp.MustCompile(`^[-+]?[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?$`)

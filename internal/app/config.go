@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
+	"github.com/taskpull/taskd"
 	"github.com/taskpull/taskd/internal/config"
 )
 
@@ -205,6 +207,12 @@ func tokensLongEnough(tokens []string) error {
 	for _, t := range tokens {
 		if len(t) < 8 {
 			return errors.New("each token must be at least 8 characters")
+		}
+		// A token's name is the actor the audit log and the console show.
+		if name, _, ok := strings.Cut(t, "="); ok && name != "" {
+			if err := taskd.CheckName("token name", name); err != nil {
+				return errors.New(strings.TrimPrefix(err.Error(), "invalid_argument: "))
+			}
 		}
 	}
 	return nil

@@ -45,6 +45,7 @@ func TestLoadConfigRefuses(t *testing.T) {
 		{nil, []string{"-redis-db", "16"}, "DISPATCH_REDIS_DB (flag -redis-db): must be 0..15, got 16"},
 		{map[string]string{"DISPATCH_AUTH_FAILURE_RATE": "0"}, nil, "DISPATCH_AUTH_FAILURE_RATE: must be positive, got 0"},
 		{map[string]string{"DISPATCH_ADMIN_TOKEN": "ops=long-enough,short"}, nil, "DISPATCH_ADMIN_TOKEN: each token must be at least 8 characters"},
+		{map[string]string{"DISPATCH_ADMIN_TOKEN": "op\u202es=long-enough"}, nil, "DISPATCH_ADMIN_TOKEN: token name: must not hold control, format or invisible characters (got U+202E at byte 2)"},
 		{map[string]string{"DISPATCH_ADDR": " "}, []string{"-addr="}, "DISPATCH_ADDR (flag -addr): required"},
 		{map[string]string{"DISPATCH_REDIS_ADDR": "10.0.0.1:6379,10.0.0.2:6379"}, nil, "DISPATCH_REDIS_ADDR: names 2 addresses, but DISPATCH_REDIS_MODE is standalone (one Redis); set it to cluster or sentinel"},
 		{map[string]string{"DISPATCH_REDIS_ADDR": " , "}, nil, "DISPATCH_REDIS_ADDR: must name at least one host:port"},
