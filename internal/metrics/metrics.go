@@ -152,11 +152,28 @@ func RegisterRelay(reg prometheus.Registerer, stats func() RelayStats) {
 	)
 }
 
-// Request records one HTTP request.
+// Request records one HTTP request. Every label comes from a closed set, whatever the
+// request says: route is the matched pattern (the caller's; "unmatched" for none), a
+// method other than the standard ones is "other", and a status outside 100..599 is
+// "other". A label an outsider could choose would let anyone grow /metrics (and the
+// server's memory) without bound.
 func (m *Metrics) Request(route, method string, status int, d time.Duration) {
 	if m != nil {
-		m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Observe(d.Seconds())
+		code := "other"
+		if status >= 100 && status <= 599 {
+			code = strconv.Itoa(status)
+		}
+		m.requests.WithLabelValues(route, knownMethod(method), code).Observe(d.Seconds())
 	}
+}
+
+// knownMethod is method if it is one of HTTP's standard methods, else "other".
+func knownMethod(method string) string {
+	switch method {
+	case "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE":
+		return method
+	}
+	return "other"
 }
 
 // Fetch records a fetch's outcome: "task", "redo" or "empty".
