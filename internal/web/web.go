@@ -119,6 +119,9 @@ func Decode(w http.ResponseWriter, r *http.Request, limit int64, optional bool, 
 		}
 		return taskd.Errorf(taskd.CodeInvalid, "request body: required")
 	}
+	if err := CheckDepth(body); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -147,7 +150,7 @@ func decodeError(err error) error {
 		if want, ok := wantOf(typ.Type); ok {
 			return taskd.Errorf(taskd.CodeInvalid, "%s: want %s, got %s", field, want, typ.Value)
 		}
-		return taskd.Errorf(taskd.CodeInvalid, "%s: must be %s, got %s", field, typ.Type, typ.Value)
+		return taskd.Errorf(taskd.CodeInvalid, "%s: must be %s, got %s", field, jsonKind(typ.Type), typ.Value)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		return taskd.Errorf(taskd.CodeInvalid, "request body: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
@@ -158,11 +161,100 @@ func decodeError(err error) error {
 	return taskd.Errorf(taskd.CodeInvalid, "request body: %v", fmt.Sprint(err))
 }
 
+// MaxDepth bounds how deeply a request's JSON may nest: objects and arrays within
+// each other, the body itself counting as one. Agents' checkpoints, details and stage
+// contexts, and admins' params, are stored as sent and shown again (the console, the
+// audit log, every later dispatch), and the work each of those does can grow with the
+// nesting; 64 levels is far more than any document that means something needs.
+const MaxDepth = 64
+
+// CheckDepth refuses, with 400 invalid_argument naming the body's top-level member it
+// happened in, a JSON document that nests deeper than MaxDepth. It is one pass over
+// the bytes, before any decoding (whose work, and a merge patch's, would grow with
+// the nesting); malformed JSON is left to the decoder to name.
+func CheckDepth(body []byte) error {
+	depth := 0
+	inString, escaped := false, false
+	keyStart, keyFrom, keyTo := -1, 0, 0 // the member of the top-level object being read: body[keyFrom:keyTo]
+	expectKey := false      // at depth 1, the next string is a member's name
+	topObject := false
+	for i, c := range body {
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+				if keyStart >= 0 {
+					keyFrom, keyTo, keyStart = keyStart, i, -1
+				}
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+			if depth == 1 && expectKey {
+				keyStart, expectKey = i+1, false
+			}
+		case '{', '[':
+			depth++
+			if depth > MaxDepth {
+				field := "request body"
+				if keyTo > keyFrom {
+					field = string(body[keyFrom:min(keyTo, keyFrom+64)])
+				}
+				return taskd.Errorf(taskd.CodeInvalid, "%s: nested deeper than %d levels (objects and arrays within each other)", field, MaxDepth)
+			}
+			if depth == 1 && c == '{' {
+				expectKey, topObject = true, true
+			}
+		case '}', ']':
+			depth--
+		case ',':
+			if depth == 1 && topObject {
+				expectKey = true
+			}
+		}
+	}
+	return nil
+}
+
+// jsonKind names the JSON a Go type takes, for an error message: never the Go type
+// itself (a client has no use for "struct { Count *admin.reqInt }", and it tells an
+// outsider about the code).
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	}
+	return "another JSON value"
+}
+
 // DecodeBytes is Decode for a body already in hand (one a merge patch produced, say):
 // one JSON value into v, refusing unknown fields and trailing data, with Decode's errors.
 func DecodeBytes(body []byte, v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return taskd.Errorf(taskd.CodeInvalid, "request body: required")
+	}
+	if err := CheckDepth(body); err != nil {
+		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
