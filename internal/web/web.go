@@ -176,7 +176,7 @@ func CheckDepth(body []byte) error {
 	depth := 0
 	inString, escaped := false, false
 	keyStart, keyFrom, keyTo := -1, 0, 0 // the member of the top-level object being read: body[keyFrom:keyTo]
-	expectKey := false      // at depth 1, the next string is a member's name
+	expectKey := false                   // at depth 1, the next string is a member's name
 	topObject := false
 	for i, c := range body {
 		if inString {
