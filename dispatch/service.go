@@ -654,6 +654,11 @@ func (s *Service) Progress(ctx context.Context, uid, keyHash, logID string, chec
 	if err := s.cache.VerifyKey(ctx, uid, keyHash); err != nil {
 		return nil, err
 	}
+	// Each report is a MySQL write: it counts against the user's poll limit, as a
+	// fetch does, so that one key cannot write as fast as it can send.
+	if err := s.cache.CountPoll(ctx, uid, s.now()); err != nil {
+		return nil, err
+	}
 	if taskd.IsCampaignLog(logID) {
 		if s.campaigns == nil {
 			return nil, taskd.Errorf(taskd.CodeStaleLease, "log_id %s is not your open dispatch", logID)

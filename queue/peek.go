@@ -30,7 +30,7 @@ import (
 // {"ok", open, groups, ver, due (member, score, ...), next (member, score), gens, cut},
 // where cut is the window's end of a cut heap holding no entry not yet due (the next
 // due time is then the first entry left out's), else "".
-var peekScript = redis.NewScript(`
+var peekScript = redis.NewScript(gcra + `
 -- An occurrence older than the catch-up floor makes the heap stale; a waiting dispatch
 -- of the user (member <p>|d|<log_id>) does not: it stays until taken, however old.
 local function stale_below(heap, floor)
@@ -66,15 +66,9 @@ elseif tonumber(h[5]) < tonumber(ARGV[2]) then
 end
 if status == 'ok' and stale_below(KEYS[2], ARGV[5]) then status = 'stale' end
 if nokeys then return {'nokeys', status} end
-local interval = tonumber(ARGV[6])
-if ARGV[4] ~= '' and interval > 0 then
-  local now, burst = tonumber(ARGV[8]), tonumber(ARGV[7])
-  local tat = math.max(tonumber(redis.call('GET', KEYS[4]) or '0'), now) + interval
-  -- '%.0f': a number's default string form keeps 14 digits, and µs since 1970 have 16.
-  if tat - now > burst * interval then return {'limited', string.format('%.0f', tat - now - burst * interval)} end
-  -- It expires a second after a whole burst is free again (the margin keeps a node's
-  -- clock, which now comes from, and Redis's, which expires it, from disagreeing).
-  redis.call('SET', KEYS[4], string.format('%.0f', tat), 'PX', math.ceil((tat - now) / 1000) + 1000)
+if ARGV[4] ~= '' then
+  local wait = gcra(KEYS[4], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]))
+  if wait then return {'limited', wait} end
 end
 if status ~= 'ok' then return {status, open, h[3] or '', ver} end
 local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[3]))
@@ -156,12 +150,7 @@ func (c *Cache) PeekN(ctx context.Context, uid, keyHash string, now time.Time, m
 		case "badkey":
 			return schedule.View{}, ErrBadKey
 		case "limited":
-			us, _ := strconv.ParseInt(res[1].(string), 10, 64)
-			c.cfg.Metrics.RateLimited("poll")
-			err := taskd.Errorf(taskd.CodeRateLimited, "user %s polls faster than %g a second (burst %d); try again later",
-				uid, c.cfg.PollRate, c.cfg.PollBurst)
-			err.RetryAfter = time.Duration(us) * time.Microsecond
-			return schedule.View{}, err
+			return schedule.View{}, c.limited(uid, res[1].(string))
 		case "nokeys":
 			// Only a user whose heap needs a rebuild too is turned away when the
 			// rebuild budget is spent: a warm user's key set expires every KeyTTL.

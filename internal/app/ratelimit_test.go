@@ -75,3 +75,35 @@ func TestCombinedFetchIsOnePoll(t *testing.T) {
 		t.Fatalf("the fourth poll: %d, want 429", code)
 	}
 }
+
+// Progress reports count against the same per-user limit as fetches: each is a MySQL
+// write, and one key could otherwise write as fast as it can send (923 reports a
+// second of 16 KiB each slowed every other agent's fetch fivefold).
+func TestProgressCountsAgainstThePollLimit(t *testing.T) {
+	t.Parallel()
+	e := newEnvWith(t, 1, func(c *app.Config) { c.PollRate, c.PollBurst = 1, 3 })
+	e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0.Add(-time.Minute)), "lease_seconds": 60})
+	key := e.key("1")
+	got := e.fetch(0, key) // 1 of the burst of 3
+	if got.Task == nil {
+		t.Fatal("no task")
+	}
+	progress := func() (int, map[string]any) {
+		return e.do(0, "POST", "/v1/progress", key, `{"log_id":"`+got.Task.LogID+`","checkpoint":{"n":1}}`)
+	}
+	for i := range 2 {
+		if code, out := progress(); code != 200 {
+			t.Fatalf("report %d within the burst: %d %v", i+1, code, out)
+		}
+	}
+	if code, out := progress(); code != 429 || out["error"].(map[string]any)["code"] != "rate_limited" {
+		t.Fatalf("a report past the burst: %d %v, want 429 rate_limited", code, out)
+	}
+	if code, _ := e.do(0, "POST", "/v1/fetch", key, nil); code != 429 {
+		t.Fatalf("a fetch after the reports used up the burst: %d, want 429", code)
+	}
+	e.clock.Advance(time.Second)
+	if code, out := progress(); code != 200 {
+		t.Fatalf("a report a second later: %d %v", code, out)
+	}
+}
