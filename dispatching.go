@@ -110,6 +110,7 @@ const (
 	Holding                            // until_exhausted, and the user holds it open in another slot: keep the entry
 	Filtered                           // not of a template the fetch asked for: keep the entry
 	RateBound                          // the task's dispatch_rate_per_minute is used up this minute: keep the entry
+	NotTargeted                        // the task no longer targets the user (moved to another executor, or the user left its group): drop it, rebuild the user's heap
 )
 
 // CompleteOutcome is what a complete came to.

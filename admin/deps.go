@@ -57,6 +57,8 @@ type Store interface {
 // heaps stale after a change, so that agents see it on their next fetch.
 type Cache interface {
 	InvalidateUser(ctx context.Context, uid string) error
+	// InvalidateUsers is InvalidateUser for many users, in few round trips.
+	InvalidateUsers(ctx context.Context, uids []string) error
 	InvalidateGroup(ctx context.Context, gid string) error
 	// ClearOpen sets uid's open-dispatch hint to none if it still says seen: after an
 	// admin ended that dispatch.

@@ -462,6 +462,12 @@ type membersRequest struct {
 	UIDs []string `json:"uids"`
 }
 
+// MaxMembersPerRequest bounds the uids of one membership change, so that its
+// transaction and the telling of its users' caches end well within a request's time.
+// A larger group is set in several requests: a PUT of the first uids, then POSTs
+// adding the rest.
+const MaxMembersPerRequest = 10_000
+
 func (h *Handlers) decodeMembers(w http.ResponseWriter, r *http.Request) (string, []string, error) {
 	gid, err := pathGroup(r)
 	if err != nil {
@@ -473,6 +479,10 @@ func (h *Handlers) decodeMembers(w http.ResponseWriter, r *http.Request) (string
 	}
 	if req.UIDs == nil {
 		return "", nil, taskd.Errorf(taskd.CodeInvalid, "uids: required")
+	}
+	if len(req.UIDs) > MaxMembersPerRequest {
+		return "", nil, taskd.Errorf(taskd.CodeTooLarge, "uids: at most %d per request, got %d; send a larger group in several requests "+
+			"(PUT the first %d, then POST the rest)", MaxMembersPerRequest, len(req.UIDs), MaxMembersPerRequest)
 	}
 	return gid, req.UIDs, nil // the service checks each id
 }

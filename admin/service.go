@@ -177,13 +177,28 @@ func (s *Service) invalidate(ctx context.Context, executor string) error {
 	return s.cache.InvalidateUser(ctx, e.ID)
 }
 
-func (s *Service) invalidateUsers(ctx context.Context, uids []string) error {
-	for _, u := range uids {
-		if err := s.cache.InvalidateUser(ctx, u); err != nil {
-			return err
-		}
+// membershipSync bounds the telling of the caches after a membership change.
+const membershipSync = 30 * time.Second
+
+// membershipChanged tells the caches that uids' memberships changed, after the change
+// committed: their heaps are rebuilt at their next fetch (a thousand users to a Redis
+// round trip). From the commit on, nothing turns the change into an error: a client
+// told 503 would send it again, find nothing to change, and clear nothing. The caches
+// are told on a context of their own, so a client that hangs up or runs out of time
+// does not cut the telling short; should Redis fail, a removed member still cannot
+// take the group's tasks (a claim reads the membership in MySQL, and rebuilds the
+// heap of a user it refuses), and an added member sees them when its heap's window
+// renews, within the hour.
+func (s *Service) membershipChanged(ctx context.Context, gid string, uids []string) {
+	if len(uids) == 0 {
+		return
 	}
-	return nil
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), membershipSync)
+	defer cancel()
+	if err := s.cache.InvalidateUsers(ctx, uids); err != nil {
+		s.log.WarnContext(ctx, "membership change committed, but the caches of its users were not all told",
+			"gid", gid, "users", len(uids), "err", err)
+	}
 }
 
 // AddMembers adds users to a group; their heaps are rebuilt on their next fetch.
@@ -195,7 +210,8 @@ func (s *Service) AddMembers(ctx context.Context, gid string, uids []string) err
 	if err != nil {
 		return err
 	}
-	return s.invalidateUsers(ctx, added)
+	s.membershipChanged(ctx, gid, added)
+	return nil
 }
 
 // ReplaceMembers sets a group's members.
@@ -207,7 +223,8 @@ func (s *Service) ReplaceMembers(ctx context.Context, gid string, uids []string)
 	if err != nil {
 		return err
 	}
-	return s.invalidateUsers(ctx, changed)
+	s.membershipChanged(ctx, gid, changed)
+	return nil
 }
 
 // checkMembers checks a group id and user ids as a membership change gives them.
@@ -255,7 +272,8 @@ func (s *Service) RemoveMember(ctx context.Context, gid, uid string) error {
 	if !removed {
 		return taskd.Errorf(taskd.CodeNotFound, "user %s is not in group %s", uid, gid)
 	}
-	return s.cache.InvalidateUser(ctx, uid)
+	s.membershipChanged(ctx, gid, []string{uid})
+	return nil
 }
 
 // The reads: what the admin API shows, as the Store has it.

@@ -302,6 +302,7 @@ func (s *Service) takeBatch(ctx context.Context, uid string, view schedule.View,
 			default:
 				s.cfg.Metrics.ClaimRefused(refusal(t.outcome))
 				pop(t.entry)
+				s.notTargeted(ctx, uid, t.outcome)
 				again = append(again, t.slot)
 			}
 		}

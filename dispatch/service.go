@@ -286,9 +286,10 @@ func (s *Service) fetchFrom(ctx context.Context, uid string, view schedule.View,
 				held, waits = mark(held, e), true
 				rateOpens = new(now.Truncate(time.Minute).Add(time.Minute))
 				continue
-			default: // exhausted, already had it, or gone: drop it, try the next
+			default: // exhausted, already had it, gone, not for the user: drop it, try the next
 				s.cfg.Metrics.ClaimRefused(refusal(outcome))
 				popped = append(popped, e)
+				s.notTargeted(ctx, uid, outcome)
 				continue
 			}
 			break // UserBusy with nothing open any more: peek again
@@ -356,12 +357,28 @@ func (s *Service) take(ctx context.Context, uid string, e schedule.Entry, now ti
 	return outcome, d, false, err
 }
 
+// notTargeted makes uid's heap stale when a claim found that a task it offers no
+// longer targets uid (uid left the task's group, and the invalidation that should have
+// said so has not reached Redis): the next look rebuilds it from MySQL, without the
+// group's other tasks, instead of refusing them one claim at a time.
+func (s *Service) notTargeted(ctx context.Context, uid string, outcome taskd.ClaimOutcome) {
+	if outcome != taskd.NotTargeted {
+		return
+	}
+	if err := s.cache.InvalidateUser(ctx, uid); err != nil {
+		s.log.WarnContext(ctx, "a claim found a task that no longer targets its user; the user's heap stays until its window renews",
+			"component", "dispatch", "uid", uid, "err", err)
+	}
+}
+
 func refusal(o taskd.ClaimOutcome) string {
 	switch o {
 	case taskd.Exhausted:
 		return "exhausted"
 	case taskd.AlreadyHad:
 		return "already_had"
+	case taskd.NotTargeted:
+		return "not_targeted"
 	}
 	return "gone"
 }

@@ -58,7 +58,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"kind"}),
 		claimRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "taskd_quota_claim_conflicts_total",
-			Help: "Claims refused, by reason: exhausted, already_had, gone, user_busy, rate_bound (the task's dispatch_rate_per_minute).",
+			Help: "Claims refused, by reason: exhausted, already_had, gone, not_targeted (the user left the task's group), user_busy, rate_bound (the task's dispatch_rate_per_minute).",
 		}, []string{"reason"}),
 		overBudget: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "taskd_heap_rebuilds_over_budget_total",

@@ -25,6 +25,7 @@ import (
 // dispatchTask is the part of a task row a dispatch needs, read in the claim
 // transaction so that a concurrent edit (pause, lower quota) is respected.
 type dispatchTask struct {
+	executor   taskd.Executor
 	status     taskd.Status
 	start      time.Time
 	space      int64 // minutes; rotate only
@@ -98,7 +99,7 @@ func loadDispatchTasks(ctx context.Context, tx *sql.Tx, keys []taskd.TaskKey) (m
 		if len(ids) == 0 {
 			continue
 		}
-		cols := "t.id, t.status, t.start_time, t.dispatch_times, t.mode, t.template_id, t.params, " +
+		cols := "t.id, t.executor, t.status, t.start_time, t.dispatch_times, t.mode, t.template_id, t.params, " +
 			settingsCols("t") + ", " + settingsCols("p") + ", p.stages"
 		q := "SELECT " + cols + ", 0, NULL FROM task_once t"
 		if kind == taskd.KindRotate {
@@ -114,7 +115,8 @@ func loadDispatchTasks(ctx context.Context, tx *sql.Tx, keys []taskd.TaskKey) (m
 			var t dispatchTask
 			var own, tpl taskd.Settings
 			var stages *string
-			dest := []any{&id, &t.status, &t.start, &t.quota, &t.mode, &t.templateID, &t.params}
+			var executor string
+			dest := []any{&id, &executor, &t.status, &t.start, &t.quota, &t.mode, &t.templateID, &t.params}
 			dest = append(append(dest, settingsDest(&own)...), settingsDest(&tpl)...)
 			err := rows.Scan(append(dest, &stages, &t.space, &t.end)...)
 			if err == nil {
@@ -126,6 +128,7 @@ func loadDispatchTasks(ctx context.Context, tx *sql.Tx, keys []taskd.TaskKey) (m
 			}
 			t.settings, _ = taskd.Resolve(own, tpl)
 			t.start = t.start.UTC()
+			t.executor, _ = taskd.ParseExecutor(executor)
 			out[taskd.TaskKey{Kind: kind, ID: id}] = &t
 		}
 		rows.Close()
@@ -134,6 +137,46 @@ func loadDispatchTasks(ctx context.Context, tx *sql.Tx, keys []taskd.TaskKey) (m
 		}
 	}
 	return out, nil
+}
+
+// targeted says, for each claim (task, uid) of tasks, whether the task targets uid:
+// its executor is uid, or a group uid is a member of now. A removed member's cached
+// heap may still offer the group's tasks (its invalidation may not have reached Redis
+// yet); MySQL's membership is what a claim goes by. One read for every group claim.
+func targeted(ctx context.Context, tx *sql.Tx, tasks []*dispatchTask, uids []string) ([]bool, error) {
+	out := make([]bool, len(tasks))
+	var args []any
+	for i, t := range tasks {
+		switch {
+		case t == nil:
+		case !t.executor.Group:
+			out[i] = t.executor.ID == uids[i]
+		default:
+			args = append(args, t.executor.ID, uids[i])
+		}
+	}
+	if len(args) == 0 {
+		return out, nil
+	}
+	rows, err := tx.QueryContext(ctx, "SELECT gid, uid FROM group_member WHERE "+anyOf(len(args)/2, "gid", "uid"), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	member := map[[2]string]bool{}
+	for rows.Next() {
+		var gid, uid string
+		if err := rows.Scan(&gid, &uid); err != nil {
+			return nil, err
+		}
+		member[[2]string{gid, uid}] = true
+	}
+	for i, t := range tasks {
+		if t != nil && t.executor.Group {
+			out[i] = member[[2]string{t.executor.ID, uids[i]}]
+		}
+	}
+	return out, rows.Err()
 }
 
 // loadDispatchTask reads one task as loadDispatchTasks does; nil when it is missing.
@@ -254,10 +297,21 @@ func (s *Store) claimAll(ctx context.Context, c *claimRun) error {
 	if c.tasks, err = loadDispatchTasks(ctx, c.tx, keys); err != nil {
 		return err
 	}
+	tasks := make([]*dispatchTask, len(c.jobs))
+	uids := make([]string, len(c.jobs))
+	for i, j := range c.jobs {
+		tasks[i], uids[i] = c.task(i), j.in.uid
+	}
+	aimed, err := targeted(ctx, c.tx, tasks, uids)
+	if err != nil {
+		return err
+	}
 	for i, j := range c.jobs {
 		switch t := c.task(i); {
 		case !t.offers(j.in.occ):
 			c.st[i].outcome = taskd.Gone
+		case !aimed[i]:
+			c.st[i].outcome = taskd.NotTargeted
 		case !j.in.take.Allows(t.templateID):
 			c.st[i].outcome = taskd.Filtered
 		}
@@ -846,6 +900,14 @@ func (s *Store) claimOne(ctx context.Context, uid string, occ taskd.Occurrence, 
 		}
 		if !t.offers(occ) {
 			outcome = taskd.Gone
+			return errAbort
+		}
+		aimed, err := targeted(ctx, tx, []*dispatchTask{t}, []string{uid})
+		if err != nil {
+			return err
+		}
+		if !aimed[0] {
+			outcome = taskd.NotTargeted
 			return errAbort
 		}
 		if !take.Allows(t.templateID) {
