@@ -8,10 +8,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"mime"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -205,10 +207,16 @@ func (cs *Campaigns) CreateCampaign() http.Handler {
 // maxUpload bounds an upload of uids (about eight million of them).
 const maxUpload = 512 << 20
 
+// uploadIdle is how long an upload may send nothing before it is given up.
+const uploadIdle = 30 * time.Second
+
 // UploadItems is POST /v1/admin/campaigns/{id}/items: uids appended to a uid-list
 // campaign before its start, as NDJSON (one JSON string, or {"uid": ...}, a line) or
-// CSV (the first column; a first row "uid" is a header), read as it arrives, in one
-// transaction: a bad line adds nothing, and the error names it.
+// CSV (one column, the uid; a first row "uid" is a header). The upload is read and
+// checked first, as it arrives, into a temporary file, holding no lock and no database
+// connection however slowly it comes (and given up after uploadIdle without data);
+// then its uids are added in one transaction: a bad line adds nothing, and the error
+// names it.
 func (cs *Campaigns) UploadItems() http.Handler {
 	return cs.h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
 		id, err := pathID(r, "id")
@@ -216,7 +224,7 @@ func (cs *Campaigns) UploadItems() http.Handler {
 			return 0, nil, err
 		}
 		mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-		body := http.MaxBytesReader(w, r.Body, maxUpload)
+		body := &idleReader{r: http.MaxBytesReader(w, r.Body, maxUpload), rc: http.NewResponseController(w)}
 		var next func() (string, bool, error)
 		switch mt {
 		case "application/x-ndjson", "application/jsonl":
@@ -226,19 +234,114 @@ func (cs *Campaigns) UploadItems() http.Handler {
 		default:
 			return 0, nil, taskd.Errorf(taskd.CodeInvalid, "Content-Type: application/x-ndjson or text/csv, got %q", r.Header.Get("Content-Type"))
 		}
-		c, err := cs.store.AddCampaignUIDs(r.Context(), ActorFrom(r.Context()), id, next, cs.svc.now())
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			err = taskd.Errorf(taskd.CodeTooLarge, "upload: over %d bytes; split it into several uploads", maxUpload)
+		// Refused before the upload is read when the campaign cannot take it (the
+		// transaction checks again).
+		c, err := cs.store.GetCampaign(r.Context(), id)
+		if err != nil {
+			return 0, nil, err
 		}
+		if err := uploadable(c); err != nil {
+			return 0, nil, err
+		}
+		spooled, err := spool(next)
+		if spooled != nil {
+			defer spooled.close()
+		}
+		var tooBig *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooBig):
+			return 0, nil, taskd.Errorf(taskd.CodeTooLarge, "upload: over %d bytes; split it into several uploads", maxUpload)
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return 0, nil, taskd.Errorf(taskd.CodeInvalid, "upload: nothing came for %s; nothing was added", uploadIdle)
+		case err != nil:
+			return 0, nil, err
+		}
+		c, err = cs.store.AddCampaignUIDs(r.Context(), ActorFrom(r.Context()), id, spooled.next, cs.svc.now())
 		return http.StatusOK, c, err
 	})
 }
 
+// uploadable refuses an upload to a campaign that does not take one.
+func uploadable(c taskd.Campaign) error {
+	switch {
+	case c.Items != taskd.ItemsUIDs:
+		return taskd.Errorf(taskd.CodeConflict, "campaign %d has numbered items (count); only a uid-list campaign takes uploads", c.ID)
+	case c.State != taskd.CampaignCreated:
+		return taskd.Errorf(taskd.CodeConflict, "campaign %d is %s; items are uploaded before the start", c.ID, c.State)
+	}
+	return nil
+}
+
+// idleReader reads a request body, giving up when nothing came for uploadIdle.
+type idleReader struct {
+	r  io.Reader
+	rc *http.ResponseController
+}
+
+func (b *idleReader) Read(p []byte) (int, error) {
+	b.rc.SetReadDeadline(time.Now().Add(uploadIdle)) // not every server supports it (tests' recorders); then none
+	return b.r.Read(p)
+}
+
+// spooled is an upload's uids, checked, in a temporary file: one a line.
+type spooled struct {
+	f  *os.File
+	sc *bufio.Scanner
+}
+
+// spool reads every uid next yields into a temporary file (at most
+// taskd.MaxCampaignItems of them), to be read back with next.
+func spool(next func() (string, bool, error)) (*spooled, error) {
+	f, err := os.CreateTemp("", "taskd-upload-*")
+	if err != nil {
+		return nil, fmt.Errorf("upload: %w", err)
+	}
+	s := &spooled{f: f}
+	w := bufio.NewWriter(f)
+	for n := 0; ; n++ {
+		uid, ok, err := next()
+		if err != nil {
+			return s, err
+		}
+		if !ok {
+			break
+		}
+		if n == taskd.MaxCampaignItems {
+			return s, taskd.Errorf(taskd.CodeInvalid, "items: a campaign holds at most %d items", int64(taskd.MaxCampaignItems))
+		}
+		w.WriteString(uid)
+		w.WriteByte('\n')
+	}
+	if err := w.Flush(); err != nil {
+		return s, fmt.Errorf("upload: %w", err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return s, fmt.Errorf("upload: %w", err)
+	}
+	s.sc = bufio.NewScanner(f)
+	return s, nil
+}
+
+// next yields the spooled uids in order.
+func (s *spooled) next() (string, bool, error) {
+	if s.sc.Scan() {
+		return s.sc.Text(), true, nil
+	}
+	return "", false, s.sc.Err()
+}
+
+func (s *spooled) close() {
+	s.f.Close()
+	os.Remove(s.f.Name())
+}
+
+// maxLine bounds a line of an upload, NDJSON's and CSV's alike.
+const maxLine = 4096
+
 // ndjsonUIDs reads uids, one a line: "u1" or {"uid": "u1"}; blank lines are skipped.
 func ndjsonUIDs(r io.Reader) func() (string, bool, error) {
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 4096), 4096)
+	sc.Buffer(make([]byte, maxLine), maxLine)
 	line := 0
 	return func() (string, bool, error) {
 		for sc.Scan() {
@@ -269,7 +372,7 @@ func ndjsonUIDs(r io.Reader) func() (string, bool, error) {
 		}
 		if err := sc.Err(); err != nil {
 			if errors.Is(err, bufio.ErrTooLong) {
-				return "", false, taskd.Errorf(taskd.CodeInvalid, "line %d: longer than 4096 bytes", line+1)
+				return "", false, taskd.Errorf(taskd.CodeInvalid, "line %d: longer than %d bytes", line+1, maxLine)
 			}
 			return "", false, err
 		}
@@ -277,10 +380,36 @@ func ndjsonUIDs(r io.Reader) func() (string, bool, error) {
 	}
 }
 
-// csvUIDs reads uids from the first column of CSV records; a first record "uid" is a
-// header.
+// errLongLine is a CSV line over maxLine bytes.
+var errLongLine = errors.New("line too long")
+
+// lineLimit reads r, failing with errLongLine at a line longer than maxLine bytes: the
+// CSV reader would hold a whole line (a record) in memory, however long.
+type lineLimit struct {
+	r    io.Reader
+	run  int // bytes since the last newline
+	line int // lines read, for the error
+}
+
+func (l *lineLimit) Read(p []byte) (int, error) {
+	n, err := l.r.Read(p)
+	for i, c := range p[:n] {
+		if c == '\n' {
+			l.run = 0
+			l.line++
+			continue
+		}
+		if l.run++; l.run > maxLine {
+			return i, errLongLine
+		}
+	}
+	return n, err
+}
+
+// csvUIDs reads uids from CSV records of one column; a first record "uid" is a header.
 func csvUIDs(r io.Reader) func() (string, bool, error) {
-	cr := csv.NewReader(r)
+	limited := &lineLimit{r: r}
+	cr := csv.NewReader(limited)
 	cr.FieldsPerRecord = -1
 	cr.ReuseRecord = true
 	row := 0
@@ -291,12 +420,19 @@ func csvUIDs(r io.Reader) func() (string, bool, error) {
 				return "", false, nil
 			}
 			row++
+			if errors.Is(err, errLongLine) {
+				return "", false, taskd.Errorf(taskd.CodeInvalid, "line %d: longer than %d bytes", limited.line+1, maxLine)
+			}
 			if err != nil {
 				var perr *csv.ParseError
 				if errors.As(err, &perr) {
 					return "", false, taskd.Errorf(taskd.CodeInvalid, "csv: %v", err)
 				}
 				return "", false, err
+			}
+			line, _ := cr.FieldPos(0)
+			if len(rec) != 1 {
+				return "", false, taskd.Errorf(taskd.CodeInvalid, "line %d: one column (the uid) a row, got %d", line, len(rec))
 			}
 			uid := strings.TrimSpace(rec[0])
 			if row == 1 {
@@ -308,7 +444,7 @@ func csvUIDs(r io.Reader) func() (string, bool, error) {
 			if uid == "" {
 				continue
 			}
-			if err := bareID("row "+strconv.Itoa(row), uid); err != nil {
+			if err := bareID("line "+strconv.Itoa(line), uid); err != nil {
 				return "", false, err
 			}
 			return uid, true, nil

@@ -352,8 +352,16 @@ func TestCampaignUploads(t *testing.T) {
 	if code, out := upload("application/x-ndjson", "\"c\"\n{\"uid\": \"d\"}\n\n"); code != 200 || num(out["total"]) != 4 {
 		t.Fatalf("ndjson: %d %v", code, out)
 	}
-	if code, out := upload("text/csv", "\ufeffUID,note\ne,x\nf,y\n"); code != 200 || num(out["total"]) != 6 {
+	if code, out := upload("text/csv", "\ufeffUID\ne\nf\n"); code != 200 || num(out["total"]) != 6 {
 		t.Fatalf("csv (a spreadsheet's, with a byte order mark and a header): %d %v", code, out)
+	}
+	// A row with more than the uid, or a line past 4,096 bytes (one 20 MB row of 10M
+	// columns took 865 MB before), is refused naming its line, and adds nothing.
+	if code, out := upload("text/csv", "uid\nx\ny,note\n"); code != 400 || !strings.Contains(fmt.Sprint(out), "line 3: one column") {
+		t.Fatalf("a row with two columns: %d %v", code, out)
+	}
+	if code, out := upload("text/csv", "x\n"+strings.Repeat("a,", 3_000_000)+"\n"); code != 400 || !strings.Contains(fmt.Sprint(out), "line 2: longer than 4096 bytes") {
+		t.Fatalf("a 6 MB line: %d %v", code, out)
 	}
 	code, out := upload("application/x-ndjson", "\"g\"\n\"uid_h\"\n")
 	if code != 400 || !strings.Contains(fmt.Sprint(out), "line 2") {
