@@ -554,6 +554,8 @@ func (h *Handlers) IssueKey() http.Handler {
 			return 0, nil, err
 		}
 		key, err := h.svc.IssueKey(r.Context(), uid)
+		// The key is shown this once: no cache keeps a copy.
+		w.Header().Set("Cache-Control", "no-store")
 		return http.StatusCreated, map[string]string{"client_key": key}, err
 	})
 }

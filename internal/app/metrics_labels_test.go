@@ -50,3 +50,21 @@ func TestMetricsLabelsAreAClosedSet(t *testing.T) {
 		t.Errorf("/metrics grew by %d bytes for 200 requests with made-up methods and paths", grown)
 	}
 }
+
+// A reply that carries a client key is kept by no cache, and no reply is sniffed as
+// anything but JSON.
+func TestKeyRepliesAreNotStored(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	req, _ := http.NewRequest("POST", e.urls[0]+"/v1/admin/clients/42/keys", nil)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := e.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 201 || resp.Header.Get("Cache-Control") != "no-store" || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Fatalf("key issue: %d, Cache-Control %q, X-Content-Type-Options %q", resp.StatusCode,
+			resp.Header.Get("Cache-Control"), resp.Header.Get("X-Content-Type-Options"))
+	}
+}

@@ -51,6 +51,8 @@ func Status(code taskd.Code) int {
 // Encode writes v as JSON with status.
 func Encode(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
+	// A reply is JSON and nothing else, whatever a browser would sniff in it.
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	// JSON replies are read by programs, not embedded in HTML: "<" stays "<".
