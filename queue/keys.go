@@ -47,3 +47,8 @@ func (k Keys) Generation(gid string, i int) string {
 func (k Keys) GenerationOf(gid, uid string) string {
 	return k.Generation(gid, int(crc32.ChecksumIEEE([]byte(uid))%GenCopies))
 }
+
+// ConsoleSession is a console session, named by the SHA-256 of its id (hex), so that
+// what Redis holds cannot be replayed as a cookie; it expires when the session has been
+// idle too long.
+func (k Keys) ConsoleSession(idHash string) string { return k.Prefix + "{cs:" + idHash + "}:session" }

@@ -42,10 +42,17 @@ func (a *App) routes() http.Handler {
 	r.Get("/readyz", a.handleReady())
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(a.Registry, promhttp.HandlerOpts{}))
 	r.Method(http.MethodGet, "/openapi.json", api.Handler())
-	// The console calls the admin API through this very router, in process.
+	// The console calls the admin API through this very router, in process; its
+	// sessions live in Redis and last while their admin token is still accepted.
+	tokens := admin.ParseTokens(a.cfg.AdminTokens)
+	secrets := make([]string, 0, len(tokens))
+	for _, t := range tokens {
+		secrets = append(secrets, t.Secret)
+	}
 	r.Mount("/console", console.New(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a.handler.ServeHTTP(w, r)
-	}), log).Routes())
+	}), log, console.Config{Redis: a.deps.Redis, SessionKey: a.Cache.Keys().ConsoleSession, AdminTokens: secrets,
+		Clock: a.deps.Clock}).Routes())
 
 	keys := clientkey.NewHandlers(a.Keys, log)
 	client := dispatch.NewHandlers(a.Dispatch, log)
@@ -61,7 +68,7 @@ func (a *App) routes() http.Handler {
 	}
 	h := admin.NewHandlers(a.Admin, log)
 	r.Route("/v1/admin", func(r chi.Router) {
-		r.Use(admin.RequireAdmin(admin.ParseTokens(a.cfg.AdminTokens), isClientKey, log))
+		r.Use(admin.RequireAdmin(tokens, isClientKey, log))
 		r.Method(http.MethodPost, "/templates", h.CreateTemplate())
 		r.Method(http.MethodGet, "/templates", h.ListTemplates())
 		r.Method(http.MethodGet, "/templates/{id}", h.GetTemplate())

@@ -19,7 +19,7 @@ import (
 // through the form with a 422 at its field and <script> params shown as text, an
 // agent's dispatch in the events, pause and its audit entry, a campaign created, started,
 // worked by an agent and paused, CSRF, paging through 250
-// tasks, 390 px, a refused session, sign out). It fails, never skips, when the browser,
+// tasks, 390 px, an unknown session, sign out and the old cookie refused). It fails, never skips, when the browser,
 // node or playwright-core is missing: make test installs playwright-core (npm ci),
 // .ci/run installs chromium and node. TASKD_CONSOLE_SHOTS=<dir> keeps the screenshots
 // (docs/console holds the README's).

@@ -3,12 +3,13 @@
 // process with the signed-in admin token, so validation, errors and the audit log are
 // the API's, and the console can do nothing a curl user cannot.
 //
-// The session is the admin token in an HttpOnly, SameSite=Strict cookie scoped to
-// /console/; every form that changes something carries a CSRF token derived from it
-// (an HMAC keyed by the token, so it needs no server state and works on every node).
-// A token the API refuses (wrong, or revoked since) ends the session with a message.
-// The pages send a Content-Security-Policy that allows scripts from the console's own
-// files only; html/template escapes every value that came from users.
+// The session is a random id in an HttpOnly, SameSite=Strict cookie scoped to
+// /console/, kept in Redis with idle and absolute expiry (sessions.go); every form that
+// changes something carries a CSRF token of the session. A session whose admin token
+// the server no longer accepts ends, with a message. The pages send a
+// Content-Security-Policy that allows scripts from the console's own files only;
+// html/template escapes every value that came from users, and JSON from agents and
+// admins is shown compact and cut at a few KiB (showJSON).
 package console
 
 import (
@@ -16,7 +17,6 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
 	"embed"
 	"encoding/hex"
 	"encoding/json"
@@ -27,10 +27,15 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/taskpull/taskd/internal/clock"
 )
 
 //go:embed templates/*.html
@@ -39,26 +44,68 @@ var templateFiles embed.FS
 //go:embed static
 var staticFiles embed.FS
 
-// cookieName is the session cookie: the admin token, HttpOnly, scoped to /console/.
+// cookieName is the session cookie: the session's id, HttpOnly, scoped to /console/.
 const cookieName = "taskd_console"
 
 // csp forbids inline script and every source but the console's own.
 const csp = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
 	"object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
+// Config is what the console's sessions need.
+type Config struct {
+	// Redis holds the sessions, seen by every node.
+	Redis redis.UniversalClient
+	// SessionKey is the Redis key of the session whose id has the SHA-256 idHash (hex),
+	// under the deployment's prefix.
+	SessionKey func(idHash string) string
+	// AdminTokens are the admin token secrets the server accepts: a session lives only
+	// while the one it signed in with is among them.
+	AdminTokens []string
+	Clock       clock.Clock
+	// IdleTimeout ends a session unused for that long (default DefaultIdleTimeout);
+	// Lifetime ends it that long after sign-in, however busy (default DefaultLifetime).
+	IdleTimeout, Lifetime time.Duration
+}
+
+func (cfg *Config) setDefaults() {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.Lifetime <= 0 {
+		cfg.Lifetime = DefaultLifetime
+	}
+}
+
+func (cfg Config) validate() error {
+	if cfg.Redis == nil || cfg.SessionKey == nil {
+		return fmt.Errorf("console: the sessions need Redis and a SessionKey")
+	}
+	return nil
+}
+
 // Console serves the pages.
 type Console struct {
-	admin http.Handler
-	log   *slog.Logger
-	pages map[string]*template.Template
+	admin    http.Handler
+	log      *slog.Logger
+	sessions *sessions
+	pages    map[string]*template.Template
 }
 
 // New returns the console over api, the server's own handler (the /v1/admin routes
-// are called through it).
-func New(api http.Handler, log *slog.Logger) *Console {
-	c := &Console{admin: api, log: log, pages: map[string]*template.Template{}}
+// are called through it). It panics on a Config without Redis: a wiring mistake.
+func New(api http.Handler, log *slog.Logger, cfg Config) *Console {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		panic(err)
+	}
+	c := &Console{admin: api, log: log, pages: map[string]*template.Template{},
+		sessions: &sessions{rdb: cfg.Redis, key: cfg.SessionKey, tokens: cfg.AdminTokens, clock: cfg.Clock,
+			idle: cfg.IdleTimeout, lifetime: cfg.Lifetime}}
 	funcs := template.FuncMap{
-		"json":    prettyJSON,
+		"json":    showJSON,
 		"time":    showTime,
 		"fieldOf": fieldOf,
 		"list":    func(s ...string) []string { return s },
@@ -84,7 +131,7 @@ func (c *Console) Routes() http.Handler {
 	r := chi.NewRouter()
 	r.Use(secureHeaders)
 	static, _ := fs.Sub(staticFiles, "static")
-	r.Get("/static/*", http.StripPrefix("/console/static/", http.FileServerFS(static)).ServeHTTP)
+	r.Get("/static/*", serveFiles(static))
 	r.Get("/signin", c.signInPage)
 	r.Post("/signin", c.signIn)
 	r.Group(func(r chi.Router) {
@@ -120,6 +167,20 @@ func (c *Console) Routes() http.Handler {
 	return r
 }
 
+// serveFiles serves the files of fsys under /console/static/, and 404 for anything
+// else: a directory is not listed.
+func serveFiles(fsys fs.FS) http.HandlerFunc {
+	files := http.StripPrefix("/console/static/", http.FileServerFS(fsys))
+	return func(w http.ResponseWriter, r *http.Request) {
+		st, err := fs.Stat(fsys, chi.URLParam(r, "*"))
+		if err != nil || !st.Mode().IsRegular() {
+			http.NotFound(w, r)
+			return
+		}
+		files.ServeHTTP(w, r)
+	}
+}
+
 func secureHeaders(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
@@ -133,7 +194,7 @@ func secureHeaders(next http.Handler) http.Handler {
 
 // ---- the session ----
 
-// session admits a request with a session cookie (and, on a POST, its CSRF token);
+// session admits a request with a live session (and, on a POST, its CSRF token);
 // without one it sends the browser to sign in.
 func (c *Console) session(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -142,27 +203,43 @@ func (c *Console) session(next http.Handler) http.Handler {
 			http.Redirect(w, r, "/console/signin", http.StatusSeeOther)
 			return
 		}
-		if r.Method == http.MethodPost && !hmac.Equal([]byte(r.PostFormValue("csrf")), []byte(csrfToken(ck.Value))) {
+		s, state, err := c.sessions.find(r.Context(), ck.Value)
+		if err != nil {
+			c.sessionsUnavailable(w, r, err)
+			return
+		}
+		switch state {
+		case sessionEnded:
+			setCookie(w, r, cookieName, "", "/console/", -1)
+			http.Redirect(w, r, "/console/signin?m=ended", http.StatusSeeOther)
+			return
+		case sessionRefused:
+			setCookie(w, r, cookieName, "", "/console/", -1)
+			http.Redirect(w, r, "/console/signin?m=refused", http.StatusSeeOther)
+			return
+		}
+		if r.Method == http.MethodPost && !hmac.Equal([]byte(r.PostFormValue("csrf")), []byte(s.csrf)) {
 			c.render(w, r, http.StatusForbidden, "error", "Refused", map[string]any{
 				"Error": "This form is out of date or did not come from the console (CSRF check). Go back, reload the page and try again."})
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, ck.Value)))
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, s)))
 	})
 }
 
-// csrfToken is what every state-changing form of a session must carry.
-func csrfToken(token string) string {
-	m := hmac.New(sha256.New, []byte(token))
-	m.Write([]byte("taskd console csrf"))
-	return hex.EncodeToString(m.Sum(nil))
+// sessionsUnavailable answers a request the session store (Redis) failed.
+func (c *Console) sessionsUnavailable(w http.ResponseWriter, r *http.Request, err error) {
+	c.log.Error("console: sessions", "err", err)
+	c.render(w, r, http.StatusServiceUnavailable, "error", "Unavailable", map[string]any{
+		"Error": "The console cannot reach its sessions (Redis) right now. Try again in a moment."})
 }
 
-func setSession(w http.ResponseWriter, r *http.Request, token string, maxAge int) {
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: token, Path: "/console/", MaxAge: maxAge,
+// setCookie sets a cookie of the console, HttpOnly and SameSite=Strict; maxAge < 0
+// deletes it. It is Secure over TLS, here or at a proxy in front that says so (a
+// header a client could forge only makes the cookie stricter).
+func setCookie(w http.ResponseWriter, r *http.Request, name, value, path string, maxAge int) {
+	http.SetCookie(w, &http.Cookie{Name: name, Value: value, Path: path, MaxAge: maxAge,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode,
-		// Secure over TLS, here or at a proxy in front that says so (a header a client
-		// could forge only makes the cookie stricter).
 		Secure: r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")})
 }
 
@@ -179,13 +256,26 @@ func (c *Console) signInForm(w http.ResponseWriter, r *http.Request, status int,
 	b := make([]byte, 16)
 	rand.Read(b)
 	token := hex.EncodeToString(b)
-	http.SetCookie(w, &http.Cookie{Name: signInCookie, Value: token, Path: "/console/signin", MaxAge: 3600,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")})
-	c.render(w, r, status, "signin", "Sign in", map[string]any{"Message": message, "SignInToken": token})
+	setCookie(w, r, signInCookie, token, "/console/signin", 3600)
+	c.render(w, r, status, "signin", "Sign in", map[string]any{"Message": message, "SignInToken": token,
+		"Idle": spanText(c.sessions.idle), "Lifetime": spanText(c.sessions.lifetime)})
+}
+
+// spanText shows a session lifetime in hours, or minutes when not whole hours.
+func spanText(d time.Duration) string {
+	unit, n := "hour", int(d/time.Hour)
+	if d%time.Hour != 0 {
+		unit, n = "minute", int(d/time.Minute)
+	}
+	if n == 1 {
+		return "1 " + unit
+	}
+	return strconv.Itoa(n) + " " + unit + "s"
 }
 
 var signInMessages = map[string]string{
 	"refused": "Your admin token was not accepted: it is wrong, or it has been revoked. Sign in again.",
+	"ended":   "Your session has ended: you signed out, it was idle too long, or it reached its lifetime. Sign in again.",
 	"out":     "You are signed out.",
 }
 
@@ -211,24 +301,41 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 		c.signInForm(w, r, res.status, res.message())
 		return
 	}
-	setSession(w, r, token, int((12 * time.Hour).Seconds()))
+	// A session this browser had ends: a sign-in always starts a new one.
+	if old, err := r.Cookie(cookieName); err == nil && old.Value != "" {
+		if err := c.sessions.end(r.Context(), old.Value); err != nil {
+			c.log.Warn("console: end the session replaced by a sign-in", "err", err)
+		}
+	}
+	id, err := c.sessions.start(r.Context(), token)
+	if err != nil {
+		c.log.Error("console: sessions", "err", err)
+		c.signInForm(w, r, http.StatusServiceUnavailable, "The console cannot keep a session right now (Redis did not answer). Try again in a moment.")
+		return
+	}
+	setCookie(w, r, cookieName, id, "/console/", int(c.sessions.lifetime.Seconds()))
 	http.Redirect(w, r, "/console/", http.StatusSeeOther)
 }
 
+// signOut ends the session on every node, not only in this browser.
 func (c *Console) signOut(w http.ResponseWriter, r *http.Request) {
-	setSession(w, r, "", -1)
+	if err := c.sessions.end(r.Context(), currentSession(r).id); err != nil {
+		c.sessionsUnavailable(w, r, err)
+		return
+	}
+	setCookie(w, r, cookieName, "", "/console/", -1)
 	http.Redirect(w, r, "/console/signin?m=out", http.StatusSeeOther)
 }
 
 // ---- the admin API, called in process ----
 
-// tokenKey holds the session's admin token in a request's context.
-type tokenKey struct{}
+// sessionKey holds the session in a request's context.
+type sessionKey struct{}
 
-// sessionToken is the signed-in admin token of r, or "".
-func sessionToken(r *http.Request) string {
-	t, _ := r.Context().Value(tokenKey{}).(string)
-	return t
+// currentSession is the session of r (empty outside the session's routes).
+func currentSession(r *http.Request) session {
+	s, _ := r.Context().Value(sessionKey{}).(session)
+	return s
 }
 
 // result is an API reply.
@@ -310,9 +417,13 @@ func (c *Console) api(w http.ResponseWriter, r *http.Request, method, path strin
 
 // apiIfMatch is api with an If-Match header (none when ifMatch is "").
 func (c *Console) apiIfMatch(w http.ResponseWriter, r *http.Request, method, path, ifMatch string, body any) (result, bool) {
-	res := c.callIfMatch(r, sessionToken(r), method, path, ifMatch, body)
+	s := currentSession(r)
+	res := c.callIfMatch(r, s.token, method, path, ifMatch, body)
 	if res.status == http.StatusUnauthorized {
-		setSession(w, r, "", -1)
+		if err := c.sessions.end(r.Context(), s.id); err != nil {
+			c.log.Warn("console: end a refused session", "err", err)
+		}
+		setCookie(w, r, cookieName, "", "/console/", -1)
 		http.Redirect(w, r, "/console/signin?m=refused", http.StatusSeeOther)
 		return res, false
 	}
@@ -385,8 +496,8 @@ type view struct {
 
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, page, title string, data map[string]any) {
 	v := view{Title: title, Nav: page, Data: data}
-	if token := sessionToken(r); token != "" {
-		v.SignedIn, v.CSRF = true, csrfToken(token)
+	if s := currentSession(r); s.id != "" {
+		v.SignedIn, v.CSRF = true, s.csrf
 	}
 	tmpl, found := c.pages[page]
 	if !found {
@@ -405,17 +516,30 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, pag
 	w.Write(buf.Bytes())
 }
 
-// prettyJSON shows v as indented JSON, with <, > and & as themselves: the template
-// escapes them for HTML, so a param holding <script> reads as it was written.
-func prettyJSON(v any) string {
+// maxShownJSON is how many bytes of one JSON value a page shows.
+const maxShownJSON = 4 << 10
+
+// showJSON shows v as compact JSON, with <, > and & as themselves (the template
+// escapes them for HTML, so a param holding <script> reads as it was written), cut at
+// maxShownJSON bytes with a note of its full size. Agents write checkpoints and details
+// of up to 16 KiB, nested deep: indented, a value nested n deep takes n² spaces (7,000
+// deep, 49 MB), and a page of fifty of them would take gigabytes.
+func showJSON(v any) string {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
 	if err := enc.Encode(v); err != nil {
-		return fmt.Sprint(v)
+		return "(not shown: " + err.Error() + ")"
 	}
-	return strings.TrimSuffix(b.String(), "\n")
+	out := bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+	if len(out) <= maxShownJSON {
+		return string(out)
+	}
+	cut := maxShownJSON
+	for cut > 0 && !utf8.RuneStart(out[cut]) {
+		cut--
+	}
+	return string(out[:cut]) + "… (truncated, " + strconv.Itoa(len(out)) + " bytes)"
 }
 
 // showTime shows an RFC 3339 time of the API as UTC, minutes and seconds.

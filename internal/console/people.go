@@ -90,7 +90,7 @@ func (c *Console) clients(w http.ResponseWriter, r *http.Request) {
 		if owner, key, ok := strings.Cut(ck.Value, " "); ok && owner == uid {
 			data["Key"] = key
 		}
-		http.SetCookie(w, &http.Cookie{Name: issuedCookie, Path: "/console/clients", MaxAge: -1})
+		setCookie(w, r, issuedCookie, "", "/console/clients", -1)
 	}
 	c.render(w, r, http.StatusOK, "clients", "Clients", data)
 }
@@ -107,8 +107,7 @@ func (c *Console) issueKey(w http.ResponseWriter, r *http.Request) {
 		ClientKey string `json:"client_key"`
 	}
 	res.decode(&body)
-	http.SetCookie(w, &http.Cookie{Name: issuedCookie, Value: uid + " " + body.ClientKey, Path: "/console/clients",
-		MaxAge: 60, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	setCookie(w, r, issuedCookie, uid+" "+body.ClientKey, "/console/clients", 60)
 	http.Redirect(w, r, query("/console/clients", "uid", uid), http.StatusSeeOther)
 }
 

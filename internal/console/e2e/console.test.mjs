@@ -67,6 +67,7 @@ try {
     await page.getByRole('row', { name: /Last 24 hours/ }).waitFor(); // zeros too, not an empty table
     const cookie = (await context.cookies()).find((c) => c.name === 'taskd_console');
     assert.ok(cookie.httpOnly, 'session cookie is HttpOnly');
+    assert.ok(!cookie.value.includes(token), 'the session cookie is not the admin token');
     assert.equal(cookie.sameSite, 'Strict');
     await shot('dashboard');
   });
@@ -162,7 +163,7 @@ try {
     await page.getByLabel('depth').fill('3');
     await page.getByLabel('Priority (1-9)').fill('7');
     await page.getByRole('button', { name: 'Save task' }).click();
-    await page.locator('#task-params').filter({ hasText: '"depth": 3' }).waitFor();
+    await page.locator('#task-params').filter({ hasText: '"depth":3' }).waitFor();
     await page.getByRole('link', { name: 'Edit' }).click();
     await page.getByRole('link', { name: 'Edit the params as raw JSON instead' }).click();
     await page.getByLabel('Params (JSON)').fill('{"url": "http://example.org", "depth": 4}');
@@ -344,21 +345,34 @@ try {
     await page.setViewportSize({ width: 1280, height: 900 });
   });
 
-  await step('a revoked or wrong session returns to sign-in with a message', async () => {
+  await step('an unknown session returns to sign-in with a message', async () => {
     const url = new URL(base);
-    await context.addCookies([{ name: 'taskd_console', value: 'revoked-token', domain: url.hostname, path: '/console/', httpOnly: true, sameSite: 'Strict' }]);
+    await context.addCookies([{ name: 'taskd_console', value: 'made-up-session', domain: url.hostname, path: '/console/', httpOnly: true, sameSite: 'Strict' }]);
     await page.goto(base + '/console/tasks');
-    assert.match(page.url(), /\/console\/signin\?m=refused$/);
-    await page.getByRole('alert').filter({ hasText: 'revoked' }).waitFor();
+    assert.match(page.url(), /\/console\/signin\?m=ended$/);
+    await page.getByRole('alert').filter({ hasText: 'session has ended' }).waitFor();
   });
 
-  await step('sign out', async () => {
+  await step('sign out ends the session: its cookie and CSRF token no longer work', async () => {
     await page.getByLabel('Admin token').fill(token);
     await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('heading', { name: 'Dashboard' }).waitFor();
+    const old = (await context.cookies()).find((c) => c.name === 'taskd_console');
+    const csrf = await page.locator('input[name="csrf"]').first().inputValue();
     await page.getByRole('button', { name: 'Sign out' }).click();
     await page.getByText('You are signed out.').waitFor();
     await page.goto(base + '/console/');
     assert.match(page.url(), /\/console\/signin$/);
+    await context.addCookies([old]); // as if it had been copied before the sign-out
+    await page.goto(base + '/console/tasks');
+    assert.match(page.url(), /\/console\/signin\?m=ended$/);
+    await context.addCookies([old]);
+    const res = await page.request.post(base + '/console/templates',
+      { form: { csrf, name: 'after-signout', schema: '{"type": "object"}' }, maxRedirects: 0 });
+    assert.equal(res.status(), 303);
+    assert.equal(res.headers()['location'], '/console/signin?m=ended');
+    const templates = await api('GET', '/v1/admin/templates');
+    assert.ok(!templates.body.templates.some((t) => t.name === 'after-signout'), 'the signed-out session created nothing');
   });
 
   assert.deepEqual(errors, [], 'no script errors or CSP violations in the pages');
