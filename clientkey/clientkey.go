@@ -16,6 +16,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strings"
 	"time"
 
@@ -26,9 +27,13 @@ import (
 
 // Store keeps the keys' hashes (MySQL).
 type Store interface {
-	// CreateClientKey stores a key's hash for uid, revoking the oldest beyond keep,
-	// and reports how many it revoked.
+	// CreateClientKey stores the hash of a key an admin issued to uid, revoking the
+	// oldest admin-issued keys beyond keep, and reports how many it revoked.
 	CreateClientKey(ctx context.Context, actor, uid, hash string, keep int, now time.Time) (replaced int, err error)
+	// EnrollClientKey stores the hash of a key uid's agent enrolled, revoking the
+	// oldest enrolled keys beyond keep (never an admin-issued one), and reports how
+	// many it revoked.
+	EnrollClientKey(ctx context.Context, uid, hash string, keep int, now time.Time) (replaced int, err error)
 	// RevokeClientKeys revokes every key of uid and reports how many.
 	RevokeClientKeys(ctx context.Context, actor, uid string, now time.Time) (int, error)
 }
@@ -39,14 +44,29 @@ type Cache interface {
 	VerifyKey(ctx context.Context, uid, hash string) error
 	// KeysChanged drops uid's cached key set after a change in the Store.
 	KeysChanged(ctx context.Context, uid string) error
+	// CountEnrollment counts one enrollment at now against a limit of rate a second
+	// and burst at once over every node, and returns 0, or how long to wait when the
+	// limit is reached. A rate of 0 is no limit.
+	CountEnrollment(ctx context.Context, rate float64, burst int, now time.Time) (time.Duration, error)
 }
 
 // Config tunes the service.
 type Config struct {
 	// EnrollSecret lets agents enroll themselves; empty disables enrollment.
 	EnrollSecret string
-	// KeysPerUID caps a uid's live keys: issuing one more revokes the oldest (default 5).
-	KeysPerUID int
+	// AdminKeysPerUID caps a uid's live admin-issued keys: issuing one more revokes
+	// the oldest admin-issued key (default 5).
+	AdminKeysPerUID int
+	// EnrolledKeysPerUID caps a uid's live enrolled keys: enrolling once more revokes
+	// the oldest enrolled key, never an admin-issued one (default 5).
+	EnrolledKeysPerUID int
+	// EnrollUIDs, when set, is what a uid must match, whole, to enroll; nil: any uid.
+	EnrollUIDs *regexp.Regexp
+	// EnrollRate and EnrollBurst bound enrollments over every node (a limiter in the
+	// Cache): so many a second, so many at once. Past it an enrollment is rate_limited
+	// with Retry-After. A rate of 0 is no limit.
+	EnrollRate  float64
+	EnrollBurst int
 	// KeyRecheck is how long the cache trusts a key set: the longest a revoked key may
 	// keep working when the cache could not be told (default 1m).
 	KeyRecheck time.Duration
@@ -63,8 +83,18 @@ type Service struct {
 
 // New wires the service; settings left zero take their defaults.
 func New(st Store, cache Cache, clk clock.Clock, log *slog.Logger, cfg Config) *Service {
-	if cfg.KeysPerUID <= 0 {
-		cfg.KeysPerUID = 5
+	if cfg.AdminKeysPerUID <= 0 {
+		cfg.AdminKeysPerUID = 5
+	}
+	if cfg.EnrolledKeysPerUID <= 0 {
+		cfg.EnrolledKeysPerUID = 5
+	}
+	if cfg.EnrollUIDs != nil {
+		// Matched whole: "host-[0-9]+" must not let "xhost-1y" in.
+		cfg.EnrollUIDs = regexp.MustCompile(`^(?:` + cfg.EnrollUIDs.String() + `)$`)
+	}
+	if cfg.EnrollBurst <= 0 {
+		cfg.EnrollBurst = max(1, int(cfg.EnrollRate))
 	}
 	if cfg.KeyRecheck <= 0 {
 		cfg.KeyRecheck = time.Minute
@@ -97,13 +127,22 @@ func newKey(uid string) string {
 func (s *Service) now() time.Time { return s.clock.Now().UTC().Truncate(time.Microsecond) }
 
 // Issue creates a client key for uid and returns it; only its hash is kept. actor is
-// who asked, for the audit log.
+// who asked, for the audit log. Past AdminKeysPerUID the oldest key an admin issued to uid
+// is revoked; keys uid's agents enrolled are not touched.
 func (s *Service) Issue(ctx context.Context, actor, uid string) (string, error) {
-	if !taskd.ValidID(uid) {
-		return "", taskd.Errorf(taskd.CodeInvalid, "uid: must be 1 to 64 of [A-Za-z0-9_-], not starting with uid_ or gid_, got %q", uid)
+	return s.issue(ctx, uid, func(hash string) (int, error) {
+		return s.store.CreateClientKey(ctx, actor, uid, hash, s.cfg.AdminKeysPerUID, s.now())
+	})
+}
+
+// issue makes a key for uid, stores its hash with create (which reports how many keys
+// the new one replaced) and tells the cache.
+func (s *Service) issue(ctx context.Context, uid string, create func(hash string) (int, error)) (string, error) {
+	if err := checkUID(uid); err != nil {
+		return "", err
 	}
 	key := newKey(uid)
-	replaced, err := s.store.CreateClientKey(ctx, actor, uid, Hash(key), s.cfg.KeysPerUID, s.now())
+	replaced, err := create(Hash(key))
 	if err != nil {
 		return "", err
 	}
@@ -114,6 +153,13 @@ func (s *Service) Issue(ctx context.Context, actor, uid string) (string, error) 
 		s.log.WarnContext(ctx, "client key change not yet in the cache", "uid", uid, "replaced", replaced, "err", err)
 	}
 	return key, nil
+}
+
+func checkUID(uid string) error {
+	if !taskd.ValidID(uid) {
+		return taskd.Errorf(taskd.CodeInvalid, "uid: must be 1 to 64 of [A-Za-z0-9_-], not starting with uid_ or gid_, got %q", uid)
+	}
+	return nil
 }
 
 // Revoke revokes every key of uid; they stop working at once. If the cache cannot be
@@ -164,7 +210,11 @@ func (s *Service) retryKeysChanged(ctx context.Context, uid string) {
 	}
 }
 
-// Enroll issues a key to an agent that knows the enrollment secret.
+// Enroll issues a key to an agent that knows the enrollment secret, if uid may enroll
+// (EnrollUIDs) and the deployment is within its enrollment rate (EnrollRate). The
+// secret is checked first: a caller without it learns nothing of the other rules, and
+// spends no one's allowance. Past EnrolledKeysPerUID the oldest enrolled key of uid is
+// revoked; a key an admin issued never is.
 func (s *Service) Enroll(ctx context.Context, uid, secret string) (string, error) {
 	if s.cfg.EnrollSecret == "" {
 		return "", taskd.Errorf(taskd.CodePermission, "enrollment is disabled on this server")
@@ -172,7 +222,25 @@ func (s *Service) Enroll(ctx context.Context, uid, secret string) (string, error
 	if !authguard.SameSecret(secret, s.cfg.EnrollSecret) {
 		return "", taskd.Errorf(taskd.CodeUnauthenticated, "enroll_secret: wrong")
 	}
-	return s.Issue(ctx, "enroll", uid)
+	if err := checkUID(uid); err != nil {
+		return "", err
+	}
+	if s.cfg.EnrollUIDs != nil && !s.cfg.EnrollUIDs.MatchString(uid) {
+		return "", taskd.Errorf(taskd.CodePermission, "uid %s may not enroll on this server (DISPATCH_ENROLL_UIDS); an admin can issue it a key", uid)
+	}
+	wait, err := s.cache.CountEnrollment(ctx, s.cfg.EnrollRate, s.cfg.EnrollBurst, s.clock.Now())
+	if err != nil {
+		return "", err
+	}
+	if wait > 0 {
+		e := taskd.Errorf(taskd.CodeRateLimited, "enrollments are limited to %g a second (burst %d) over the server; try again later",
+			s.cfg.EnrollRate, s.cfg.EnrollBurst)
+		e.RetryAfter = wait
+		return "", e
+	}
+	return s.issue(ctx, uid, func(hash string) (int, error) {
+		return s.store.EnrollClientKey(ctx, uid, hash, s.cfg.EnrolledKeysPerUID, s.now())
+	})
 }
 
 // Verify checks a client key and returns its uid.

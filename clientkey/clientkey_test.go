@@ -50,10 +50,10 @@ func TestParse(t *testing.T) {
 }
 
 // A key works once issued, only for its uid, and stops at once when revoked; beyond
-// KeysPerUID the oldest is revoked.
+// AdminKeysPerUID the oldest is revoked.
 func TestIssueVerifyRevoke(t *testing.T) {
 	t.Parallel()
-	svc, _ := setup(t, clientkey.Config{KeysPerUID: 2})
+	svc, _ := setup(t, clientkey.Config{AdminKeysPerUID: 2})
 	ctx := context.Background()
 	k1, err := svc.Issue(ctx, "admin", "42")
 	if err != nil {
@@ -69,7 +69,7 @@ func TestIssueVerifyRevoke(t *testing.T) {
 	k2, _ := svc.Issue(ctx, "admin", "42")
 	k3, _ := svc.Issue(ctx, "admin", "42") // the third of at most two: k1 goes
 	if _, err := svc.Verify(ctx, k1); taskd.ErrorCode(err) != taskd.CodeUnauthenticated {
-		t.Fatalf("the oldest key still works past KeysPerUID: %v", err)
+		t.Fatalf("the oldest key still works past AdminKeysPerUID: %v", err)
 	}
 	for _, k := range []string{k2, k3} {
 		if _, err := svc.Verify(ctx, k); err != nil {

@@ -28,6 +28,8 @@ const enrollBodyLimit = 64 << 10
 // Enroll is POST /v1/enroll.
 func (h *Handlers) Enroll() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A reply may carry a key, shown this once: no cache keeps a copy of any.
+		w.Header().Set("Cache-Control", "no-store")
 		var req enrollRequest
 		if err := web.Decode(w, r, enrollBodyLimit, false, &req); err != nil {
 			web.Error(w, r, h.log, err)

@@ -83,7 +83,8 @@ func New(cfg Config, deps Deps) *App {
 			RebuildRate: cfg.RebuildRate, RebuildBurst: cfg.RebuildBurst, PollRate: cfg.PollRate, PollBurst: cfg.PollBurst,
 			Metrics: a.metrics})
 	a.Keys = clientkey.New(deps.Store, a.Cache, deps.Clock, deps.Log,
-		clientkey.Config{EnrollSecret: cfg.EnrollSecret, KeysPerUID: cfg.KeysPerUID, KeyRecheck: cfg.KeyRecheck})
+		clientkey.Config{EnrollSecret: cfg.EnrollSecret, EnrolledKeysPerUID: cfg.KeysPerUID, AdminKeysPerUID: cfg.AdminKeysPerUID,
+			EnrollUIDs: cfg.EnrollUIDs, EnrollRate: cfg.EnrollRate, EnrollBurst: cfg.EnrollBurst, KeyRecheck: cfg.KeyRecheck})
 	a.Dispatch = dispatch.NewService(deps.Store, a.Cache, deps.Clock, deps.Log,
 		dispatch.Config{MaxWait: cfg.MaxWait, RequestTimeout: cfg.RequestTimeout, Metrics: a.metrics})
 	a.Admin = admin.NewService(deps.Store, a.Cache, a.Keys, deps.Clock, deps.Log)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -58,8 +59,18 @@ type Config struct {
 	// address: a burst, then so many per second.
 	AuthFailureBurst int
 	AuthFailureRate  float64
-	// KeysPerUID caps the live client keys of one uid: issuing one more revokes the oldest.
-	KeysPerUID int
+	// KeysPerUID caps the live keys a uid's agents enrolled: enrolling once more
+	// revokes the oldest of them. AdminKeysPerUID caps apart the live keys admins issued
+	// to the uid: issuing one more revokes the oldest of those. An enrollment never
+	// revokes a key an admin issued.
+	KeysPerUID      int
+	AdminKeysPerUID int
+	// EnrollUIDs, when set, is the pattern a uid must match, whole, to enroll.
+	EnrollUIDs *regexp.Regexp
+	// EnrollRate and EnrollBurst bound enrollments over all nodes (a limiter in Redis);
+	// past it an enrollment answers 429. Zero: no limit.
+	EnrollRate  float64
+	EnrollBurst int
 	// RebuildRate and RebuildBurst bound this node's heap rebuilds from MySQL (a token
 	// bucket); past it a poll answers 503 (queue.Config).
 	RebuildRate  float64
@@ -114,6 +125,12 @@ func (c *Config) table() config.Table {
 			Value: config.List(&c.AdminTokens, tokensLongEnough)},
 		{Env: "DISPATCH_ENROLL_SECRET", Flag: "enroll-secret", Usage: "shared secret for POST /v1/enroll; empty: enrollment disabled",
 			Value: config.String(&c.EnrollSecret)},
+		{Env: "DISPATCH_ENROLL_UIDS", Flag: "enroll-uids", Usage: "regular expression (Go RE2 syntax) a uid must match, whole, to enroll (e.g. host-[0-9]+); another uid gets 403 and needs a key an admin issues; empty: any uid",
+			Value: config.Func(c.setEnrollUIDs, c.enrollUIDsText)},
+		{Env: "DISPATCH_ENROLL_RATE", Flag: "enroll-rate", Default: "0", Usage: "enrollments a second over all nodes (GCRA in Redis), whatever the uid; past it an enrollment answers 429 rate_limited with Retry-After; 0: no limit (a fleet behind one NAT enrolls at once)",
+			Value: config.Float(&c.EnrollRate, config.NotNegative)},
+		{Env: "DISPATCH_ENROLL_BURST", Flag: "enroll-burst", Default: "100", Usage: "enrollments at once over all nodes before DISPATCH_ENROLL_RATE applies",
+			Value: config.Int(&c.EnrollBurst, config.Positive)},
 		{Env: "DISPATCH_MAX_WAIT", Flag: "max-wait", Default: "30s", Usage: "cap on a fetch's long poll (wait_ms)",
 			Value: config.Duration(&c.MaxWait, config.Positive, config.AtMost(5*time.Minute))},
 		{Env: "DISPATCH_SWEEP_INTERVAL", Flag: "sweep-interval", Default: "5s", Usage: "how often expired leases are swept",
@@ -148,8 +165,10 @@ func (c *Config) table() config.Table {
 			Value: config.Int(&c.AuthFailureBurst, config.Positive)},
 		{Env: "DISPATCH_AUTH_FAILURE_RATE", Flag: "auth-failure-rate", Default: "10", Usage: "failed authentications per second one source address may make after its burst",
 			Value: config.Float(&c.AuthFailureRate, config.Positive)},
-		{Env: "DISPATCH_KEYS_PER_UID", Flag: "keys-per-uid", Default: "5", Usage: "live client keys one uid may hold; issuing or enrolling one more revokes the oldest",
+		{Env: "DISPATCH_KEYS_PER_UID", Flag: "keys-per-uid", Default: "5", Usage: "live enrolled client keys one uid may hold; enrolling once more revokes the oldest enrolled key, never one an admin issued",
 			Value: config.Int(&c.KeysPerUID, config.Between(1, 1000))},
+		{Env: "DISPATCH_ADMIN_KEYS_PER_UID", Flag: "admin-keys-per-uid", Default: "5", Usage: "live admin-issued client keys one uid may hold (apart from its enrolled keys); issuing one more revokes the oldest admin-issued key",
+			Value: config.Int(&c.AdminKeysPerUID, config.Between(1, 1000))},
 		{Env: "DISPATCH_KEY_RECHECK", Flag: "key-recheck", Default: "1m", Usage: "how long a cached client key set (or a uid's having none) is trusted before MySQL is asked again: the bound on a revoked key working when Redis could not be told",
 			Value: config.Duration(&c.KeyRecheck, config.Positive)},
 	}
@@ -200,6 +219,28 @@ func (c *Config) syncFitsTimeout(d time.Duration) error {
 			config.FormatDuration(c.NodeTimeout), config.FormatDuration(d))
 	}
 	return nil
+}
+
+// setEnrollUIDs takes DISPATCH_ENROLL_UIDS: "" is no pattern; one that does not
+// compile is refused with the reason.
+func (c *Config) setEnrollUIDs(pattern string) error {
+	if pattern == "" {
+		c.EnrollUIDs = nil
+		return nil
+	}
+	re, err := regexp.Compile(pattern)
+	if err != nil {
+		return fmt.Errorf("not a regular expression: %w", err)
+	}
+	c.EnrollUIDs = re
+	return nil
+}
+
+func (c *Config) enrollUIDsText() string {
+	if c.EnrollUIDs == nil {
+		return ""
+	}
+	return c.EnrollUIDs.String()
 }
 
 // tokensLongEnough refuses an admin token shorter than 8 characters, without showing it.

@@ -56,6 +56,10 @@ func TestLoadConfigRefuses(t *testing.T) {
 		{map[string]string{"DISPATCH_NODE_TIMEOUT": "2s"}, nil, "DISPATCH_CAMPAIGN_SYNC: must be at most a third of DISPATCH_NODE_TIMEOUT (2s): the campaign runners renew their leases at each sync, got 1s"},
 		{map[string]string{"DISPATCH_NODE_TIMEOUT": "50ms", "DISPATCH_CAMPAIGN_SYNC": "10ms"}, nil, "DISPATCH_NODE_TIMEOUT: must be at least 100ms, got 50ms"},
 		{nil, []string{"-no-such-flag"}, "flag provided but not defined: -no-such-flag (dispatchd -h lists the settings)"},
+		{map[string]string{"DISPATCH_ENROLL_UIDS": "host-[0-9"}, nil, "DISPATCH_ENROLL_UIDS: not a regular expression: error parsing regexp: missing closing ]"},
+		{nil, []string{"-enroll-rate", "-1"}, "DISPATCH_ENROLL_RATE (flag -enroll-rate): must not be negative, got -1"},
+		{map[string]string{"DISPATCH_ENROLL_BURST": "0"}, nil, "DISPATCH_ENROLL_BURST: must be positive, got 0"},
+		{map[string]string{"DISPATCH_ADMIN_KEYS_PER_UID": "0"}, nil, "DISPATCH_ADMIN_KEYS_PER_UID: must be 1..1000, got 0"},
 	} {
 		_, err := LoadConfig(c.args, func(k string) string { return c.env[k] }, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -73,6 +77,28 @@ func TestLoadConfigRefuses(t *testing.T) {
 		if err != nil || len(c.RedisAddrs) != 2 {
 			t.Errorf("env %v: %v, addresses %q", env, err, c.RedisAddrs)
 		}
+	}
+}
+
+// The enrollment bounds are off by default (any uid, no rate), and an operator's
+// pattern is taken as written; enrolled and admin-issued keys have caps of their own.
+func TestEnrollSettings(t *testing.T) {
+	t.Parallel()
+	c, err := LoadConfig(nil, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.EnrollUIDs != nil || c.EnrollRate != 0 || c.EnrollBurst != 100 || c.KeysPerUID != 5 || c.AdminKeysPerUID != 5 {
+		t.Errorf("defaults: uids %v, rate %g, burst %d, enrolled keys %d, admin keys %d",
+			c.EnrollUIDs, c.EnrollRate, c.EnrollBurst, c.KeysPerUID, c.AdminKeysPerUID)
+	}
+	env := map[string]string{"DISPATCH_ENROLL_UIDS": "host-[0-9]+", "DISPATCH_ENROLL_RATE": "2.5"}
+	c, err = LoadConfig([]string{"-enroll-burst", "20", "-admin-keys-per-uid", "3"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.EnrollUIDs == nil || c.EnrollUIDs.String() != "host-[0-9]+" || c.EnrollRate != 2.5 || c.EnrollBurst != 20 || c.AdminKeysPerUID != 3 {
+		t.Errorf("set: uids %v, rate %g, burst %d, admin keys %d", c.EnrollUIDs, c.EnrollRate, c.EnrollBurst, c.AdminKeysPerUID)
 	}
 }
 

@@ -133,21 +133,37 @@ func (s *Store) TaskTemplates(ctx context.Context, keys []taskd.TaskKey) (map[ta
 
 // Client keys.
 
-// CreateClientKey stores the hash of a new client key of uid and revokes uid's oldest
-// live keys beyond keep (the new one included), so that enrolling again and again does
-// not pile keys up. It returns how many keys it revoked.
+// CreateClientKey stores the hash of a client key an admin issued to uid and revokes
+// uid's oldest live admin-issued keys beyond keep (the new one included). Keys uid's
+// agents enrolled are not touched: they have a cap of their own (EnrollClientKey). It
+// returns how many keys it revoked.
+func (s *Store) CreateClientKey(ctx context.Context, actor, uid, hash string, keep int, now time.Time) (int, error) {
+	return s.createClientKey(ctx, actor, uid, hash, false, keep, now)
+}
+
+// EnrollClientKey stores the hash of a client key uid's agent enrolled for itself
+// (audited with the actor "enroll") and revokes uid's oldest live enrolled keys beyond
+// keep (the new one included), so that enrolling again and again does not pile keys
+// up. A key an admin issued is never revoked by an enrollment. It returns how many keys
+// it revoked.
+func (s *Store) EnrollClientKey(ctx context.Context, uid, hash string, keep int, now time.Time) (int, error) {
+	return s.createClientKey(ctx, "enroll", uid, hash, true, keep, now)
+}
+
+// createClientKey stores a key of uid, enrolled or admin-issued, and revokes the oldest
+// live keys of the same kind beyond keep.
 //
 // Issues for one uid take turns on uid's client row (lockClient); issues for different
 // uids share no lock: every later statement reaches rows by the uid's index or by
 // primary key, never by a scan that would wait on another uid's fresh key.
-func (s *Store) CreateClientKey(ctx context.Context, actor, uid, hash string, keep int, now time.Time) (int, error) {
+func (s *Store) createClientKey(ctx context.Context, actor, uid, hash string, enrolled bool, keep int, now time.Time) (int, error) {
 	var revoked int64
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		if err := lockClient(ctx, tx, uid, now); err != nil {
 			return err
 		}
 		res, err := tx.ExecContext(ctx,
-			"INSERT INTO client_key (uid, key_hash, created_at) VALUES (?, ?, ?)", uid, hash, now)
+			"INSERT INTO client_key (uid, key_hash, created_at, enrolled) VALUES (?, ?, ?, ?)", uid, hash, now, enrolled)
 		if err != nil {
 			return err
 		}
@@ -156,7 +172,8 @@ func (s *Store) CreateClientKey(ctx context.Context, actor, uid, hash string, ke
 		// The client row is held: every other live key of uid is committed, and this
 		// read (at READ COMMITTED, locking nothing) sees them all.
 		old, err := int64s(ctx, tx, `SELECT id FROM client_key FORCE INDEX (idx_uid)
-			WHERE uid = ? AND revoked_at IS NULL ORDER BY id DESC LIMIT 18446744073709551615 OFFSET ?`, uid, keep)
+			WHERE uid = ? AND revoked_at IS NULL AND enrolled = ? ORDER BY id DESC LIMIT 18446744073709551615 OFFSET ?`,
+			uid, enrolled, keep)
 		if err != nil {
 			return err
 		}

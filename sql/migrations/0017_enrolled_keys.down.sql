@@ -1,0 +1,1 @@
+ALTER TABLE client_key DROP COLUMN enrolled;
