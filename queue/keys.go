@@ -52,3 +52,8 @@ func (k Keys) GenerationOf(gid, uid string) string {
 // what Redis holds cannot be replayed as a cookie; it expires when the session has been
 // idle too long.
 func (k Keys) ConsoleSession(idHash string) string { return k.Prefix + "{cs:" + idHash + "}:session" }
+
+// Enroll is the deployment's enrollment limiter: the theoretical arrival time of the
+// next enrollment (GCRA), in microseconds, shared by every node. Its hash tag is its
+// own; no script takes it with another key.
+func (k Keys) Enroll() string { return k.Prefix + "{enroll}:limit" }

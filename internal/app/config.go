@@ -111,7 +111,7 @@ func (c *Config) table() config.Table {
 			Value: config.Float(&c.RebuildRate, config.Positive)},
 		{Env: "DISPATCH_REBUILD_BURST", Flag: "rebuild-burst", Default: "1000", Usage: "heap rebuilds this node makes at once before DISPATCH_REBUILD_RATE applies",
 			Value: config.Int(&c.RebuildBurst, config.Positive)},
-		{Env: "DISPATCH_POLL_RATE", Flag: "poll-rate", Default: "50", Usage: "fetches (and long-poll rounds) a second each user may make, over all nodes (GCRA in Redis, in the fetch's own round trip); past it a fetch answers 429 rate_limited with Retry-After; 0: no limit",
+		{Env: "DISPATCH_POLL_RATE", Flag: "poll-rate", Default: "50", Usage: "fetches, long-poll rounds and progress reports a second each user may make, over all nodes (GCRA in Redis, in the fetch's own round trip); past it a request answers 429 rate_limited with Retry-After; 0: no limit",
 			Value: config.Float(&c.PollRate, config.NotNegative)},
 		{Env: "DISPATCH_POLL_BURST", Flag: "poll-burst", Default: "100", Usage: "fetches each user may make at once before DISPATCH_POLL_RATE applies",
 			Value: config.Int(&c.PollBurst, config.Positive)},
