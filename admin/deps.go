@@ -51,6 +51,12 @@ type Store interface {
 	// (audited).
 	ClientSetting(ctx context.Context, uid string) (taskd.ClientSetting, error)
 	SetMaxInFlight(ctx context.Context, actor, uid string, n int, ifMatch taskd.IfMatch, now time.Time) (taskd.ClientSetting, error)
+
+	// ListClients and ListGroups page through the fleet; VersionStats counts dispatch
+	// outcomes by the agent version their uids report.
+	ListClients(ctx context.Context, f taskd.ClientFilter, after string, limit int) ([]taskd.Client, bool, error)
+	ListGroups(ctx context.Context, after string, limit int) ([]taskd.GroupSummary, bool, error)
+	VersionStats(ctx context.Context, from, to time.Time) ([]taskd.VersionStats, error)
 }
 
 // Cache is what the admin service needs from the cache (Redis, package queue): to make

@@ -115,6 +115,14 @@ var round2 = []endpoint{
 	{"POST", "/v1/admin/campaigns/{id}/{move}", authAdmin, false, true, []int{200, 409}},
 }
 
+// round4 are the routes of API.md's "Additions of round 4" that have landed, and the
+// additions that came with them.
+var round4 = []endpoint{
+	{"GET", "/v1/admin/clients", authAdmin, false, false, []int{200}},
+	{"GET", "/v1/admin/groups", authAdmin, false, false, []int{200}},
+	{"GET", "/v1/admin/stats/agents", authAdmin, false, false, []int{200}},
+}
+
 func expectedCodes(e endpoint) []int {
 	codes := slices.Clone(e.codes)
 	switch e.auth {
@@ -139,7 +147,12 @@ var contractFields = map[string][]string{
 	"Error":             {"error"},
 	"EnrollRequest":     {"uid", "enroll_secret"},
 	"ClientKeyResponse": {"client_key"},
-	"FetchRequest":      {"wait_ms", "max", "template_ids", "complete"},
+	"FetchRequest":      {"wait_ms", "max", "template_ids", "complete", "agent"},
+	"AgentInfo":         {"version", "hostname", "labels"},
+	"ClientList":        {"clients", "next_cursor"},
+	"Client":            {"uid", "last_seen", "keys", "open", "max_in_flight", "agent"},
+	"GroupList":         {"groups"},
+	"GroupSummary":      {"gid", "members"},
 	"FetchResult":       {"task", "tasks", "next_due_at"},
 	"Assignment": {"log_id", "task_id", "kind", "due_at", "template_id", "params", "redo", "attempt",
 		"lease_expires_at"},
@@ -217,17 +230,22 @@ var contractBodies = map[string]struct{ request, response string }{
 	"DELETE /v1/admin/tasks/{kind}/{id}":          {"", ""},
 	"DELETE /v1/admin/clients/{uid}/keys":         {"", "Revoked"},
 	"DELETE /v1/admin/groups/{gid}/members/{uid}": {"", ""},
+	"GET /v1/admin/clients":                       {"", "ClientList"},
+	"GET /v1/admin/groups":                        {"", "GroupList"},
 }
 
 // contractQuery is the query parameters API.md lists for each list route.
 var contractQuery = map[string][]string{
-	"GET /v1/admin/tasks":      {"executor", "kind", "status", "limit", "cursor", "template_id" /* an addition */},
-	"GET /v1/admin/schedule":   {"executor", "from", "to"},
-	"GET /v1/admin/events":     {"uid", "task_id", "type", "from", "to", "limit", "cursor"},
-	"GET /v1/admin/stats":      {"from", "to"},
-	"GET /v1/admin/audit":      {"from", "to", "limit", "cursor"},
-	"GET /v1/dispatches":       {"state", "limit", "cursor"},
-	"GET /v1/admin/dispatches": {"uid", "task_id", "state", "from", "to", "limit", "cursor"},
+	"GET /v1/admin/tasks":        {"executor", "kind", "status", "limit", "cursor", "template_id" /* an addition */},
+	"GET /v1/admin/schedule":     {"executor", "from", "to"},
+	"GET /v1/admin/events":       {"uid", "task_id", "type", "from", "to", "limit", "cursor"},
+	"GET /v1/admin/stats":        {"from", "to"},
+	"GET /v1/admin/audit":        {"from", "to", "limit", "cursor"},
+	"GET /v1/dispatches":         {"state", "limit", "cursor"},
+	"GET /v1/admin/dispatches":   {"uid", "task_id", "state", "from", "to", "limit", "cursor"},
+	"GET /v1/admin/clients":      {"group", "label", "seen_before", "seen_after", "limit", "cursor"},
+	"GET /v1/admin/groups":       {"limit", "cursor"},
+	"GET /v1/admin/stats/agents": {"from", "to"},
 }
 
 var methods = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
@@ -324,7 +342,7 @@ func TestEveryContractRouteIsDocumented(t *testing.T) {
 	doc := load(t)
 	ops := operations(t, doc)
 	known := map[string]bool{}
-	for _, e := range slices.Concat(contract, additions, round2) {
+	for _, e := range slices.Concat(contract, additions, round2, round4) {
 		key := e.method + " " + e.path
 		known[key] = true
 		op, ok := ops[key]
@@ -675,6 +693,12 @@ func TestCodeOutputMatchesSchemas(t *testing.T) {
 	valid("TaskStats", taskd.TaskStats{TaskID: "once:12", Dispatched: 4, Completed: 2, Failed: 1, Expired: 1,
 		LatencyMSP50: &lat, LatencyMSP95: &lat, Claimed: 4, Remaining: &left})
 	valid("TaskStats", taskd.TaskStats{TaskID: "rotate:3"})
+	valid("ClientList", map[string]any{"next_cursor": "", "clients": []taskd.Client{
+		{UID: "42", LastSeen: &now, Keys: 1, Open: 1, MaxInFlight: 4,
+			Agent: &taskd.AgentInfo{Version: "1.2.0", Hostname: "h", Labels: map[string]string{"region": "eu"}}},
+		{UID: "43", MaxInFlight: 1}}})
+	valid("GroupList", map[string]any{"next_cursor": "", "groups": []taskd.GroupSummary{{GID: "ops", Members: 3, Tasks: 1}}})
+	valid("VersionStatsList", map[string]any{"versions": []taskd.VersionStats{{Version: "1.2.0", Clients: 2, Dispatched: 3, Failed: 1}, {}}})
 	valid("AuditEntry", taskd.AuditEntry{At: now, Actor: "admin", Action: "task.create", Target: "once:12",
 		Before: json.RawMessage("null"), After: json.RawMessage(`{"priority":5}`)})
 
@@ -781,6 +805,11 @@ func TestRequestSchemas(t *testing.T) {
 		{"FetchRequest", `{"wait_ms":20000}`, true},
 		{"FetchRequest", `{"wait_ms":-1}`, false},
 		{"FetchRequest", `{"uid":"2"}`, false},
+		{"FetchRequest", `{"agent":{"version":"1.2.0","hostname":"h","labels":{"region":"eu","k8s.io/zone":"a"}}}`, true},
+		{"FetchRequest", `{"agent":{}}`, true},
+		{"FetchRequest", `{"agent":{"labels":{"a b":"c"}}}`, false},
+		{"FetchRequest", `{"agent":{"labels":{"a":1}}}`, false},
+		{"FetchRequest", `{"agent":{"os":"linux"}}`, false},
 		{"CompleteRequest", `{"log_id":"x","result":"success","detail":{"n":1}}`, true},
 		{"CompleteRequest", `{"log_id":"x","result":"failure","detail":null}`, true},
 		{"CompleteRequest", `{"log_id":"x","result":"maybe"}`, false},

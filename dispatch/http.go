@@ -47,6 +47,8 @@ type fetchRequest struct {
 	// Complete, when present, is completed first, by the rules of POST /v1/complete:
 	// one request per cycle.
 	Complete *completeRequest `json:"complete"`
+	// Agent says which agent polls: remembered (the latest per uid) for the fleet view.
+	Agent *taskd.AgentInfo `json:"agent"`
 }
 
 // Fetch is POST /v1/fetch.
@@ -72,6 +74,9 @@ func (h *Handlers) Fetch() http.Handler {
 			wait = time.Duration(min(*req.WaitMS, 3_600_000)) * time.Millisecond
 		}
 		batch, err := parseBatch(req)
+		if err == nil && req.Agent != nil {
+			err = req.Agent.Check()
+		}
 		if err != nil {
 			web.Error(w, r, h.log, err)
 			return
@@ -118,6 +123,7 @@ func (h *Handlers) Fetch() http.Handler {
 			web.Error(w, r, h.log, err)
 			return
 		}
+		h.svc.seen(uid, req.Agent)
 		if batch != nil {
 			// A batch's reply always has its tasks, [] for none.
 			web.Encode(w, http.StatusOK, batchReply{Task: res.Task, Tasks: nonNil(res.Tasks), NextDueAt: res.NextDueAt})

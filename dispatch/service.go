@@ -41,6 +41,8 @@ type Service struct {
 	rateBound sync.Map // taskd.TaskKey -> time.Time
 	// campaigns hands out campaign items when no task is due; nil: none.
 	campaigns Campaigns
+	// fleet records the polls answered; nil: none.
+	fleet Fleet
 }
 
 // NewService wires the service.

@@ -21,6 +21,7 @@ import (
 	"github.com/taskpull/taskd/dispatch"
 	"github.com/taskpull/taskd/internal/authguard"
 	"github.com/taskpull/taskd/internal/clock"
+	"github.com/taskpull/taskd/internal/fleet"
 	"github.com/taskpull/taskd/internal/metrics"
 	"github.com/taskpull/taskd/internal/store"
 	"github.com/taskpull/taskd/queue"
@@ -48,6 +49,9 @@ type App struct {
 	Campaigns *campaign.Engine
 	// Registry holds this instance's Prometheus metrics, served at /metrics.
 	Registry *prometheus.Registry
+	// Fleet remembers the polls this node answered, and writes them to MySQL every
+	// fleetFlush.
+	Fleet *fleet.Recorder
 	// Members is this node's membership (heartbeats in Redis) and the live nodes.
 	Members *queue.Members
 	// sweeps are the parts of the lease sweep this node holds (sweeper.go).
@@ -92,6 +96,8 @@ func New(cfg Config, deps Deps) *App {
 		campaign.Config{Node: cfg.Node, SyncInterval: cfg.CampaignSync, LeaseTTL: cfg.NodeTimeout,
 			PerNode: cfg.CampaignsPerNode, Nodes: a.liveNodes})
 	a.Dispatch.SetCampaigns(a.Campaigns)
+	a.Fleet = fleet.New(deps.Store, deps.Clock, deps.Log, fleet.Config{})
+	a.Dispatch.SetFleet(a.Fleet)
 	a.sweeps = queue.NewShares(deps.Redis, a.Cache.Keys(), cfg.Node, cfg.NodeTimeout)
 	if cfg.RetainDispatches > 0 || cfg.RetainOutbox > 0 {
 		a.roles.static = append(a.roles.static, "janitor")
@@ -100,6 +106,10 @@ func New(cfg Config, deps Deps) *App {
 	a.handler = a.routes()
 	return a
 }
+
+// fleetFlush is how often a node writes the polls it answered to MySQL: a client's
+// last_seen lags its last poll by up to this and the recorder's 30 s resolution.
+const fleetFlush = 5 * time.Second
 
 // Handler is the HTTP API.
 func (a *App) Handler() http.Handler { return a.handler }
@@ -116,6 +126,7 @@ func (a *App) RunBackground(ctx context.Context) {
 	beating.Go(func() { a.beat(beats) })
 	var wg sync.WaitGroup
 	wg.Go(func() { a.runJanitor(ctx) })
+	wg.Go(func() { a.Fleet.Run(ctx, fleetFlush, a.cfg.RequestTimeout) })
 	wg.Go(func() { a.Campaigns.Run(ctx) })
 	wg.Go(func() { a.divideSweeps(ctx) })
 	a.Dispatch.RunSweeper(ctx, a.cfg.SweepInterval, a.sweepShards)
