@@ -73,7 +73,10 @@ func TestTemplateSchemaBounds(t *testing.T) {
 	cwd, _ := os.Getwd()
 
 	tpl := func(schema string) string { return `{"name": "x", "schema": ` + schema + `}` }
+	// Deeper than any request body may nest, then deeper than a schema may.
 	deep := strings.Repeat(`{"items":`, 999) + `{}` + strings.Repeat(`}`, 999)
+	e.expectMsg("POST", "/v1/admin/templates", tpl(deep), 400, "invalid_argument", "schema: nested deeper than 64 levels")
+	deep = strings.Repeat(`{"items":`, 40) + `{}` + strings.Repeat(`}`, 40)
 	e.expectMsg("POST", "/v1/admin/templates", tpl(deep), 400, "invalid_argument", "32 levels")
 	big := `{"description":"` + strings.Repeat("x", 64<<10+1-len(`{"description":""}`)) + `"}`
 	e.expectMsg("POST", "/v1/admin/templates", tpl(big), 400, "invalid_argument", "64 KiB")

@@ -26,7 +26,24 @@ func newBatchFixture(t *testing.T, st *store.Store) *batchFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	joinGroupG(t, st)
 	return &batchFixture{t: t, st: st, tpl: tpl.ID}
+}
+
+// joinGroupG makes the uids the claim tests use (a to z, 0 to 199) members of group g,
+// whose tasks they claim: a claim of a group's task is refused to a non-member.
+func joinGroupG(t *testing.T, st *store.Store) {
+	t.Helper()
+	var uids []string
+	for c := 'a'; c <= 'z'; c++ {
+		uids = append(uids, string(c))
+	}
+	for i := range 200 {
+		uids = append(uids, fmt.Sprint(i))
+	}
+	if _, err := st.AddMembers(context.Background(), "test", "g", uids, batchAt); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // task makes an active once task for the group g, due at batchAt, changed by edit.
@@ -360,5 +377,31 @@ func TestGroupCommitOff(t *testing.T) {
 	}
 	if claims, completes := st.Queued(); batches != 0 || claims != 0 || completes != 0 {
 		t.Fatalf("group commit off, yet %d batches observed (queued %d, %d)", batches, claims, completes)
+	}
+}
+
+// A claim is made only by a user the task targets: the user of a user's task, a member
+// of a group's task (as MySQL has the membership now, whatever a cache offered). The
+// batch and a lone claim decide alike.
+func TestClaimRefusesUsersTheTaskDoesNotTarget(t *testing.T) {
+	t.Parallel()
+	st := testenv.Store(t)
+	f := newBatchFixture(t, st)
+	group := f.task(10, taskd.ModeOncePerUser, nil)
+	user := f.task(10, taskd.ModeOncePerUser, func(t *taskd.Task) { t.Executor = "uid_a" })
+	res := f.claims(claimOf("outsider", group), claimOf("b", group), claimOf("b", user), claimOf("a", user))
+	want := []taskd.ClaimOutcome{taskd.NotTargeted, taskd.Claimed, taskd.NotTargeted, taskd.Claimed}
+	for i, r := range res {
+		if r.Outcome != want[i] {
+			t.Errorf("batch claim %d: outcome %d, want %d", i, r.Outcome, want[i])
+		}
+	}
+	for _, c := range []store.BatchClaim{claimOf("outsider", group), claimOf("c", user)} {
+		if outcome, _, err := st.Claim(context.Background(), c.UID, c.Occ, batchAt, taskd.Single); err != nil || outcome != taskd.NotTargeted {
+			t.Errorf("a lone claim by %s: %d %v, want not targeted", c.UID, outcome, err)
+		}
+	}
+	if counter, records := f.claimed(group); counter != 1 || records != 1 {
+		t.Errorf("the group's occurrence: %d claimed, %d records; want the member's one", counter, records)
 	}
 }

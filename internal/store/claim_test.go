@@ -29,6 +29,7 @@ func TestClaimRespectsQuotaWhateverTheDSN(t *testing.T) {
 	}
 	defer st.Close()
 	now := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	joinGroupG(t, st)
 	tpl, err := st.CreateTemplate(ctx, "test", taskd.Template{Name: "t", Schema: []byte(`{}`)}, now)
 	if err != nil {
 		t.Fatal(err)
