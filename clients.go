@@ -21,6 +21,12 @@ type ClientSetting struct {
 	MaxInFlight int        `json:"max_in_flight"`
 	UpdatedAt   *time.Time `json:"updated_at"`
 	Open        int        `json:"open"`
+	// Keys, LastSeen and Agent show the client as the fleet list does (its live keys,
+	// its last recorded poll, the agent it last reported); like Open, they are not
+	// part of the version.
+	Keys     int        `json:"keys"`
+	LastSeen *time.Time `json:"last_seen"`
+	Agent    *AgentInfo `json:"agent"`
 	// Version counts the settings' writes (their ETag).
 	Version int64 `json:"version"`
 }

@@ -92,6 +92,12 @@ func TestFleetClients(t *testing.T) {
 	if ag["version"] != "1.2.0" || ag["hostname"] != "h1" || ag["labels"].(map[string]any)["rack"] != "a" {
 		t.Fatalf("f1's agent: %v", ag)
 	}
+	// A client's own page says the same.
+	one := e.admin("GET", "/v1/admin/clients/f1", nil)
+	if one["last_seen"] != ts(t0) || one["keys"] != float64(1) || one["agent"].(map[string]any)["hostname"] != "h1" {
+		t.Fatalf("GET /v1/admin/clients/f1: %v", one)
+	}
+	conforms(t, "ClientSetting", one)
 	c = clientOf(t, e, "f2")
 	if c["max_in_flight"] != float64(4) || c["agent"].(map[string]any)["version"] != "1.3.0" {
 		t.Fatalf("f2: %v", c)

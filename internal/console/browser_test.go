@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"context"
 	"log/slog"
 	"net/http/httptest"
 	"os"
@@ -48,6 +49,11 @@ func TestConsoleInChromium(t *testing.T) {
 		Log: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError}))})
 	srv := httptest.NewServer(a.Handler())
 	defer srv.Close()
+	// Polls reach the fleet pages through the nodes' batches: flushed often here.
+	flushing, stopFlushing := context.WithCancel(t.Context())
+	flushed := make(chan struct{})
+	go func() { a.Fleet.Run(flushing, 50*time.Millisecond, 5*time.Second); close(flushed) }()
+	defer func() { stopFlushing(); <-flushed }()
 
 	shots := os.Getenv("TASKD_CONSOLE_SHOTS")
 	if shots == "" {

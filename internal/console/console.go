@@ -155,6 +155,7 @@ func (c *Console) Routes() http.Handler {
 		r.Post("/groups/{gid}/members", c.addMembers)
 		r.Post("/groups/{gid}/members/{uid}/delete", c.removeMember)
 		r.Get("/clients", c.clients)
+		r.Post("/clients/{uid}", c.setMaxInFlight)
 		r.Post("/clients/{uid}/keys", c.issueKey)
 		r.Post("/clients/{uid}/keys/delete", c.revokeKeys)
 		r.Get("/campaigns", c.campaigns)

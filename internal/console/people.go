@@ -1,9 +1,12 @@
 package console
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/taskpull/taskd"
@@ -11,8 +14,7 @@ import (
 
 // ---- groups and their members ----
 
-// groups shows one group's members (the API lists members by group; groups exist
-// through their members and their tasks).
+// groups lists the groups (members and tasks of each), or shows one group's members.
 func (c *Console) groups(w http.ResponseWriter, r *http.Request) {
 	c.groupPage(w, r, http.StatusOK, strings.TrimSpace(r.URL.Query().Get("gid")), map[string]any{})
 }
@@ -24,7 +26,30 @@ func (c *Console) groupPage(w http.ResponseWriter, r *http.Request, status int, 
 		return
 	}
 	data["Gid"] = gid
-	if gid != "" {
+	if gid == "" {
+		cursor := r.URL.Query().Get("cursor")
+		res, ok := c.api(w, r, http.MethodGet, query("/v1/admin/groups", "limit", strconv.Itoa(pageSize), "cursor", cursor), nil)
+		if !ok {
+			return
+		}
+		if !res.ok() {
+			data["Error"] = res.message()
+		} else {
+			var body struct {
+				Groups     []map[string]any
+				NextCursor string `json:"next_cursor"`
+			}
+			res.decode(&body)
+			for _, g := range body.Groups {
+				// A group with tasks and no members: its tasks go nowhere.
+				g["nowhere"] = fmt.Sprint(g["members"]) == "0" && fmt.Sprint(g["tasks"]) != "0"
+			}
+			data["Groups"] = body.Groups
+			if body.NextCursor != "" {
+				data["Next"] = query("/console/groups", "cursor", body.NextCursor)
+			}
+		}
+	} else {
 		res, ok := c.api(w, r, http.MethodGet, "/v1/admin/groups/"+url.PathEscape(gid)+"/members", nil)
 		if !ok {
 			return
@@ -78,21 +103,113 @@ func (c *Console) removeMember(w http.ResponseWriter, r *http.Request) {
 // page it redirects to, once: reloading that page shows it no more and issues nothing.
 const issuedCookie = "taskd_console_issued"
 
+// notSeen are the choices of the fleet page's "not seen for" filter.
+var notSeen = []struct{ Value, Label string }{{"", "any time"}, {"5m", "5 minutes"}, {"1h", "1 hour"}, {"24h", "24 hours"}}
+
+// clients is the fleet (every client, filtered and paged), or one client's page when
+// uid is given.
 func (c *Console) clients(w http.ResponseWriter, r *http.Request) {
 	uid := strings.TrimSpace(r.URL.Query().Get("uid"))
-	if uid != "" && !taskd.ValidID(uid) {
+	if uid == "" {
+		c.fleet(w, r)
+		return
+	}
+	if !taskd.ValidID(uid) {
 		c.render(w, r, http.StatusBadRequest, "clients", "Clients", map[string]any{
 			"Error": "A user id is 1 to 64 letters, digits, - or _, without the uid_ prefix."})
 		return
 	}
-	data := map[string]any{"UID": uid, "Revoked": r.URL.Query().Get("revoked") == "1"}
+	data := map[string]any{"UID": uid, "Revoked": r.URL.Query().Get("revoked") == "1", "Saved": r.URL.Query().Get("saved") == "1"}
 	if ck, err := r.Cookie(issuedCookie); err == nil {
 		if owner, key, ok := strings.Cut(ck.Value, " "); ok && owner == uid {
 			data["Key"] = key
 		}
 		setCookie(w, r, issuedCookie, "", "/console/clients", -1)
 	}
-	c.render(w, r, http.StatusOK, "clients", "Clients", data)
+	c.clientPage(w, r, http.StatusOK, uid, data)
+}
+
+// clientPage shows one client: its agent and last poll, its settings (max_in_flight,
+// editable), its keys and its latest dispatches.
+func (c *Console) clientPage(w http.ResponseWriter, r *http.Request, status int, uid string, data map[string]any) {
+	data["UID"] = uid
+	var setting map[string]any
+	if !c.fetch(w, r, "/v1/admin/clients/"+url.PathEscape(uid), &setting) {
+		return
+	}
+	data["Setting"] = setting
+	if _, set := data["MaxInFlight"]; !set {
+		data["MaxInFlight"] = fmt.Sprint(setting["max_in_flight"])
+	}
+	var dispatches struct{ Dispatches []map[string]any }
+	if !c.fetch(w, r, query("/v1/admin/dispatches", "uid", uid, "limit", "20"), &dispatches) {
+		return
+	}
+	data["Dispatches"] = dispatches.Dispatches
+	c.render(w, r, status, "clients", "Clients", data)
+}
+
+// fleet lists every client with its last poll, keys, open dispatches and agent,
+// filtered by group, label and how long it has not been seen, in pages.
+func (c *Console) fleet(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	filter := map[string]string{}
+	for _, k := range []string{"group", "label", "not_seen", "cursor"} {
+		filter[k] = strings.TrimSpace(q.Get(k))
+	}
+	data := map[string]any{"Filter": filter, "NotSeen": notSeen}
+	seenBefore := ""
+	if filter["not_seen"] != "" {
+		d, err := time.ParseDuration(filter["not_seen"])
+		if err != nil || d <= 0 {
+			data["Error"] = "Not seen for: choose one of the durations offered."
+			c.render(w, r, http.StatusBadRequest, "fleet", "Clients", data)
+			return
+		}
+		seenBefore = c.sessions.clock.Now().UTC().Add(-d).Format(time.RFC3339)
+	}
+	res, ok := c.api(w, r, http.MethodGet, query("/v1/admin/clients", "group", filter["group"], "label", filter["label"],
+		"seen_before", seenBefore, "limit", strconv.Itoa(pageSize), "cursor", filter["cursor"]), nil)
+	if !ok {
+		return
+	}
+	if !res.ok() {
+		data["Error"] = res.message()
+		c.render(w, r, res.status, "fleet", "Clients", data)
+		return
+	}
+	var body struct {
+		Clients    []map[string]any
+		NextCursor string `json:"next_cursor"`
+	}
+	res.decode(&body)
+	data["Clients"] = body.Clients
+	if body.NextCursor != "" {
+		data["Next"] = query("/console/clients", "group", filter["group"], "label", filter["label"],
+			"not_seen", filter["not_seen"], "cursor", body.NextCursor)
+	}
+	c.render(w, r, http.StatusOK, "fleet", "Clients", data)
+}
+
+// setMaxInFlight is the client page's settings form.
+func (c *Console) setMaxInFlight(w http.ResponseWriter, r *http.Request) {
+	uid := chi.URLParam(r, "uid")
+	raw := strings.TrimSpace(r.PostFormValue("max_in_flight"))
+	n, err := strconv.Atoi(raw)
+	if err != nil {
+		c.clientPage(w, r, http.StatusBadRequest, uid, map[string]any{"MaxInFlight": raw,
+			"MaxInFlightError": "A whole number, 1 to 100."})
+		return
+	}
+	res, ok := c.api(w, r, http.MethodPut, "/v1/admin/clients/"+url.PathEscape(uid), map[string]any{"max_in_flight": n})
+	if !ok {
+		return
+	}
+	if !res.ok() {
+		c.clientPage(w, r, res.status, uid, map[string]any{"MaxInFlight": raw, "MaxInFlightError": res.message()})
+		return
+	}
+	http.Redirect(w, r, query("/console/clients", "uid", uid, "saved", "1"), http.StatusSeeOther)
 }
 
 // issueKey issues a client key and shows it, once: the server keeps only its hash.

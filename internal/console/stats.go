@@ -77,9 +77,13 @@ func (c *Console) stats(w http.ResponseWriter, r *http.Request) {
 		{"p50", "#0b5cad", func(b bucketStats) (float64, bool) { return b.P50, b.HasLatency }},
 		{"p95", "#b3261e", func(b bucketStats) (float64, bool) { return b.P95, b.HasLatency }},
 	})
+	var versions struct{ Versions []map[string]any }
+	if !c.fetch(w, r, query("/v1/admin/stats/agents", "from", from.Format(time.RFC3339), "to", now.Format(time.RFC3339)), &versions) {
+		return
+	}
 	c.render(w, r, http.StatusOK, "stats", "Statistics", map[string]any{
 		"Ranges": statsRanges, "Range": rng.Key, "RangeLabel": rng.Label, "Tasks": tasks,
-		"Charts": []chart{counts, latency},
+		"Charts": []chart{counts, latency}, "Versions": versions.Versions,
 	})
 }
 

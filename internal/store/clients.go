@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"time"
 
 	"github.com/taskpull/taskd"
@@ -20,11 +21,19 @@ func (s *Store) ClientSetting(ctx context.Context, uid string) (taskd.ClientSett
 func clientSetting(ctx context.Context, q rowQuerier, uid string) (taskd.ClientSetting, error) {
 	c := taskd.ClientSetting{UID: uid, MaxInFlight: taskd.DefaultMaxInFlight}
 	var mif, version sql.NullInt64
+	var seen sql.NullTime
+	var agentVersion, host, labels sql.NullString
 	err := q.QueryRowContext(ctx, `SELECT c.max_in_flight, c.updated_at, c.version,
-		(SELECT COUNT(*) FROM dispatch WHERE open_uid = ?)
-		FROM (SELECT 1) one LEFT JOIN client_setting c ON c.uid = ?`, uid, uid).Scan(&mif, &c.UpdatedAt, &version, &c.Open)
+		(SELECT COUNT(*) FROM dispatch WHERE open_uid = ?),
+		(SELECT COUNT(*) FROM client_key WHERE uid = ? AND revoked_at IS NULL),
+		a.last_seen, a.version, a.hostname, a.labels
+		FROM (SELECT 1) one LEFT JOIN client_setting c ON c.uid = ? LEFT JOIN client_agent a ON a.uid = ?`,
+		uid, uid, uid, uid).Scan(&mif, &c.UpdatedAt, &version, &c.Open, &c.Keys, &seen, &agentVersion, &host, &labels)
 	if err != nil {
 		return c, err
+	}
+	if c.LastSeen, c.Agent, err = agentOf(seen, agentVersion, host, labels); err != nil {
+		return c, fmt.Errorf("client %s: %w", uid, err)
 	}
 	if mif.Valid {
 		c.MaxInFlight, c.Version = int(mif.Int64), version.Int64

@@ -113,17 +113,8 @@ func (s *Store) ListClients(ctx context.Context, f taskd.ClientFilter, after str
 		if err := rows.Scan(&c.UID, &seen, &version, &host, &labels, &c.Keys, &c.Open, &c.MaxInFlight); err != nil {
 			return nil, false, mysqlErr("list clients", err)
 		}
-		if seen.Valid {
-			t := seen.Time.UTC()
-			c.LastSeen = &t
-		}
-		if version.Valid {
-			c.Agent = &taskd.AgentInfo{Version: version.String, Hostname: host.String, Labels: map[string]string{}}
-			if labels.Valid {
-				if err := json.Unmarshal([]byte(labels.String), &c.Agent.Labels); err != nil {
-					return nil, false, fmt.Errorf("labels of %s: %w", c.UID, err)
-				}
-			}
+		if c.LastSeen, c.Agent, err = agentOf(seen, version, host, labels); err != nil {
+			return nil, false, fmt.Errorf("client %s: %w", c.UID, err)
 		}
 		out = append(out, c)
 	}
@@ -135,6 +126,25 @@ func (s *Store) ListClients(ctx context.Context, f taskd.ClientFilter, after str
 		out = out[:limit]
 	}
 	return out, more, nil
+}
+
+// agentOf reads a client_agent row's columns (all NULL: no row).
+func agentOf(seen sql.NullTime, version, host, labels sql.NullString) (*time.Time, *taskd.AgentInfo, error) {
+	var at *time.Time
+	if seen.Valid {
+		t := seen.Time.UTC()
+		at = &t
+	}
+	if !version.Valid {
+		return at, nil, nil
+	}
+	a := &taskd.AgentInfo{Version: version.String, Hostname: host.String, Labels: map[string]string{}}
+	if labels.Valid {
+		if err := json.Unmarshal([]byte(labels.String), &a.Labels); err != nil {
+			return nil, nil, fmt.Errorf("labels: %w", err)
+		}
+	}
+	return at, a, nil
 }
 
 // ListGroups lists the groups in gid order, after gid after, up to limit, and whether

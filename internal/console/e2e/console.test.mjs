@@ -286,6 +286,72 @@ try {
     await shot('campaigns');
   });
 
+  // reloadUntil reloads the page until the locator shows: the nodes write polls to MySQL
+  // in batches (the test server flushes often), so a poll shows a moment later.
+  async function reloadUntil(locator) {
+    for (let i = 0; i < 100 && await locator.count() === 0; i++) {
+      await page.waitForTimeout(100);
+      await page.reload();
+    }
+    await locator.first().waitFor();
+  }
+
+  await step('the fleet: who polls, filtered by label and "not seen for"; a client\'s page with its agent, dispatches and settings', async () => {
+    const now = new Date(Date.now() - 60_000).toISOString().replace(/\.\d+Z$/, 'Z');
+    await api('POST', '/v1/admin/tasks/once', { executor: 'uid_21', start_time: now, template_id: templateId, params: { url: 'http://fleet' } });
+    const k21 = (await api('POST', '/v1/admin/clients/21/keys')).body.client_key;
+    const k22 = (await api('POST', '/v1/admin/clients/22/keys')).body.client_key;
+    await api('POST', '/v1/admin/clients/23/keys'); // never polls
+    const got = await api('POST', '/v1/fetch', { agent: { version: '2.0.1', hostname: 'edge-21', labels: { region: 'eu', rack: 'r1' } } }, k21);
+    assert.equal(got.body.task.task_id.startsWith('once:'), true);
+    assert.equal((await api('POST', '/v1/complete', { log_id: got.body.task.log_id, result: 'failure', detail: { reason: 'disk full' } }, k21)).status, 200);
+    assert.equal((await api('POST', '/v1/fetch', { agent: { version: '1.9.0', hostname: 'edge-22', labels: { region: 'us' } } }, k22)).status, 200);
+
+    await page.getByRole('navigation').getByRole('link', { name: 'Clients' }).click();
+    await reloadUntil(page.getByRole('row').filter({ hasText: 'uid_21' }).filter({ hasText: '2.0.1' }));
+    assert.match(await page.getByRole('row').filter({ hasText: 'uid_23' }).textContent(), /never/);
+    await page.getByLabel('Label (key=value)').fill('region=eu');
+    await page.getByRole('button', { name: 'Filter' }).click();
+    await page.getByRole('row').filter({ hasText: 'uid_21' }).waitFor();
+    assert.equal(await page.getByRole('row').filter({ hasText: 'uid_22' }).count(), 0, 'region=us is filtered out');
+    await shot('fleet');
+    await page.getByLabel('Label (key=value)').fill('');
+    await page.getByLabel('Not seen for').selectOption('1h');
+    await page.getByRole('button', { name: 'Filter' }).click();
+    await page.getByRole('row').filter({ hasText: 'uid_23' }).waitFor();
+    assert.equal(await page.getByRole('row').filter({ hasText: 'uid_21' }).count(), 0, 'seen a moment ago');
+
+    await page.goto(base + '/console/clients?uid=21');
+    assert.equal((await page.locator('#agent-version').textContent()).trim(), '2.0.1');
+    assert.notEqual((await page.locator('#last-seen').textContent()).trim(), 'never');
+    const row = page.getByRole('row').filter({ hasText: got.body.task.task_id });
+    assert.match(await row.textContent(), /failure/);
+    assert.match(await row.textContent(), /disk full/);
+    await page.getByLabel('Max in flight (dispatches open at once, 1 to 100)').fill('5');
+    await page.getByRole('button', { name: 'Save settings' }).click();
+    await page.locator('#saved').waitFor();
+    assert.equal((await api('GET', '/v1/admin/clients/21')).body.max_in_flight, 5);
+    await page.getByLabel('Max in flight (dispatches open at once, 1 to 100)').fill('500');
+    await page.getByLabel('Max in flight (dispatches open at once, 1 to 100)').evaluate((e) => e.removeAttribute('max'));
+    await page.getByRole('button', { name: 'Save settings' }).click();
+    await page.locator('#mif-error').filter({ hasText: 'max_in_flight' }).waitFor();
+    await shot('client');
+
+    await page.getByRole('navigation').getByRole('link', { name: 'Statistics' }).click();
+    assert.match(await page.getByRole('row').filter({ hasText: '2.0.1' }).textContent(), /2\.0\.1\s*1\s*1\s*0\s*1/); // users, dispatched, completed, failed
+  });
+
+  await step('groups: the list, with a group whose tasks go nowhere standing out', async () => {
+    const start = new Date(Date.now() + 3600_000).toISOString().replace(/\.\d+Z$/, 'Z');
+    await api('POST', '/v1/admin/tasks/once', { executor: 'gid_nobody', start_time: start, template_id: templateId, params: { url: 'http://x' } });
+    await page.getByRole('navigation').getByRole('link', { name: 'Groups' }).click();
+    assert.match(await page.getByRole('row').filter({ hasText: 'gid_nobody' }).textContent(), /no members/);
+    assert.match(await page.getByRole('row').filter({ hasText: 'gid_crawlers' }).textContent(), /gid_crawlers\s*2/);
+    await shot('groups-list');
+    await page.getByRole('link', { name: 'gid_crawlers' }).click();
+    await page.getByRole('cell', { name: 'uid_9', exact: true }).waitFor();
+  });
+
   await step('a sign-in form without its CSRF token is refused', async () => {
     const res = await page.request.post(base + '/console/signin', { form: { token, signin: 'forged' }, maxRedirects: 0 });
     assert.equal(res.status(), 400);
