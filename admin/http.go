@@ -370,6 +370,8 @@ type taskView struct {
 	taskd.Task
 	Mode   string `json:"mode"`
 	Status string `json:"status"`
+	// Warnings are a create's, replace's or patch's hints (warnings.go); absent elsewhere.
+	Warnings []Warning `json:"warnings,omitempty"`
 }
 
 func viewTask(t taskd.Task) taskView {
@@ -397,7 +399,7 @@ func (h *Handlers) CreateTask() http.Handler {
 			return 0, nil, err
 		}
 		t, err = h.svc.CreateTask(r.Context(), t)
-		return http.StatusCreated, viewTask(t), tagged(w, taskd.Count(t.Version), err)
+		return http.StatusCreated, h.withWarnings(r.Context(), t, err), tagged(w, taskd.Count(t.Version), err)
 	})
 }
 
@@ -443,7 +445,7 @@ func (h *Handlers) ReplaceTask() http.Handler {
 		}
 		t.Key = key
 		t, err = h.svc.ReplaceTask(r.Context(), t, ifMatch(r))
-		return http.StatusOK, viewTask(t), tagged(w, taskd.Count(t.Version), err)
+		return http.StatusOK, h.withWarnings(r.Context(), t, err), tagged(w, taskd.Count(t.Version), err)
 	})
 }
 

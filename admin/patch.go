@@ -71,7 +71,7 @@ func (h *Handlers) PatchTask() http.Handler {
 			return 0, nil, err
 		}
 		t, err := h.patchTask(r.Context(), key, patch, ifMatch(r))
-		return http.StatusOK, viewTask(t), tagged(w, taskd.Count(t.Version), err)
+		return http.StatusOK, h.withWarnings(r.Context(), t, err), tagged(w, taskd.Count(t.Version), err)
 	})
 }
 

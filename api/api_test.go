@@ -121,6 +121,7 @@ var round4 = []endpoint{
 	{"GET", "/v1/admin/clients", authAdmin, false, false, []int{200}},
 	{"GET", "/v1/admin/groups", authAdmin, false, false, []int{200}},
 	{"GET", "/v1/admin/stats/agents", authAdmin, false, false, []int{200}},
+	{"POST", "/v1/admin/tasks/{kind}/preview", authAdmin, true, false, []int{200, 422}},
 }
 
 func expectedCodes(e endpoint) []int {
@@ -153,6 +154,8 @@ var contractFields = map[string][]string{
 	"Client":            {"uid", "last_seen", "keys", "open", "max_in_flight", "agent"},
 	"GroupList":         {"groups"},
 	"GroupSummary":      {"gid", "members"},
+	"Warning":           {"code", "message"},
+	"TaskPreview":       {"uids", "occurrences"},
 	"FetchResult":       {"task", "tasks", "next_due_at"},
 	"Assignment": {"log_id", "task_id", "kind", "due_at", "template_id", "params", "redo", "attempt",
 		"lease_expires_at"},
@@ -721,6 +724,11 @@ func TestCodeOutputMatchesSchemas(t *testing.T) {
 	rot.Executor, rot.SpaceMinutes, rot.EndTime = "gid_ops", 60, &later
 	rot.Mode, rot.Status = taskd.ModeUntilExhausted, taskd.StatusDeleted
 	valid("Task", view(taskd.KindRotate, rot))
+	warned := view(taskd.KindOnce, once)
+	warned["warnings"] = []admin.Warning{{Code: admin.WarnEmptyGroup, Message: "gid_x has no members"}}
+	valid("Task", warned)
+	valid("TaskPreview", admin.Preview{UIDs: []string{"42"}, Occurrences: []admin.PreviewOccurrence{{DueAt: now, Recipients: 1}},
+		Warnings: []admin.Warning{}})
 
 	// Every error code, as internal/web writes it.
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))

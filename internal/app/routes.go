@@ -76,6 +76,7 @@ func (a *App) routes() http.Handler {
 		r.Method(http.MethodDelete, "/templates/{id}", h.DeleteTemplate())
 		r.Method(http.MethodGet, "/tasks", h.ListTasks())
 		r.Method(http.MethodPost, "/tasks/{kind}", h.CreateTask())
+		r.Method(http.MethodPost, "/tasks/{kind}/preview", h.PreviewTask())
 		r.Method(http.MethodGet, "/tasks/{kind}/{id}", h.GetTask())
 		r.Method(http.MethodPut, "/tasks/{kind}/{id}", h.ReplaceTask())
 		r.Method(http.MethodPatch, "/tasks/{kind}/{id}", h.PatchTask())

@@ -1,0 +1,177 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/taskpull/taskd"
+)
+
+// Warnings and the dry run: a task for a group with no members, or for a uid that never
+// had a key nor polled, is accepted (groups fill later, users enroll later) but goes
+// nowhere meanwhile; its create, replace and patch replies say so, and a preview shows
+// who would get it before anything is stored.
+
+// Warning is a hint in a task write's reply: nothing was refused.
+type Warning struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Warning codes.
+const (
+	WarnEmptyGroup        = "empty_group"
+	WarnUnknownUID        = "unknown_uid"
+	WarnQuotaExceedsGroup = "quota_exceeds_group"
+	WarnEnded             = "ended"
+)
+
+// audience is who task t's executor names: the uid, or the group's members.
+func (s *Service) audience(ctx context.Context, t taskd.Task) ([]string, error) {
+	e, err := taskd.ParseExecutor(t.Executor)
+	if err != nil {
+		return nil, err
+	}
+	if e.Group {
+		return s.store.Members(ctx, e.ID)
+	}
+	return []string{e.ID}, nil
+}
+
+// TaskWarnings says what would keep t from reaching anyone, or from using its quota.
+func (s *Service) TaskWarnings(ctx context.Context, t taskd.Task) ([]Warning, error) {
+	e, err := taskd.ParseExecutor(t.Executor)
+	if err != nil {
+		return nil, err
+	}
+	var out []Warning
+	if e.Group {
+		members, err := s.store.Members(ctx, e.ID)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case len(members) == 0:
+			out = append(out, Warning{WarnEmptyGroup, fmt.Sprintf("%s has no members: nobody is offered this task until members are added (PUT /v1/admin/groups/%s/members)", t.Executor, e.ID)})
+		case t.DispatchTimes != taskd.Unlimited && t.Mode == taskd.ModeOncePerUser && t.DispatchTimes > len(members):
+			out = append(out, Warning{WarnQuotaExceedsGroup, fmt.Sprintf("dispatch_times %d is more than the %d members of %s: once per user, at most %d of each occurrence's slots can be taken", t.DispatchTimes, len(members), t.Executor, len(members))})
+		}
+	} else {
+		c, err := s.store.ClientSetting(ctx, e.ID)
+		if err != nil {
+			return nil, err
+		}
+		if c.Keys == 0 && c.LastSeen == nil && c.UpdatedAt == nil {
+			out = append(out, Warning{WarnUnknownUID, fmt.Sprintf("%s has no client key and has never polled: nobody takes this task until that user enrolls (or an admin issues a key)", t.Executor)})
+		}
+	}
+	if t.EndTime != nil && t.EndTime.Before(s.now()) {
+		out = append(out, Warning{WarnEnded, "end_time is in the past: no occurrence of this task is due any more"})
+	}
+	return out, nil
+}
+
+// withWarnings is a task write's reply: the task and, if any, its warnings. A failure to
+// work them out does not fail the write, which is done: it is logged, and the reply has
+// none.
+func (h *Handlers) withWarnings(ctx context.Context, t taskd.Task, err error) taskView {
+	v := viewTask(t)
+	if err != nil {
+		return v
+	}
+	w, werr := h.svc.TaskWarnings(ctx, t)
+	if werr != nil {
+		h.log.WarnContext(ctx, "task warnings", "task_id", t.Key.String(), "err", werr)
+		return v
+	}
+	v.Warnings = w
+	return v
+}
+
+// previewWindow is how far ahead a preview looks.
+const previewWindow = 24 * time.Hour
+
+// maxPreviewOccurrences bounds a preview's occurrences (a rotation every minute for a
+// day is 1,440).
+const maxPreviewOccurrences = 1440
+
+// PreviewOccurrence is one occurrence a preview finds, and how many users would get it.
+type PreviewOccurrence struct {
+	DueAt      time.Time `json:"due_at"`
+	Recipients int       `json:"recipients"`
+}
+
+// Preview is who a task would reach in the next 24 h, stored nowhere.
+type Preview struct {
+	UIDs        []string            `json:"uids"`
+	Occurrences []PreviewOccurrence `json:"occurrences"`
+	Warnings    []Warning           `json:"warnings"`
+}
+
+// PreviewTask checks t as a create would (params included) and answers its audience and
+// its occurrences due in the next 24 h, each with how many of the audience would get it
+// under the quota (dispatch_times; unlimited: all). A once task due already counts as
+// due now. A paused task has no occurrences.
+func (s *Service) PreviewTask(ctx context.Context, t taskd.Task) (Preview, error) {
+	if err := t.Validate(); err != nil {
+		return Preview{}, err
+	}
+	if err := s.validateParams(ctx, t.TemplateID, t.Params); err != nil {
+		return Preview{}, err
+	}
+	uids, err := s.audience(ctx, t)
+	if err != nil {
+		return Preview{}, err
+	}
+	p := Preview{UIDs: uids, Occurrences: []PreviewOccurrence{}}
+	if p.UIDs == nil {
+		p.UIDs = []string{}
+	}
+	if p.Warnings, err = s.TaskWarnings(ctx, t); err != nil {
+		return Preview{}, err
+	}
+	if p.Warnings == nil {
+		p.Warnings = []Warning{}
+	}
+	recipients := len(uids)
+	if t.DispatchTimes != taskd.Unlimited {
+		recipients = min(recipients, t.DispatchTimes)
+	}
+	now := s.now()
+	until := now.Add(previewWindow)
+	if t.Status == taskd.StatusPaused {
+		return p, nil
+	}
+	if t.Key.Kind == taskd.KindOnce {
+		if t.StartTime.Before(until) {
+			p.Occurrences = append(p.Occurrences, PreviewOccurrence{DueAt: t.StartTime, Recipients: recipients})
+		}
+		return p, nil
+	}
+	space := time.Duration(t.SpaceMinutes) * time.Minute
+	for at := taskd.FirstRotation(t.StartTime, space, now); at.Before(until) && len(p.Occurrences) < maxPreviewOccurrences; at = at.Add(space) {
+		if t.EndTime != nil && at.After(*t.EndTime) {
+			break
+		}
+		p.Occurrences = append(p.Occurrences, PreviewOccurrence{DueAt: at, Recipients: recipients})
+	}
+	return p, nil
+}
+
+// PreviewTask is POST /v1/admin/tasks/{kind}/preview: a create's body, nothing stored.
+func (h *Handlers) PreviewTask() http.Handler {
+	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
+		kind, err := pathKind(r)
+		if err != nil {
+			return 0, nil, err
+		}
+		t, err := decodeTask(w, r, kind)
+		if err != nil {
+			return 0, nil, err
+		}
+		p, err := h.svc.PreviewTask(r.Context(), t)
+		return http.StatusOK, p, err
+	})
+}
