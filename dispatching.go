@@ -101,16 +101,16 @@ func (d *Dispatch) LeaseExpired(now time.Time) bool {
 type ClaimOutcome uint8
 
 const (
-	Claimed    ClaimOutcome = iota + 1 // dispatched: the record is open
-	Exhausted                          // the quota is used up: drop the occurrence
-	AlreadyHad                         // once_per_user and the user had it: drop it
-	Gone                               // the task is no longer active or no longer has this occurrence: drop it
-	UserBusy                           // the user already has an open dispatch: return that one
-	NotDue                             // (Resume) the retry's backoff is not over yet: keep the entry
-	Holding                            // until_exhausted, and the user holds it open in another slot: keep the entry
-	Filtered                           // not of a template the fetch asked for: keep the entry
-	RateBound                          // the task's dispatch_rate_per_minute is used up this minute: keep the entry
-	NotTargeted                        // the task no longer targets the user (moved to another executor, or the user left its group): drop it, rebuild the user's heap
+	Claimed     ClaimOutcome = iota + 1 // dispatched: the record is open
+	Exhausted                           // the quota is used up: drop the occurrence
+	AlreadyHad                          // once_per_user and the user had it: drop it
+	Gone                                // the task is no longer active or no longer has this occurrence: drop it
+	UserBusy                            // the user already has an open dispatch: return that one
+	NotDue                              // (Resume) the retry's backoff is not over yet: keep the entry
+	Holding                             // until_exhausted, and the user holds it open in another slot: keep the entry
+	Filtered                            // not of a template the fetch asked for: keep the entry
+	RateBound                           // the task's dispatch_rate_per_minute is used up this minute: keep the entry
+	NotTargeted                         // the task no longer targets the user (moved to another executor, or the user left its group): drop it, rebuild the user's heap
 )
 
 // CompleteOutcome is what a complete came to.

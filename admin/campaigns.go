@@ -207,8 +207,12 @@ func (cs *Campaigns) CreateCampaign() http.Handler {
 // maxUpload bounds an upload of uids (about eight million of them).
 const maxUpload = 512 << 20
 
-// uploadIdle is how long an upload may send nothing before it is given up.
-const uploadIdle = 30 * time.Second
+// uploadIdle is how long an upload may send nothing before it is given up, and
+// uploadCommit how long its uids, once received, may take to be added and answered.
+const (
+	uploadIdle   = 30 * time.Second
+	uploadCommit = 2 * time.Minute
+)
 
 // UploadItems is POST /v1/admin/campaigns/{id}/items: uids appended to a uid-list
 // campaign before its start, as NDJSON (one JSON string, or {"uid": ...}, a line) or
@@ -256,7 +260,14 @@ func (cs *Campaigns) UploadItems() http.Handler {
 		case err != nil:
 			return 0, nil, err
 		}
-		c, err = cs.store.AddCampaignUIDs(r.Context(), ActorFrom(r.Context()), id, spooled.next, cs.svc.now())
+		// The server's write deadline was set when the request came; a long upload may
+		// have used it up, and a reply cut off after the commit would have the client
+		// send the uids again (and an upload appends). The transaction and the reply
+		// get a bound of their own.
+		body.rc.SetWriteDeadline(time.Now().Add(uploadCommit))
+		ctx, cancel := context.WithTimeout(r.Context(), uploadCommit)
+		defer cancel()
+		c, err = cs.store.AddCampaignUIDs(ctx, ActorFrom(ctx), id, spooled.next, cs.svc.now())
 		return http.StatusOK, c, err
 	})
 }

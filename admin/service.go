@@ -147,6 +147,14 @@ func (s *Service) UpdateTask(ctx context.Context, key taskd.TaskKey, ifMatch tas
 		}
 		return t, s.validateParams(ctx, t.TemplateID, t.Params)
 	}
+	// The params are checked in the transaction, against the template's compiled
+	// schema: compiled here first, from the task as it is now, so that the check in the
+	// transaction finds it cached and the transaction waits on no other connection.
+	if cur, err := s.store.GetTask(ctx, key); err == nil {
+		if t, err := edit(cur); err == nil {
+			s.templateSchema(ctx, t.TemplateID)
+		}
+	}
 	before, after, err := s.store.ReplaceTask(ctx, ActorFrom(ctx), key, ifMatch, checked, s.now())
 	if err != nil {
 		return after, err

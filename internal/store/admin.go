@@ -390,11 +390,20 @@ func writeMembers(ctx context.Context, tx *sql.Tx, gid string, uids []string, re
 	return nil
 }
 
-// sortedSet is uids sorted, without repeats.
+// sortedSet is uids sorted, without repeats. Ids compare as the id columns' collation
+// does, without regard to case ("Alice" is "alice"): of ids that differ only in case,
+// the first given stays.
 func sortedSet(uids []string) []string {
-	out := slices.Clone(uids)
-	slices.Sort(out)
-	return slices.Compact(out)
+	seen := make(map[string]bool, len(uids))
+	out := make([]string, 0, len(uids))
+	for _, u := range uids {
+		if k := strings.ToLower(u); !seen[k] {
+			seen[k] = true
+			out = append(out, u)
+		}
+	}
+	slices.SortFunc(out, func(a, b string) int { return strings.Compare(strings.ToLower(a), strings.ToLower(b)) })
+	return out
 }
 
 // AddMembers adds uids to gid and returns those that were not members yet, sorted.
@@ -418,14 +427,14 @@ func (s *Store) AddMembers(ctx context.Context, actor, gid string, uids []string
 					rows.Close()
 					return err
 				}
-				have[u] = true
+				have[strings.ToLower(u)] = true
 			}
 			rows.Close()
 			if err := rows.Err(); err != nil {
 				return err
 			}
 		}
-		added = slices.DeleteFunc(slices.Clone(want), func(u string) bool { return have[u] })
+		added = slices.DeleteFunc(slices.Clone(want), func(u string) bool { return have[strings.ToLower(u)] })
 		s.between(ctx, "group_member.write")
 		if err := writeMembers(ctx, tx, gid, added, false, now); err != nil {
 			return err
@@ -470,18 +479,18 @@ func (s *Store) ReplaceMembers(ctx context.Context, actor, gid string, uids []st
 		}
 		want := make(map[string]bool, len(after))
 		for _, u := range after {
-			want[u] = true
+			want[strings.ToLower(u)] = true
 		}
 		have := make(map[string]bool, len(current))
 		var gone, fresh []string
 		for _, u := range current {
-			have[u] = true
-			if !want[u] {
+			have[strings.ToLower(u)] = true
+			if !want[strings.ToLower(u)] {
 				gone = append(gone, u)
 			}
 		}
 		for _, u := range after {
-			if !have[u] {
+			if !have[strings.ToLower(u)] {
 				fresh = append(fresh, u)
 			}
 		}

@@ -405,3 +405,34 @@ func TestClaimRefusesUsersTheTaskDoesNotTarget(t *testing.T) {
 		t.Errorf("the group's occurrence: %d claimed, %d records; want the member's one", counter, records)
 	}
 }
+
+// Ids compare as their columns do, without regard to case: a member spelled "Alice"
+// is the member "alice", and a group's task for gid_G is its members' in group g. (A
+// comparison that heeded case refused such claims on every fetch, while the heap,
+// built in SQL, offered them again; and an add of "Alice" beside "alice" was a
+// duplicate-key error no retry could clear.)
+func TestIdsCompareWithoutCase(t *testing.T) {
+	t.Parallel()
+	st := testenv.Store(t)
+	f := newBatchFixture(t, st)
+	ctx := context.Background()
+	added, err := st.AddMembers(ctx, "test", "g", []string{"Alice", "bob", "Bob", "a"}, batchAt)
+	if err != nil || fmt.Sprint(added) != "[Alice bob]" {
+		t.Fatalf("add Alice, bob, Bob and the member a: %v %v, want [Alice bob]", added, err)
+	}
+	// Everyone but alice, bob and a leave; nobody is added.
+	if _, err := st.ReplaceMembers(ctx, "test", "g", []string{"ALICE", "BOB", "A"}, batchAt); err != nil {
+		t.Fatal(err)
+	}
+	members, _ := st.Members(ctx, "g")
+	if fmt.Sprint(members) != "[a Alice bob]" {
+		t.Fatalf("members after replacing with ALICE, BOB, A: %v", members)
+	}
+	group := f.task(10, taskd.ModeOncePerUser, func(t *taskd.Task) { t.Executor = "gid_G" })
+	user := f.task(10, taskd.ModeOncePerUser, func(t *taskd.Task) { t.Executor = "uid_Bob" })
+	for _, c := range []store.BatchClaim{claimOf("alice", group), claimOf("BOB", user)} {
+		if outcome, _, err := st.Claim(ctx, c.UID, c.Occ, batchAt, taskd.Single); err != nil || outcome != taskd.Claimed {
+			t.Errorf("claim by %s: %d %v, want claimed", c.UID, outcome, err)
+		}
+	}
+}

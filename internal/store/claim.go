@@ -150,7 +150,7 @@ func targeted(ctx context.Context, tx *sql.Tx, tasks []*dispatchTask, uids []str
 		switch {
 		case t == nil:
 		case !t.executor.Group:
-			out[i] = t.executor.ID == uids[i]
+			out[i] = strings.EqualFold(t.executor.ID, uids[i]) // as the id columns compare
 		default:
 			args = append(args, t.executor.ID, uids[i])
 		}
@@ -158,7 +158,9 @@ func targeted(ctx context.Context, tx *sql.Tx, tasks []*dispatchTask, uids []str
 	if len(args) == 0 {
 		return out, nil
 	}
-	rows, err := tx.QueryContext(ctx, "SELECT gid, uid FROM group_member WHERE "+anyOf(len(args)/2, "gid", "uid"), args...)
+	// In share mode: a removal committed after this read waits for the claim, so an
+	// admin told the member is gone is never followed by a claim of the member's.
+	rows, err := tx.QueryContext(ctx, "SELECT gid, uid FROM group_member WHERE "+anyOf(len(args)/2, "gid", "uid")+" LOCK IN SHARE MODE", args...)
 	if err != nil {
 		return nil, err
 	}
@@ -169,11 +171,11 @@ func targeted(ctx context.Context, tx *sql.Tx, tasks []*dispatchTask, uids []str
 		if err := rows.Scan(&gid, &uid); err != nil {
 			return nil, err
 		}
-		member[[2]string{gid, uid}] = true
+		member[[2]string{strings.ToLower(gid), strings.ToLower(uid)}] = true
 	}
 	for i, t := range tasks {
 		if t != nil && t.executor.Group {
-			out[i] = member[[2]string{t.executor.ID, uids[i]}]
+			out[i] = member[[2]string{strings.ToLower(t.executor.ID), strings.ToLower(uids[i])}]
 		}
 	}
 	return out, rows.Err()

@@ -168,6 +168,7 @@ func (s *Store) EnrollClientKey(ctx context.Context, uid, hash string, keep int,
 func (s *Store) createClientKey(ctx context.Context, actor, uid, hash string, enrolled bool, keep int, now time.Time) (int, error) {
 	var revoked int64
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		revoked = 0 // a try that met a concurrent transaction counted for nothing
 		if err := lockClient(ctx, tx, uid, now); err != nil {
 			return err
 		}
