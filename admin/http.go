@@ -62,7 +62,7 @@ func RequireAdmin(tokens []Token, isClientKey func(ctx context.Context, key stri
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			got := web.Bearer(r)
 			if got == "" {
-				web.Error(w, r, log, taskd.Errorf(taskd.CodeUnauthenticated, "admin token required"))
+				web.Error(w, r, log, taskd.Errorf(taskd.CodeUnauthenticated, "admin token required: %s", web.CredentialProblem(r, "<admin token>")))
 				return
 			}
 			for _, t := range tokens {
@@ -72,10 +72,10 @@ func RequireAdmin(tokens []Token, isClientKey func(ctx context.Context, key stri
 				}
 			}
 			if isClientKey(r.Context(), got) {
-				web.Error(w, r, log, taskd.Errorf(taskd.CodePermission, "a client key cannot use the admin API"))
+				web.Error(w, r, log, taskd.Errorf(taskd.CodePermission, "a client key cannot use the admin API; it takes one of the admin tokens of DISPATCH_ADMIN_TOKEN as \"Authorization: Bearer <admin token>\""))
 				return
 			}
-			web.Error(w, r, log, taskd.Errorf(taskd.CodeUnauthenticated, "invalid admin token"))
+			web.Error(w, r, log, taskd.Errorf(taskd.CodeUnauthenticated, "invalid admin token: it is none of the tokens of DISPATCH_ADMIN_TOKEN (nor a client key)"))
 		})
 	}
 }

@@ -19,10 +19,20 @@ const clientBodyLimit = 64 << 10
 type Handlers struct {
 	svc *Service
 	log *slog.Logger
+	// isAdminToken recognizes an admin token sent where a client key belongs, so the
+	// reply can say so; nil recognizes none.
+	isAdminToken func(token string) bool
 }
 
 // NewHandlers returns the handlers over svc.
 func NewHandlers(svc *Service, log *slog.Logger) *Handlers { return &Handlers{svc: svc, log: log} }
+
+// RecognizeAdminTokens makes a request bearing an admin token (isAdminToken) answer
+// that an admin token is not a client key, rather than that the key is malformed.
+func (h *Handlers) RecognizeAdminTokens(isAdminToken func(token string) bool) *Handlers {
+	h.isAdminToken = isAdminToken
+	return h
+}
 
 // decodeAuthenticated decodes a client request's body. Authentication comes first: a
 // body that does not decode is answered 401 when the key is not valid either. A valid
@@ -54,7 +64,7 @@ type fetchRequest struct {
 // Fetch is POST /v1/fetch.
 func (h *Handlers) Fetch() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		uid, hash, ok := clientKey(w, r, h.log)
+		uid, hash, ok := clientKey(w, r, h.log, h.isAdminToken)
 		if !ok {
 			return
 		}
@@ -185,7 +195,7 @@ const maxStageDelay = 7 * 24 * 3600
 // Complete is POST /v1/complete.
 func (h *Handlers) Complete() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		uid, hash, ok := clientKey(w, r, h.log)
+		uid, hash, ok := clientKey(w, r, h.log, h.isAdminToken)
 		if !ok {
 			return
 		}
@@ -219,7 +229,7 @@ type progressRequest struct {
 // Progress is POST /v1/progress.
 func (h *Handlers) Progress() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		uid, hash, ok := clientKey(w, r, h.log)
+		uid, hash, ok := clientKey(w, r, h.log, h.isAdminToken)
 		if !ok {
 			return
 		}
@@ -252,12 +262,24 @@ func (h *Handlers) Progress() http.Handler {
 
 // clientKey reads the caller's client key from the request: its uid and the key's
 // hash. A missing or malformed one is answered 401 here (ok false).
-func clientKey(w http.ResponseWriter, r *http.Request, log *slog.Logger) (uid, hash string, ok bool) {
-	uid, hash, ok = clientkey.Parse(web.Bearer(r))
-	if !ok {
-		web.Error(w, r, log, taskd.Errorf(taskd.CodeUnauthenticated, "missing or malformed client key"))
+func clientKey(w http.ResponseWriter, r *http.Request, log *slog.Logger, isAdminToken func(string) bool) (uid, hash string, ok bool) {
+	token := web.Bearer(r)
+	uid, hash, ok = clientkey.Parse(token)
+	if ok {
+		return uid, hash, true
 	}
-	return uid, hash, ok
+	const want = "<client key>"
+	var err error
+	switch {
+	case token == "":
+		err = taskd.Errorf(taskd.CodeUnauthenticated, "client key required: %s", web.CredentialProblem(r, want))
+	case isAdminToken != nil && isAdminToken(token):
+		err = taskd.Errorf(taskd.CodeUnauthenticated, "an admin token is not a client key: %s takes \"Authorization: Bearer <client key>\", a key issued by POST /v1/admin/clients/{uid}/keys or by /v1/enroll", r.URL.Path)
+	default:
+		err = taskd.Errorf(taskd.CodeUnauthenticated, "malformed client key: expected \"<uid>.<secret>\" as issued by POST /v1/admin/clients/{uid}/keys or by /v1/enroll")
+	}
+	web.Error(w, r, log, err)
+	return "", "", false
 }
 
 // checkLogID checks a log id field (named with prefix).

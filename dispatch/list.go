@@ -32,6 +32,14 @@ type Records struct {
 	store RecordStore
 	keys  KeyVerifier
 	log   *slog.Logger
+	// isAdminToken: as Handlers'.
+	isAdminToken func(token string) bool
+}
+
+// RecognizeAdminTokens: as Handlers'.
+func (rs *Records) RecognizeAdminTokens(isAdminToken func(token string) bool) *Records {
+	rs.isAdminToken = isAdminToken
+	return rs
 }
 
 // NewRecords returns the list over st, checking client keys with keys.
@@ -49,7 +57,7 @@ const (
 // comes from the key), in the admin list's shape and order, paged by the same cursor.
 func (rs *Records) List() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		uid, hash, ok := clientKey(w, r, rs.log)
+		uid, hash, ok := clientKey(w, r, rs.log, rs.isAdminToken)
 		if !ok {
 			return
 		}

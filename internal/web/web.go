@@ -331,3 +331,36 @@ func Bearer(r *http.Request) string {
 	}
 	return ""
 }
+
+// CredentialProblem says what is wrong with r's Authorization header when it carries no
+// bearer token, ending with what is expected (want, e.g. "<admin token>"); "" when it
+// carries one. Both the admin API and the client endpoints answer with it, so a token
+// pasted without "Bearer " is named as such rather than as a wrong token.
+func CredentialProblem(r *http.Request, want string) string {
+	expected := `expected "Authorization: Bearer ` + want + `"`
+	h := strings.TrimSpace(r.Header.Get("Authorization"))
+	switch {
+	case Bearer(r) != "":
+		return ""
+	case h == "":
+		return "no Authorization header; " + expected
+	case strings.EqualFold(h, "Bearer"):
+		return "the Authorization header has the Bearer scheme but no token; " + expected
+	case !strings.Contains(h, " "):
+		return `the Authorization header has a token without the "Bearer " scheme; ` + expected
+	default:
+		scheme, _, _ := strings.Cut(h, " ")
+		return fmt.Sprintf("the Authorization header's scheme is %q, not Bearer; %s", truncate(scheme, 20), expected)
+	}
+}
+
+// truncate cuts s to at most n bytes on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
