@@ -102,6 +102,16 @@ func TestImportRules(t *testing.T) {
 	mustNot("admin", module+"/dispatch", module+"/internal/store", module+"/queue")
 	mustNot("campaign", module+"/admin", module+"/dispatch", module+"/internal/store")
 	mustNot("clientkey", module+"/admin", module+"/dispatch", module+"/internal/store", module+"/queue")
+	// The agent SDK is a library users import: it speaks the HTTP API and depends on no
+	// package of the server, nor on a database or cache client.
+	for _, sdk := range []string{"agent", "agent/agenttest"} {
+		for _, dep := range p(sdk).Deps {
+			if strings.HasPrefix(dep, module) && !strings.HasPrefix(dep, module+"/agent") {
+				t.Errorf("%s depends on the server's %s", p(sdk).ImportPath, dep)
+			}
+		}
+		mustNot(sdk, clients...)
+	}
 
 	for _, q := range pkgs {
 		for _, imp := range q.Imports {

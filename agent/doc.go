@@ -1,0 +1,64 @@
+// Package agent is the Go SDK for taskd's client agents: it fetches tasks from a
+// dispatchd, runs a handler on each, keeps their leases, and sends their results,
+// with the retries, backoff and shutdown a fleet of agents needs.
+//
+// An agent is one fetch loop per process, however many tasks it runs at once: each
+// cycle asks for as many tasks as it has free slots (Config.Concurrency, and the
+// server's max_in_flight for the uid), long-polls while it has nothing to do, and
+// carries the result of a finished task on its next fetch, so that a cycle is one
+// request. A result that cannot wait for a fetch is sent on its own.
+//
+//	a, err := agent.New(agent.Config{URL: "https://taskd.example.com", UID: "host-17",
+//		EnrollSecret: secret, KeyFile: "/var/lib/crawler/key", Concurrency: 8})
+//	if err != nil { ... }
+//	err = a.Run(ctx, agent.Typed(func(ctx context.Context, t *agent.Task, p CrawlParams) agent.Outcome {
+//		pages, err := crawl(ctx, p.URL)
+//		if err != nil {
+//			return agent.Fail(err)
+//		}
+//		return agent.Done(map[string]int{"pages": pages})
+//	}))
+//
+// # Outcomes
+//
+// A handler returns an Outcome: Done (success, with a detail), Fail (the server
+// retries the task while its max_attempts allow), FailPermanent, NextStage (a
+// multi-stage task moves on, with a context and a delay) or GiveBack. A handler that
+// panics fails its task with the panic and its stack in the detail; the agent lives
+// on.
+//
+// # Leases
+//
+// A task with a lease has it extended (POST /v1/progress with extend_lease) every
+// third of the lease length, counted from when the request that set it was sent; an
+// extension that fails is retried without disturbing the handler. Just before the
+// lease would lapse, as far as the agent knows, the handler's context is cancelled
+// with ErrLeaseLost as its cause (context.Cause), and so it is when the server says
+// the task was taken away. Task.Checkpoint saves progress through the same requests,
+// throttled, always sending the latest value.
+//
+// # Results are not lost
+//
+// A result whose request fails in transport is sent again (the log id makes that
+// safe); a 409 stale_lease means the task was taken away, which is logged and counted,
+// not retried. A task handed out again (redo) after this agent finished it is not run
+// again: its stored result is sent again. A result the server refuses for its detail
+// (too large, or nested too deeply) is sent again with a short detail that says so.
+//
+// # Backoff
+//
+// Retry-After is obeyed exactly on 429 and 503; other failures back off
+// exponentially with full jitter; a start waits a random moment first (at most
+// Config.StartupJitter) so that a fleet restarting together does not arrive together.
+// A 401 makes an agent that has enrollment credentials enroll once more.
+//
+// # Shutdown
+//
+// When Run's context is done the agent stops fetching, lets running handlers finish
+// for Config.ShutdownGrace, then cancels their contexts (cause ErrStopping) and waits
+// as long again; a task whose handler still has not returned is given back. Results
+// are then sent, for at most one more grace period, and Run returns.
+//
+// The subpackage agenttest is a fake server speaking the same API, with faults to
+// inject, for testing handlers and agents without a dispatchd.
+package agent

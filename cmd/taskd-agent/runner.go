@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/taskpull/taskd/agent"
+)
+
+// runner is the agent's handler: one run of the command per task.
+type runner struct {
+	command   []string
+	timeout   time.Duration
+	killGrace time.Duration
+	socket    string
+	log       *slog.Logger
+
+	mu      sync.Mutex
+	running map[string]*agent.Task // by log id: whose checkpoints the socket takes
+}
+
+// work runs the command for t and makes its end the task's outcome.
+func (r *runner) work(ctx context.Context, t *agent.Task) agent.Outcome {
+	dir, err := os.MkdirTemp("", "taskd-task-")
+	if err != nil {
+		return agent.Fail(fmt.Errorf("a directory for the run: %w", err))
+	}
+	defer os.RemoveAll(dir)
+	r.mu.Lock()
+	r.running[t.LogID] = t
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.running, t.LogID)
+		r.mu.Unlock()
+	}()
+	res, err := execute(ctx.Done(), execSpec{argv: r.command, stdin: t.Params, env: r.environment(t), dir: dir,
+		timeout: r.timeout, grace: r.killGrace})
+	if err != nil {
+		return agent.FailPermanent(err).WithDetail(map[string]any{"error": err.Error()})
+	}
+	if res.stopped {
+		// The agent stops (past its shutdown grace) or lost the task's lease.
+		cause := context.Cause(ctx)
+		detail := res.detail()
+		if cause != nil {
+			detail["cause"] = cause.Error()
+		}
+		return agent.Fail(fmt.Errorf("stopped: %v", cause)).WithDetail(detail)
+	}
+	return outcomeOf(res)
+}
+
+// outcomeOf is the outcome of a finished run: what it wrote to $TASKD_RESULT, else its
+// exit.
+func outcomeOf(res execResult) agent.Outcome {
+	if f := res.result; f != nil && !res.timedOut {
+		var detail any
+		if len(f.Detail) > 0 {
+			detail = f.Detail
+		}
+		switch {
+		case f.Result == "failure":
+			return agent.Fail(errors.New("the command reported a failure")).WithDetail(detail)
+		case f.NextStage != "":
+			var sctx any
+			if len(f.Context) > 0 {
+				sctx = f.Context
+			}
+			return agent.NextStage(f.NextStage, sctx, time.Duration(f.DelaySeconds*float64(time.Second))).WithDetail(detail)
+		}
+		return agent.Done(detail)
+	}
+	if res.succeeded() {
+		return agent.Done(res.detail())
+	}
+	why := fmt.Errorf("exit code %d", res.exitCode)
+	switch {
+	case res.timedOut:
+		why = errors.New("timed out")
+	case res.resultErr != nil:
+		why = res.resultErr
+	case res.signal != "":
+		why = fmt.Errorf("ended by signal %s", res.signal)
+	}
+	return agent.Fail(why).WithDetail(res.detail())
+}
+
+// environment is the task as the command's environment gives it.
+func (r *runner) environment(t *agent.Task) []string {
+	env := []string{
+		"TASKD_LOG_ID=" + t.LogID,
+		"TASKD_TASK_ID=" + t.TaskID,
+		"TASKD_KIND=" + t.Kind,
+		"TASKD_ATTEMPT=" + strconv.Itoa(t.Attempt),
+		"TASKD_DUE_AT=" + t.DueAt.UTC().Format(time.RFC3339),
+		"TASKD_TEMPLATE_ID=" + strconv.FormatInt(t.TemplateID, 10),
+		"TASKD_STAGE=" + t.Stage,
+		"TASKD_AGENT_SOCKET=" + r.socket,
+	}
+	if len(t.StageContext) > 0 {
+		env = append(env, "TASKD_CONTEXT="+string(t.StageContext))
+	}
+	if len(t.LastCheckpoint) > 0 {
+		env = append(env, "TASKD_CHECKPOINT="+string(t.LastCheckpoint))
+	}
+	lease := ""
+	if t.LeaseExpiresAt != nil {
+		lease = t.LeaseExpiresAt.UTC().Format(time.RFC3339Nano)
+	}
+	return append(env, "TASKD_LEASE_EXPIRES_AT="+lease)
+}
+
+// checkpoint saves a checkpoint a command sent through the socket.
+func (r *runner) checkpoint(logID string, checkpoint json.RawMessage) error {
+	r.mu.Lock()
+	t := r.running[logID]
+	r.mu.Unlock()
+	if t == nil {
+		return fmt.Errorf("no task %s runs in this agent", logID)
+	}
+	return t.Checkpoint(checkpoint)
+}
