@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -21,7 +22,10 @@ func BenchmarkCycle(b *testing.B) {
 	d := startDispatchd(b, nil, nil)
 	tpl := d.template(nil)
 	// One occurrence the uid may take again and again: unlimited, until_exhausted.
-	newUID := func(uid string) string {
+	runs := 0
+	newUID := func(kind string) string {
+		runs++ // a uid of its own for each run: a uid's history makes its claims dearer
+		uid := fmt.Sprintf("%s%d", kind, runs)
 		d.task(uid, tpl, map[string]any{"dispatch_times": -1, "mode": "until_exhausted",
 			"start_time": time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)})
 		return d.key(uid)
