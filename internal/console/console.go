@@ -110,6 +110,12 @@ func New(api http.Handler, log *slog.Logger, cfg Config) *Console {
 		"fieldOf": fieldOf,
 		"list":    func(s ...string) []string { return s },
 		"moves":   campaignMoves,
+		"templateName": func(names map[string]string, id any) string {
+			if name := names[fmt.Sprint(id)]; name != "" {
+				return name + " (" + fmt.Sprint(id) + ")"
+			}
+			return fmt.Sprint(id)
+		},
 	}
 	names, err := fs.Glob(templateFiles, "templates/*.html")
 	if err != nil {
@@ -560,14 +566,22 @@ func fieldOf(name, label, typ string, form, errs map[string]string) field {
 	return field{Name: name, Label: label, Type: typ, Value: form[name], Error: errs[name]}
 }
 
-// inputTime is a time in a datetime-local input's form (UTC, to the second).
-func inputTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05") }
+// inputTime is a time as the task form shows it: UTC, 24 h, to the second. The form
+// uses a text input, not datetime-local, whose display follows the browser's locale
+// and time zone (an "AM/PM" under a label that says UTC).
+func inputTime(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05") }
 
-// parseInputTime reads a datetime-local value, with or without seconds, as UTC.
+// parseInputTime reads a time as entered in the task form, as UTC: "2006-01-02
+// 15:04:05", without seconds, or with a "T" (as datetime-local and RFC 3339 write it),
+// or a whole RFC 3339 time (converted to UTC).
 func parseInputTime(s string) (time.Time, error) {
-	t, err := time.Parse("2006-01-02T15:04:05", s)
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t.UTC(), nil
+	}
+	s = strings.Replace(strings.TrimSpace(s), "T", " ", 1)
+	t, err := time.Parse("2006-01-02 15:04:05", s)
 	if err != nil {
-		t, err = time.Parse("2006-01-02T15:04", s)
+		t, err = time.Parse("2006-01-02 15:04", s)
 	}
 	return t, err
 }

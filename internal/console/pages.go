@@ -134,7 +134,11 @@ func (c *Console) tasks(w http.ResponseWriter, r *http.Request) {
 		NextCursor string `json:"next_cursor"`
 	}
 	res.decode(&body)
-	data["Tasks"] = body.Tasks
+	names, ok := c.templateNames(w, r)
+	if !ok {
+		return
+	}
+	data["Tasks"], data["TemplateNames"] = body.Tasks, names
 	if body.NextCursor != "" {
 		data["Next"] = query("/console/tasks", "executor", filter["executor"], "kind", filter["kind"],
 			"status", filter["status"], "template_id", filter["template_id"], "cursor", body.NextCursor)
@@ -147,7 +151,27 @@ func (c *Console) task(w http.ResponseWriter, r *http.Request) {
 	if !c.fetch(w, r, taskPath(r), &t) {
 		return
 	}
-	c.render(w, r, http.StatusOK, "task", "Task "+chi.URLParam(r, "kind")+":"+chi.URLParam(r, "id"), map[string]any{"Task": t})
+	names, ok := c.templateNames(w, r)
+	if !ok {
+		return
+	}
+	c.render(w, r, http.StatusOK, "task", "Task "+chi.URLParam(r, "kind")+":"+chi.URLParam(r, "id"),
+		map[string]any{"Task": t, "TemplateNames": names})
+}
+
+// templateNames are the templates' names by id (as text, the way a task's template_id
+// prints), so task lists name the template rather than show a number.
+func (c *Console) templateNames(w http.ResponseWriter, r *http.Request) (map[string]string, bool) {
+	var body struct{ Templates []map[string]any }
+	if !c.fetch(w, r, "/v1/admin/templates", &body) {
+		return nil, false
+	}
+	names := make(map[string]string, len(body.Templates))
+	for _, t := range body.Templates {
+		name, _ := t["name"].(string)
+		names[fmt.Sprint(t["id"])] = name
+	}
+	return names, true
 }
 
 // taskForm is the state of the task form: the task's fields (the API's names, as
@@ -215,7 +239,7 @@ func taskFormValues(t map[string]any) (map[string]string, map[string]any) {
 	// A setting the task does not set itself stays empty: saved so, it stays
 	// inherited (or the server's default).
 	own, _ := t["own"].(map[string]any)
-	for _, k := range []string{"lease_seconds", "max_attempts", "retry_backoff_seconds"} {
+	for _, k := range inheritable {
 		if own[k] == nil {
 			delete(form, k)
 		}
@@ -261,12 +285,18 @@ func (c *Console) renderTaskForm(w http.ResponseWriter, r *http.Request, status 
 // taskFields are the form fields of a task, in the API's names.
 var taskFields = []string{"executor", "start_time", "template_id", "params", "priority",
 	"dispatch_times", "mode", "status", "space_minutes", "end_time", "lease_seconds", "max_attempts",
-	"retry_backoff_seconds"}
+	"retry_backoff_seconds", "retry_multiplier", "retry_max_seconds", "dispatch_rate_per_minute"}
+
+// inheritable are the task's settings a template may give: the form shows a task's
+// own value, and a field left empty inherits (or takes the server's default).
+var inheritable = []string{"lease_seconds", "max_attempts", "retry_backoff_seconds", "retry_multiplier",
+	"retry_max_seconds", "dispatch_rate_per_minute"}
 
 // shownFields are the task fields the form shows an error beside; another field's
 // error goes above the form.
 var shownFields = []string{"executor", "start_time", "params", "priority", "dispatch_times", "space_minutes",
-	"end_time", "lease_seconds", "max_attempts", "retry_backoff_seconds"}
+	"end_time", "lease_seconds", "max_attempts", "retry_backoff_seconds", "retry_multiplier", "retry_max_seconds",
+	"dispatch_rate_per_minute"}
 
 // taskPath is the API path of the task r names, its parts escaped.
 func taskPath(r *http.Request) string {
@@ -304,12 +334,21 @@ func (c *Console) submitTask(w http.ResponseWriter, r *http.Request, tf taskForm
 		}
 		t, err := parseInputTime(tf.Form[k])
 		if err != nil {
-			tf.Errors[k] = "Enter a date and time (UTC)."
+			tf.Errors[k] = "Enter a date and time in UTC, 24 h: YYYY-MM-DD HH:MM:SS."
 			continue
 		}
 		body[k] = t.UTC().Format(time.RFC3339)
 	}
-	for _, k := range []string{"template_id", "priority", "dispatch_times", "space_minutes", "lease_seconds", "max_attempts", "retry_backoff_seconds"} {
+	if v := tf.Form["retry_multiplier"]; v != "" {
+		n, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			tf.Errors["retry_multiplier"] = "Enter a number."
+		} else {
+			body["retry_multiplier"] = n
+		}
+	}
+	for _, k := range []string{"template_id", "priority", "dispatch_times", "space_minutes", "lease_seconds", "max_attempts",
+		"retry_backoff_seconds", "retry_max_seconds", "dispatch_rate_per_minute"} {
 		if tf.Form[k] == "" {
 			continue
 		}
@@ -352,20 +391,6 @@ func (c *Console) submitTask(w http.ResponseWriter, r *http.Request, tf taskForm
 	if len(tf.Errors) > 0 {
 		c.renderTaskForm(w, r, http.StatusBadRequest, tf)
 		return
-	}
-	if method == http.MethodPut {
-		// The settings the form does not show keep the task's own values (a PUT
-		// replaces them all).
-		var cur map[string]any
-		if !c.fetch(w, r, path, &cur) {
-			return
-		}
-		own, _ := cur["own"].(map[string]any)
-		for _, k := range []string{"retry_multiplier", "retry_max_seconds", "dispatch_rate_per_minute"} {
-			if v := own[k]; v != nil {
-				body[k] = v
-			}
-		}
 	}
 	ifMatch := ""
 	if method == http.MethodPut && tf.Version != "" {
@@ -527,20 +552,7 @@ func (c *Console) schedule(w http.ResponseWriter, r *http.Request) {
 	}
 	res.decode(&body)
 	data["Truncated"] = body.Truncated
-	type day struct {
-		Day         string
-		Occurrences []map[string]any
-	}
-	var days []day
-	for _, o := range body.Occurrences {
-		at, _ := time.Parse(time.RFC3339, o["due_at"].(string))
-		d := at.UTC().Format("Monday 2 January")
-		if len(days) == 0 || days[len(days)-1].Day != d {
-			days = append(days, day{Day: d})
-		}
-		days[len(days)-1].Occurrences = append(days[len(days)-1].Occurrences, o)
-	}
-	data["Days"], data["Count"] = days, len(body.Occurrences)
+	data["Days"], data["Count"] = scheduleDays(body.Occurrences), len(body.Occurrences)
 	c.render(w, r, http.StatusOK, "schedule", "Schedule of "+executor, data)
 }
 
@@ -590,4 +602,74 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 			"cursor", body.NextCursor)
 	}
 	c.render(w, r, http.StatusOK, "events", "Events", data)
+}
+
+// scheduleDay is one day of an executor's schedule, its occurrences grouped in runs.
+type scheduleDay struct {
+	Day  string
+	Runs []scheduleRun
+}
+
+// scheduleRun is one row of the schedule: occurrences of one task in a row at one
+// spacing, with the same priority, claimed and remaining (a rotating task every 5
+// minutes is one row a day, not 288).
+type scheduleRun struct {
+	TaskID, First, Last string
+	Count               int
+	Every               time.Duration
+	Priority, Claimed   any
+	Remaining           any
+	last                time.Time
+}
+
+// scheduleDays groups occurrences (in due order) by UTC day, and each day's
+// occurrences of one task into runs: an occurrence joins its task's latest run of the
+// day when its quota numbers match and it follows at the run's spacing.
+func scheduleDays(occurrences []map[string]any) []scheduleDay {
+	var days []scheduleDay
+	var open map[string]int // task id → index of its latest run in the current day
+	for _, o := range occurrences {
+		due, _ := o["due_at"].(string)
+		at, err := time.Parse(time.RFC3339, due)
+		if err != nil {
+			continue
+		}
+		d := at.UTC().Format("Monday 2 January")
+		if len(days) == 0 || days[len(days)-1].Day != d {
+			days = append(days, scheduleDay{Day: d})
+			open = map[string]int{}
+		}
+		day := &days[len(days)-1]
+		taskID := fmt.Sprint(o["task_id"])
+		if i, ok := open[taskID]; ok {
+			run := &day.Runs[i]
+			step := at.Sub(run.last)
+			same := fmt.Sprint(run.Priority, run.Claimed, run.Remaining) == fmt.Sprint(o["priority"], o["claimed"], o["remaining"])
+			if same && step > 0 && (run.Count == 1 || step == run.Every) {
+				run.Every, run.Last, run.last = step, due, at
+				run.Count++
+				continue
+			}
+		}
+		day.Runs = append(day.Runs, scheduleRun{TaskID: taskID, First: due, Last: due, Count: 1, last: at,
+			Priority: o["priority"], Claimed: o["claimed"], Remaining: o["remaining"]})
+		open[taskID] = len(day.Runs) - 1
+	}
+	return days
+}
+
+// Spacing is the run's spacing for people: "5 min", "1 h 30 min", "45 s".
+func (r scheduleRun) Spacing() string {
+	d := r.Every
+	var parts []string
+	if h := d / time.Hour; h > 0 {
+		parts = append(parts, strconv.Itoa(int(h))+" h")
+	}
+	if m := d % time.Hour / time.Minute; m > 0 {
+		parts = append(parts, strconv.Itoa(int(m))+" min")
+	}
+	if s := d % time.Minute / time.Second; s > 0 || len(parts) == 0 {
+		parts = append(parts, strconv.Itoa(int(s))+" s")
+	}
+	return strings.Join(parts, " ")
 }

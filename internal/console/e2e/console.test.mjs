@@ -64,7 +64,7 @@ try {
     await page.getByLabel('Admin token').fill(token);
     await page.keyboard.press('Enter'); // the keyboard alone
     await page.getByRole('heading', { name: 'Dashboard' }).waitFor();
-    await page.getByRole('row', { name: /Last 24 hours/ }).waitFor(); // zeros too, not an empty table
+    await page.getByRole('row', { name: /Dispatched/ }).waitFor(); // zeros too, not an empty table
     const cookie = (await context.cookies()).find((c) => c.name === 'taskd_console');
     assert.ok(cookie.httpOnly, 'session cookie is HttpOnly');
     assert.ok(!cookie.value.includes(token), 'the session cookie is not the admin token');
@@ -100,8 +100,8 @@ try {
   await step('a 422 is shown at its field of the form generated from the schema', async () => {
     await page.getByRole('row').filter({ hasText: 'crawl' }).getByRole('link', { name: 'New task' }).click();
     await page.getByLabel('Executor (uid_42 or gid_ops)').fill('uid_7');
-    const start = new Date(Date.now() - 60_000).toISOString().slice(0, 16);
-    await page.getByLabel('Start (UTC)').fill(start);
+    const start = new Date(Date.now() - 60_000).toISOString().slice(0, 16).replace('T', ' ');
+    await page.getByLabel('Start (UTC, 24 h)').fill(start);
     await page.getByLabel('URL (required)').fill('http://example.com');
     await page.getByLabel('depth').fill('0');
     await page.getByRole('button', { name: 'Create task' }).click();
@@ -189,6 +189,51 @@ try {
     const t = (await api('GET', '/v1/admin/tasks/once/' + created.body.id)).body;
     assert.deepEqual([t.priority, t.start_time, t.dispatch_times, t.retry_backoff_seconds, t.max_attempts, t.params.depth],
       [6, '2030-01-02T03:04:35Z', 1000000, 30, 3, 1000000]);
+  });
+
+  await step('times are entered and shown in UTC, 24 h; the edit form has every setting; the template by name', async () => {
+    const created = await api('POST', '/v1/admin/tasks/once', { executor: 'uid_8', start_time: '2030-01-02T19:04:35Z',
+      template_id: templateId, params: { url: 'http://x' }, retry_multiplier: 3, retry_max_seconds: 600, dispatch_rate_per_minute: 5 });
+    assert.equal(created.status, 201);
+    await page.goto(base + '/console/tasks/once/' + created.body.id);
+    assert.match(await page.locator('dl').textContent(), /2030-01-02 19:04:35 UTC/);
+    assert.equal((await page.locator('#task-template').textContent()).trim(), `crawl (${templateId})`);
+    await page.getByRole('link', { name: 'Edit' }).click();
+    const start = page.getByLabel('Start (UTC, 24 h)');
+    assert.equal(await start.getAttribute('type'), 'text', 'not a datetime-local, whose display follows the locale');
+    assert.equal(await start.inputValue(), '2030-01-02 19:04:35');
+    assert.equal(await page.getByLabel(/Retry multiplier/).inputValue(), '3');
+    assert.equal(await page.getByLabel(/Retry cap seconds/).inputValue(), '600');
+    assert.equal(await page.getByLabel(/Rate: occurrences claimed per minute/).inputValue(), '5');
+    await start.fill('2030-01-03 21:15:00');
+    await page.getByLabel(/Retry multiplier/).fill('1.5');
+    await page.getByLabel(/Retry cap seconds/).fill('900');
+    await page.getByLabel(/Rate: occurrences claimed per minute/).fill('12');
+    await page.getByRole('button', { name: 'Save task' }).click();
+    await page.locator('#task-status').waitFor();
+    assert.match(await page.locator('dl').textContent(), /2030-01-03 21:15:00 UTC/);
+    assert.match(await page.locator('#task-rate').textContent(), /12/);
+    const t = (await api('GET', '/v1/admin/tasks/once/' + created.body.id)).body;
+    assert.deepEqual([t.start_time, t.retry_multiplier, t.retry_max_seconds, t.dispatch_rate_per_minute],
+      ['2030-01-03T21:15:00Z', 1.5, 900, 12]);
+    await page.goto(base + '/console/tasks?executor=uid_8');
+    const row = page.getByRole('row').filter({ hasText: 'once:' + created.body.id });
+    assert.match(await row.textContent(), new RegExp(`crawl \\(${templateId}\\)`), 'the task list names the template');
+  });
+
+  await step('the schedule of a rotating task is one row a day, not one per occurrence', async () => {
+    const start = new Date(Date.now() - 30 * 60_000).toISOString().replace(/\.\d+Z$/, 'Z');
+    const created = await api('POST', '/v1/admin/tasks/rotate', { executor: 'uid_19', start_time: start, space_minutes: 5,
+      template_id: templateId, params: { url: 'http://x' } });
+    assert.equal(created.status, 201);
+    await page.goto(base + '/console/schedule?executor=uid_19');
+    const rows = page.locator('table.timeline tbody tr');
+    await rows.first().waitFor();
+    const n = await rows.count();
+    assert.ok(n <= 9, `${n} rows for one task over 8 days`);
+    assert.match(await rows.first().textContent(), /every 5 min/);
+    assert.match(await page.locator('main > p').first().textContent(), /^\d{4} occurrences|^\d{3,} occurrences/);
+    await shot('schedule-rotating');
   });
 
   await step('a save after someone else changed the task shows the change, not an overwrite', async () => {
@@ -408,6 +453,13 @@ try {
     const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
     assert.ok(overflow <= 0, `the page is ${overflow}px wider than the screen`);
     await shot('tasks-390');
+    await page.goto(base + '/console/');
+    const cut = await page.evaluate(() => [...document.querySelectorAll('.scroll, .tiles')]
+      .filter((el) => el.scrollWidth > el.clientWidth).map((el) => el.id || el.className));
+    assert.deepEqual(cut, [], 'no part of the dashboard is cut off or scrolls sideways at 390 px');
+    const overflow2 = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    assert.ok(overflow2 <= 0, `the dashboard is ${overflow2}px wider than the screen`);
+    await shot('dashboard-390');
     await page.setViewportSize({ width: 1280, height: 900 });
   });
 
