@@ -25,6 +25,16 @@ type Service struct {
 	// what it compiled.
 	compile func(json.RawMessage) (*jsonschema.Schema, error)
 	schemas schemaCache
+	// catchUp is how far behind now a user's offer starts (DISPATCH_CATCH_UP); 0 gives
+	// no warning about it.
+	catchUp time.Duration
+}
+
+// WithCatchUp tells the service the deployment's catch-up window, so that a task
+// starting before it is warned about.
+func (s *Service) WithCatchUp(d time.Duration) *Service {
+	s.catchUp = d
+	return s
 }
 
 // NewService wires the admin service.

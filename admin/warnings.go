@@ -26,6 +26,7 @@ const (
 	WarnUnknownUID        = "unknown_uid"
 	WarnQuotaExceedsGroup = "quota_exceeds_group"
 	WarnEnded             = "ended"
+	WarnBeforeCatchUp     = "before_catch_up"
 )
 
 // audience is who task t's executor names: the uid, or the group's members.
@@ -66,6 +67,12 @@ func (s *Service) TaskWarnings(ctx context.Context, t taskd.Task) ([]Warning, er
 		if c.Keys == 0 && c.LastSeen == nil && c.UpdatedAt == nil {
 			out = append(out, Warning{WarnUnknownUID, fmt.Sprintf("%s has no client key and has never polled: nobody takes this task until that user enrolls (or an admin issues a key)", t.Executor)})
 		}
+	}
+	// A user's offer starts at most the catch-up window back: a once task due before
+	// it is offered to nobody, and a rotating task's occurrences before it are skipped.
+	if now := s.now(); s.catchUp > 0 && t.StartTime.Before(now.Add(-s.catchUp)) && t.Key.Kind == taskd.KindOnce {
+		out = append(out, Warning{WarnBeforeCatchUp, fmt.Sprintf("start_time %s is %s ago, beyond the catch-up window of %s (DISPATCH_CATCH_UP): a user's offer starts at most that far back, so nobody is offered this task",
+			t.StartTime.UTC().Format(time.RFC3339), now.Sub(t.StartTime).Truncate(time.Second), s.catchUp)})
 	}
 	if t.EndTime != nil && t.EndTime.Before(s.now()) {
 		out = append(out, Warning{WarnEnded, "end_time is in the past: no occurrence of this task is due any more"})

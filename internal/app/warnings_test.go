@@ -47,6 +47,8 @@ func TestTaskWarnings(t *testing.T) {
 		{"once", body("gid_two", map[string]any{"dispatch_times": 5}), []string{"quota_exceeds_group"}},
 		{"once", body("gid_two", map[string]any{"dispatch_times": 5, "mode": "until_exhausted"}), nil},
 		{"once", body("gid_two", map[string]any{"dispatch_times": 2}), nil},
+		{"once", body("uid_known", map[string]any{"start_time": ts(t0.Add(-59 * time.Minute))}), nil},
+		{"once", body("uid_known", map[string]any{"start_time": ts(t0.Add(-3 * time.Hour))}), []string{"before_catch_up"}},
 		{"rotate", body("uid_known", map[string]any{"space_minutes": 5, "start_time": ts(t0.Add(-48 * time.Hour)),
 			"end_time": ts(t0.Add(-time.Hour))}), []string{"ended"}},
 	} {

@@ -155,8 +155,41 @@ func (c *Console) task(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	c.render(w, r, http.StatusOK, "task", "Task "+chi.URLParam(r, "kind")+":"+chi.URLParam(r, "id"),
-		map[string]any{"Task": t, "TemplateNames": names})
+	data := map[string]any{"Task": t, "TemplateNames": names}
+	if r.URL.Query().Get("saved") == "1" {
+		// Just created or saved: the write's warnings, worked out again by a dry run of
+		// the task as stored (the redirect carries no text a link could forge).
+		data["Saved"] = true
+		var preview struct{ Warnings []map[string]any }
+		res, ok := c.api(w, r, http.MethodPost, "/v1/admin/tasks/"+url.PathEscape(chi.URLParam(r, "kind"))+"/preview", previewBody(t))
+		if !ok {
+			return
+		}
+		if res.ok() {
+			res.decode(&preview)
+			data["Warnings"] = preview.Warnings
+		}
+	}
+	c.render(w, r, http.StatusOK, "task", "Task "+chi.URLParam(r, "kind")+":"+chi.URLParam(r, "id"), data)
+}
+
+// previewBody is a create's body for task t as the API shows it: its own settings, not
+// the inherited ones.
+func previewBody(t map[string]any) map[string]any {
+	body := map[string]any{}
+	for _, k := range []string{"executor", "start_time", "template_id", "params", "priority", "dispatch_times", "mode",
+		"space_minutes", "end_time"} {
+		if v, ok := t[k]; ok && v != nil {
+			body[k] = v
+		}
+	}
+	own, _ := t["own"].(map[string]any)
+	for _, k := range inheritable {
+		if v := own[k]; v != nil {
+			body[k] = v
+		}
+	}
+	return body
 }
 
 // templateNames are the templates' names by id (as text, the way a task's template_id
@@ -414,7 +447,7 @@ func (c *Console) submitTask(w http.ResponseWriter, r *http.Request, tf taskForm
 		ID   int64
 	}
 	res.decode(&t)
-	http.Redirect(w, r, "/console/tasks/"+t.Kind+"/"+strconv.FormatInt(t.ID, 10), http.StatusSeeOther)
+	http.Redirect(w, r, "/console/tasks/"+t.Kind+"/"+strconv.FormatInt(t.ID, 10)+"?saved=1", http.StatusSeeOther)
 }
 
 // changedSinceOpened shows the task form again after a save refused because someone

@@ -221,6 +221,21 @@ try {
     assert.match(await row.textContent(), new RegExp(`crawl \\(${templateId}\\)`), 'the task list names the template');
   });
 
+  await step('a save that leaves the task going nowhere shows the warnings on the task page', async () => {
+    const created = await api('POST', '/v1/admin/tasks/once', { executor: 'uid_8', start_time: '2030-01-02T19:04:35Z',
+      template_id: templateId, params: { url: 'http://x' } });
+    await page.goto(base + '/console/tasks/once/' + created.body.id + '/edit');
+    await page.getByLabel('Executor (uid_42 or gid_ops)').fill('gid_nosuchgroup');
+    await page.getByRole('button', { name: 'Save task' }).click();
+    const warned = page.locator('#task-warnings');
+    await warned.waitFor();
+    assert.match(await warned.textContent(), /empty_group: gid_nosuchgroup has no members/);
+    await shot('task-warnings');
+    await page.reload(); // a plain visit: the warnings belonged to the save
+    await page.goto(base + '/console/tasks/once/' + created.body.id);
+    assert.equal(await page.locator('#task-warnings').count(), 0);
+  });
+
   await step('the schedule of a rotating task is one row a day, not one per occurrence', async () => {
     const start = new Date(Date.now() - 30 * 60_000).toISOString().replace(/\.\d+Z$/, 'Z');
     const created = await api('POST', '/v1/admin/tasks/rotate', { executor: 'uid_19', start_time: start, space_minutes: 5,
