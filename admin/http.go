@@ -155,7 +155,12 @@ func (h *Handlers) CreateTemplate() http.Handler {
 			return 0, nil, err
 		}
 		t, err = h.svc.CreateTemplate(r.Context(), t)
-		return http.StatusCreated, t, tagged(w, taskd.Count(t.Version), err)
+		reply := struct {
+			taskd.Template
+			// Warnings are keywords of the schema that validation ignores (a typo).
+			Warnings []Warning `json:"warnings,omitempty"`
+		}{t, unknownKeywords(t.Schema)}
+		return http.StatusCreated, reply, tagged(w, taskd.Count(t.Version), err)
 	})
 }
 
