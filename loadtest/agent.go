@@ -139,6 +139,7 @@ type phaseOptions struct {
 	seed     uint64
 	combine  bool // carry each complete on the next fetch as the same user
 	batch    int  // fetch up to this many tasks at once (0: single fetches)
+	sdk      bool // the agents are the Go SDK's (runSDKAgents)
 }
 
 // phaseResult is what a phase's agents did.

@@ -85,7 +85,11 @@ type Config struct {
 	Combine bool
 	// Batch makes each fetch a batch fetch of up to Batch tasks ("max"), each user's
 	// max_in_flight set to Batch at setup; 0: single fetches.
-	Batch   int
+	Batch int
+	// SDK runs the timed run's agents on the Go SDK (package agent): one agent per
+	// user, each carrying its results in its next fetch, as a program built on the SDK
+	// would run.
+	SDK     bool
 	Warmup  bool          // poll every user once before the timed run
 	Timeout time.Duration // per request
 
@@ -154,6 +158,8 @@ func (c *Config) table(dispatchToken *string) config.Table {
 			Value: config.Bool(&c.Combine), Skip: runOnly},
 		{Flag: "batch", Default: "0", Usage: "fetch up to this many tasks at once (fetch with max; each user's max_in_flight is set to it at setup) and complete them together; 0: single fetches",
 			Value: config.Int(&c.Batch, config.Between(0, 100)), Skip: runOnly},
+		{Flag: "sdk", Default: "false", Usage: "run the timed run's agents on the Go SDK (package agent): one agent per user, each carrying its results in its next fetch; compare with -combine",
+			Value: config.Bool(&c.SDK), Skip: runOnly},
 		{Flag: "fail-rate", Default: "0.05", Usage: "share of completions reported as failure (0..1)",
 			Value: config.Float(&c.FailRate, config.Between(0.0, 1.0)), Skip: runOnly},
 		{Flag: "warmup", Default: "true", Usage: "poll every user once before the timed run (reported apart)",
@@ -286,6 +292,9 @@ func (c Config) Validate() error {
 			errs = append(errs, src.Errorf("-item-rate", "each of the %d campaigns' share must be 0.001..%d items per second, got %g in all",
 				s.Groups, maxCampaignRate, s.ItemRate))
 		}
+	}
+	if c.SDK && (c.Batch > 0 || c.Combine || c.Rate > 0 || c.Cycles > 0 || c.Workload == WorkloadCampaign) {
+		errs = append(errs, errors.New("-sdk: the SDK's agents run a closed loop of single fetches that carry their results: it does not go with -batch, -combine, -rate, -cycles or -workload campaign"))
 	}
 	if c.Batch > 0 && c.Combine {
 		errs = append(errs, src.Errorf("-batch", "does not go with -combine (a batch's completes are sent on their own), got %d", c.Batch))

@@ -212,3 +212,26 @@ func TestEndToEndCampaignAtItsRate(t *testing.T) {
 		}
 	}
 }
+
+// A run whose agents are the Go SDK's: they take tasks and complete them through the
+// SDK's one fetch loop each, and the check passes (no quota exceeded, every result the
+// agents finished arrived, every dispatch seen).
+func TestEndToEndSDK(t *testing.T) {
+	t.Parallel()
+	url, _ := startServer(t)
+	cfg := tinyConfig(url)
+	cfg.Workload, cfg.SDK, cfg.Cycles, cfg.Warmup = WorkloadCycles, true, 0, false
+	cfg.Size.Duration = 5 * time.Second
+	rep, err := Run(t.Context(), cfg, Progress{})
+	if err != nil {
+		t.Fatalf("run: %v (check %+v)", err, rep)
+	}
+	r := rep.Run
+	if r.Errors != 0 || r.Cycles == 0 || r.Fetches < r.Cycles || !rep.Passed() || !rep.SDK {
+		t.Fatalf("sdk run: %+v (check %+v)", r, rep.Check)
+	}
+	if int64(rep.Check.AgentCompleted) != r.Cycles || rep.Check.UnseenDispatches != 0 {
+		t.Errorf("cross-check: agents completed %d, run says %d; unseen dispatches %d",
+			rep.Check.AgentCompleted, r.Cycles, rep.Check.UnseenDispatches)
+	}
+}

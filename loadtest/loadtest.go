@@ -62,7 +62,7 @@ func Run(ctx context.Context, cfg Config, prog Progress) (*Report, error) {
 	s := cfg.Size
 	rep.RunID, rep.Preset, rep.Workload, rep.Rate = runID, cfg.Preset, cfg.Workload, cfg.Rate
 	rep.Think, rep.FailRate, rep.Combine = float64(cfg.Think)/float64(time.Millisecond), cfg.FailRate, cfg.Combine
-	rep.Batch = cfg.Batch
+	rep.Batch, rep.SDK = cfg.Batch, cfg.SDK
 	rep.Scenario = &SizeJSON{Users: s.Users, Groups: s.Groups, Templates: s.Templates, Once: s.Once, Rotate: s.Rotate, Agents: s.Agents}
 	if cfg.Workload == WorkloadCampaign {
 		rep.Scenario.Items, rep.Scenario.ItemRate = s.Items, s.ItemRate
@@ -89,7 +89,11 @@ func Run(ctx context.Context, cfg Config, prog Progress) (*Report, error) {
 		stop := make(chan struct{})
 		done := make(chan struct{})
 		go func() { progressLine(prog.W, prog.TTY, label, cfg.Progress, &ctrs, stop); close(done) }()
-		res := runAgents(ctx, c, d, opts, &ctrs)
+		run := runAgents
+		if opts.sdk {
+			run = runSDKAgents
+		}
+		res := run(ctx, c, d, opts, &ctrs)
 		close(stop)
 		<-done
 		obs.Got = append(obs.Got, res.rec.gotLogIDs...)
@@ -123,7 +127,7 @@ func Run(ctx context.Context, cfg Config, prog Progress) (*Report, error) {
 	}
 	opts := base
 	opts.deadline, opts.cycles, opts.rate, opts.combine = time.Now().Add(s.Duration), cfg.Cycles, cfg.Rate, cfg.Combine
-	opts.batch = cfg.Batch
+	opts.batch, opts.sdk = cfg.Batch, cfg.SDK
 	opts.seed++
 	stopWatching := func() {}
 	if len(d.Campaigns) > 0 { // the run ends early once every campaign finished

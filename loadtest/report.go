@@ -24,6 +24,7 @@ type Report struct {
 	Rate     float64    `json:"rate,omitempty"` // the fixed fetch rate asked for; 0: closed loop
 	Think    float64    `json:"think_ms"`
 	Combine  bool       `json:"combine"`
+	SDK      bool       `json:"sdk,omitempty"`   // the timed run's agents were the Go SDK's
 	Batch    int        `json:"batch,omitempty"` // a batch run's max per fetch; 0: single fetches
 	FailRate float64    `json:"fail_rate"`
 	Warmup   *Phase     `json:"warmup,omitempty"`
@@ -238,6 +239,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 		if r.Combine {
 			mode += ", complete carried on the next fetch"
+		}
+		if r.SDK {
+			mode += ", agents on the Go SDK (one per user, results carried on the next fetch)"
 		}
 		if r.Batch > 0 {
 			mode += fmt.Sprintf(", batch fetches of up to %d (max_in_flight %d)", r.Batch, r.Batch)
