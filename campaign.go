@@ -117,6 +117,20 @@ type Campaign struct {
 	Salt string `json:"-"`
 }
 
+// CampaignFailure is one failure of a campaign item: a failure result (Cause
+// "failure", with the agent's detail) or a lease that ran out ("lease_expired"). Final
+// says the item failed for good (its last attempt); else it is retried. The error
+// budget counts both causes, final or not.
+type CampaignFailure struct {
+	Item    int64           `json:"item"`
+	Attempt int             `json:"attempt"`
+	UID     string          `json:"uid"`
+	Cause   string          `json:"cause"`
+	Final   bool            `json:"final"`
+	Detail  json.RawMessage `json:"detail"`
+	At      time.Time       `json:"at"`
+}
+
 // Progress is a campaign's window as Redis keeps it (and MySQL, synced).
 type CampaignProgress struct {
 	State    CampaignState

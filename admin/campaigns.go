@@ -39,6 +39,9 @@ type CampaignStore interface {
 type CampaignEngine interface {
 	Move(ctx context.Context, actor string, id int64, move taskd.CampaignMove, ifMatch taskd.IfMatch) (taskd.Campaign, error)
 	Live(ctx context.Context, c taskd.Campaign) (taskd.Campaign, error)
+	// Failures are c's latest failures, newest first, and how many its error budget
+	// counts now.
+	Failures(ctx context.Context, c taskd.Campaign) ([]taskd.CampaignFailure, int64, error)
 }
 
 // Campaigns serves the campaign endpoints.
@@ -476,6 +479,40 @@ func (cs *Campaigns) GetCampaign() http.Handler {
 		}
 		c, err = cs.engine.Live(r.Context(), c)
 		return http.StatusOK, c, tagged(w, c.Version(), err)
+	})
+}
+
+// CampaignFailures is GET /v1/admin/campaigns/{id}/failures: the campaign's latest
+// failures with their detail (kept in Redis by the windows, without Kafka), beside the
+// two numbers they feed: failed (items failed for good, every attempt used) and
+// budget_failures (failures of any attempt, lease expiries included, within the error
+// budget's period: what pauses the campaign).
+func (cs *Campaigns) CampaignFailures() http.Handler {
+	return cs.h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
+		id, err := pathID(r, "id")
+		if err != nil {
+			return 0, nil, err
+		}
+		if err := known(r.URL.Query()); err != nil {
+			return 0, nil, err
+		}
+		c, err := cs.store.GetCampaign(r.Context(), id)
+		if err != nil {
+			return 0, nil, err
+		}
+		if c, err = cs.engine.Live(r.Context(), c); err != nil {
+			return 0, nil, err
+		}
+		list, recent, err := cs.engine.Failures(r.Context(), c)
+		if err != nil {
+			return 0, nil, err
+		}
+		var budget *int64
+		if c.ErrorBudget != nil {
+			budget = &recent
+		}
+		return http.StatusOK, map[string]any{"campaign_id": c.ID, "state": c.State, "reason": c.Reason,
+			"failed": c.Failed, "error_budget": c.ErrorBudget, "budget_failures": budget, "failures": list}, nil
 	})
 }
 

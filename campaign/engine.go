@@ -324,15 +324,16 @@ func (e *Engine) campaign(ctx context.Context, id int64) (taskd.Campaign, error)
 
 // Complete records uid's complete of the campaign item logID names. A success is
 // taken from any of the item's handouts to uid, and counts once; a failure only from
-// the one that holds the item now. Anything else is a stale_lease conflict.
-func (e *Engine) Complete(ctx context.Context, uid, logID string, result taskd.Result, now time.Time) error {
+// the one that holds the item now, and its detail goes to the campaign's failure log.
+// Anything else is a stale_lease conflict.
+func (e *Engine) Complete(ctx context.Context, uid, logID string, result taskd.Result, detail json.RawMessage, now time.Time) error {
 	l, _, err := e.handout(ctx, uid, logID)
 	if err != nil {
 		return err
 	}
 	var out queue.CompleteOutcome
 	err = e.restoring(ctx, l.Campaign, func() (err error) {
-		out, err = e.win.Complete(ctx, l.Campaign, l.Item, l.Attempt, uid, result == taskd.ResultSuccess, now)
+		out, err = e.win.Complete(ctx, l.Campaign, l.Item, l.Attempt, uid, result == taskd.ResultSuccess, detail, now)
 		return err
 	})
 	if err != nil {
@@ -384,6 +385,24 @@ func (e *Engine) Live(ctx context.Context, c taskd.Campaign) (taskd.Campaign, er
 		c.State, c.Reason = p.State, p.Reason
 	}
 	return c, nil
+}
+
+// Failures returns campaign c's latest failures, newest first (at most
+// queue.FailureLogSize), and how many its error budget counts now (0 without one).
+func (e *Engine) Failures(ctx context.Context, c taskd.Campaign) ([]taskd.CampaignFailure, int64, error) {
+	var per time.Duration
+	if c.ErrorBudget != nil {
+		per = time.Duration(c.ErrorBudget.PerSeconds) * time.Second
+	}
+	log, recent, err := e.win.Failures(ctx, c.ID, per, e.now())
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]taskd.CampaignFailure, len(log))
+	for i, f := range log {
+		out[i] = taskd.CampaignFailure{Item: f.Item, Attempt: f.Attempt, UID: f.UID, Cause: f.Cause, Final: f.Final, Detail: f.Detail, At: f.At}
+	}
+	return out, recent, nil
 }
 
 // Move makes an admin's move of campaign id and takes it to Redis. Should Redis fail

@@ -15,8 +15,9 @@ type Campaigns interface {
 	// allows; uid holds at most limit items of one campaign at once (at its limit it
 	// gets those again, redo). With none, next is how soon one may be (nil: unknown).
 	Take(ctx context.Context, uid string, n, limit int, tk taskd.Take, now time.Time) ([]taskd.CampaignItem, *time.Time, error)
-	// Complete records uid's complete of an item (stale_lease when not uid's).
-	Complete(ctx context.Context, uid, logID string, result taskd.Result, now time.Time) error
+	// Complete records uid's complete of an item (stale_lease when not uid's); a
+	// failure's detail is kept among the campaign's latest failures.
+	Complete(ctx context.Context, uid, logID string, result taskd.Result, detail json.RawMessage, now time.Time) error
 	// Progress saves an item's checkpoint and, with extend, pushes its lease out.
 	Progress(ctx context.Context, uid, logID string, checkpoint json.RawMessage, extend bool, now time.Time) (*time.Time, error)
 }
@@ -79,11 +80,11 @@ func itemAssignment(it taskd.CampaignItem) *Assignment {
 }
 
 // completeItem completes a campaign item.
-func (s *Service) completeItem(ctx context.Context, uid, logID string, result taskd.Result) error {
+func (s *Service) completeItem(ctx context.Context, uid, logID string, result taskd.Result, detail json.RawMessage) error {
 	if s.campaigns == nil {
 		return taskd.Errorf(taskd.CodeStaleLease, "log_id %s is not your open dispatch", logID)
 	}
-	if err := s.campaigns.Complete(ctx, uid, logID, result, s.now()); err != nil {
+	if err := s.campaigns.Complete(ctx, uid, logID, result, detail, s.now()); err != nil {
 		return err
 	}
 	s.cfg.Metrics.Completed("campaign", result.String())

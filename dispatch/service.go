@@ -518,7 +518,7 @@ func (s *Service) Complete(ctx context.Context, uid, keyHash, logID string, resu
 		return err
 	}
 	if taskd.IsCampaignLog(logID) {
-		return s.completeItem(ctx, uid, logID, result)
+		return s.completeItem(ctx, uid, logID, result, detail)
 	}
 	_, _, err := s.complete(ctx, uid, logID, result, detail, true)
 	return err
@@ -548,7 +548,7 @@ func (s *Service) CompleteAndFetch(ctx context.Context, uid, keyHash, logID stri
 	if taskd.IsCampaignLog(logID) {
 		// A campaign item's complete leaves the user's heap and open dispatch as they
 		// were: the fetch goes on from the view.
-		if err := s.completeItem(bounded, uid, logID, result); err != nil {
+		if err := s.completeItem(bounded, uid, logID, result, detail); err != nil {
 			return FetchResult{}, err
 		}
 		first := &peeked{view: view}

@@ -29,6 +29,9 @@ import (
 //	{c:id}:users   hash: uid -> the items the user holds ("i,j")
 //	{c:id}:events  list: the items' events, while an outbox is configured, until the
 //	               campaign's runner moves them to the MySQL outbox
+//	{c:id}:flog    list: the latest failures (failure results with their detail, lease
+//	               expiries), newest first, at most FailureLogSize: what an admin sees
+//	               of them without Kafka
 //
 // Storage is O(window) however many items the campaign has. MySQL has the campaign's
 // settings and state, and the window as last synced; when Redis lost the campaign, the
@@ -113,7 +116,7 @@ func (k Keys) campaignHash(id int64) string {
 // Campaign is campaign id's keys, in the scripts' order.
 func (k Keys) Campaign(id int64) []string {
 	h := k.campaignHash(id)
-	return []string{h, h + ":fin", h + ":lease", h + ":att", h + ":retry", h + ":fails", h + ":cp", h + ":users", k.campaignEvents(id)}
+	return []string{h, h + ":fin", h + ":lease", h + ":att", h + ":retry", h + ":fails", h + ":cp", h + ":users", k.campaignEvents(id), h + ":flog"}
 }
 
 // campaignEvents is the list of campaign id's recorded item events.
@@ -125,7 +128,7 @@ var ErrCampaignMissing = errors.New("campaign window missing in redis")
 
 // campaignLib is the scripts' shared part: keys, and the moves of an item.
 const campaignLib = `
-local H, F, L, A, R, E, CP, U, EV = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local H, F, L, A, R, E, CP, U, EV, FL = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local function num(f) return tonumber(redis.call('HGET', H, f) or '0') end
 -- event records an item's event (type|item|attempt|uid|result|at ms) for the outbox;
 -- the list keeps the newest million should no runner drain it.
@@ -180,11 +183,16 @@ local function finish(idx, ok, now, att, uid)
 end
 -- failed is a failure (a failure result or a lease run out) of attempt att of idx,
 -- held by uid: the item waits out its backoff, or, at its last attempt, fails for
--- good. The error budget counts it.
-local function failed(idx, att, uid, now, why)
+-- good. The error budget counts it, and the failure log keeps it (cause, detail: the
+-- agent's, JSON or empty) among the latest ones.
+local function failed(idx, att, uid, now, why, cause, detail)
   redis.call('ZREM', L, idx)
   unhold(uid, idx)
-  if att >= num('max_att') then
+  local final = att >= num('max_att')
+  redis.call('LPUSH', FL, cjson.encode({item = tonumber(idx), attempt = att, uid = uid, cause = cause,
+    final = final, detail = detail, at = now}))
+  redis.call('LTRIM', FL, 0, 49) -- FailureLogSize - 1
+  if final then
     finish(idx, false, now, att, uid)
   else
     redis.call('HSET', A, idx, att .. '|')
@@ -207,10 +215,18 @@ local function reap(now, limit)
   for _, idx in ipairs(gone) do
     local att, uid = holder(idx)
     event('expire', idx, att, uid, '', now)
-    failed(idx, att, uid, now, 'lease expired')
+    failed(idx, att, uid, now, 'lease expired', 'lease_expired', '')
   end
 end
 `
+
+// FailureLogSize is how many of a campaign's latest failures Redis keeps for admins
+// (the scripts' LTRIM says it too).
+const FailureLogSize = 50
+
+// MaxFailureDetail bounds the detail a failure log entry keeps: a longer one is
+// replaced by a note of its size.
+const MaxFailureDetail = 2048
 
 // campaignApplyScript restores a missing window from MySQL's copy, or takes a newer
 // epoch's state and settings into an existing one. ARGV: epoch, state, reason, total,
@@ -322,7 +338,7 @@ return out
 `)
 
 // campaignCompleteScript records uid's complete of attempt att of item idx. ARGV: idx,
-// attempt, uid, 1 success / 2 failure, now (ms). A success is taken from any attempt
+// attempt, uid, 1 success / 2 failure, now (ms), a failure's detail (JSON, or empty). A success is taken from any attempt
 // (the work is done, and counts once); a failure only from the attempt that holds the
 // item now. Returns 1 done, 2 already finished (a repeat: nothing counted), 3 failure
 // recorded, 0 stale (not the caller's), -1 window missing.
@@ -350,7 +366,7 @@ if ok then
 end
 if catt ~= att or cuid ~= uid or redis.call('ZSCORE', L, idx) == false then return 0 end
 event('complete', idx, att, uid, 'failure', now)
-failed(idx, att, uid, now, 'a failure result')
+failed(idx, att, uid, now, 'a failure result', 'failure', ARGV[6])
 return 3
 `)
 
@@ -459,13 +475,19 @@ const (
 	itemsMissing CompleteOutcome = -1
 )
 
-// Complete records uid's complete of attempt att of item idx of campaign id.
-func (c *Campaigns) Complete(ctx context.Context, id, idx int64, att int, uid string, ok bool, now time.Time) (CompleteOutcome, error) {
+// Complete records uid's complete of attempt att of item idx of campaign id; a
+// failure's detail (nil: none) goes to the failure log, replaced by a note of its size
+// when longer than MaxFailureDetail.
+func (c *Campaigns) Complete(ctx context.Context, id, idx int64, att int, uid string, ok bool, detail json.RawMessage, now time.Time) (CompleteOutcome, error) {
 	result := 2
 	if ok {
 		result = 1
+		detail = nil
 	}
-	n, err := campaignCompleteScript.Run(ctx, c.rdb, c.keys.Campaign(id), idx, att, uid, result, now.UnixMilli()).Int()
+	if len(detail) > MaxFailureDetail {
+		detail = json.RawMessage(`{"truncated":true,"bytes":` + strconv.Itoa(len(detail)) + `}`)
+	}
+	n, err := campaignCompleteScript.Run(ctx, c.rdb, c.keys.Campaign(id), idx, att, uid, result, now.UnixMilli(), string(detail)).Int()
 	if err != nil {
 		return 0, unavailable("campaign complete", err)
 	}
@@ -515,4 +537,61 @@ func (c *Campaigns) Sync(ctx context.Context, id int64, now time.Time) (*taskd.C
 		p.Finished = append(p.Finished, n(i))
 	}
 	return p, nil
+}
+
+// Failure is one failure of a campaign item, as the failure log keeps it.
+type Failure struct {
+	Item    int64
+	Attempt int
+	UID     string
+	// Cause is "failure" (a failure result) or "lease_expired".
+	Cause string
+	// Final says the item failed for good (it was its last attempt); else it retries.
+	Final  bool
+	Detail json.RawMessage
+	At     time.Time
+}
+
+// Failures returns campaign id's latest failures (at most FailureLogSize), newest
+// first, and how many failures its error budget counts now (within per, the budget's
+// period; 0 without one).
+func (c *Campaigns) Failures(ctx context.Context, id int64, per time.Duration, now time.Time) ([]Failure, int64, error) {
+	keys := c.keys.Campaign(id)
+	var log *redis.StringSliceCmd
+	var recent *redis.IntCmd
+	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		log = p.LRange(ctx, keys[9], 0, FailureLogSize-1)
+		if per > 0 {
+			recent = p.ZCount(ctx, keys[5], strconv.FormatInt(now.Add(-per).UnixMilli(), 10), "+inf")
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, 0, unavailable("campaign failures", err)
+	}
+	out := make([]Failure, 0, len(log.Val()))
+	for _, s := range log.Val() {
+		var v struct {
+			Item    int64  `json:"item"`
+			Attempt int    `json:"attempt"`
+			UID     string `json:"uid"`
+			Cause   string `json:"cause"`
+			Final   bool   `json:"final"`
+			Detail  string `json:"detail"`
+			At      int64  `json:"at"`
+		}
+		if json.Unmarshal([]byte(s), &v) != nil {
+			continue // unreadable
+		}
+		f := Failure{Item: v.Item, Attempt: v.Attempt, UID: v.UID, Cause: v.Cause, Final: v.Final, At: time.UnixMilli(v.At).UTC()}
+		if v.Detail != "" && json.Valid([]byte(v.Detail)) {
+			f.Detail = json.RawMessage(v.Detail)
+		}
+		out = append(out, f)
+	}
+	var n int64
+	if recent != nil {
+		n = recent.Val()
+	}
+	return out, n, nil
 }

@@ -114,6 +114,7 @@ func (a *App) routes() http.Handler {
 		r.Method(http.MethodPost, "/campaigns", campaigns.CreateCampaign())
 		r.Method(http.MethodGet, "/campaigns", campaigns.ListCampaigns())
 		r.Method(http.MethodGet, "/campaigns/{id}", campaigns.GetCampaign())
+		r.Method(http.MethodGet, "/campaigns/{id}/failures", campaigns.CampaignFailures())
 		r.Method(http.MethodPost, "/campaigns/{id}/items", campaigns.UploadItems())
 		r.Method(http.MethodPost, "/campaigns/{id}/{move}", campaigns.MoveCampaign())
 	})
