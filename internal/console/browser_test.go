@@ -19,7 +19,8 @@ import (
 // playwright-core against a server of the test's own (sign in, templates, a task
 // through the form with a 422 at its field and <script> params shown as text, an
 // agent's dispatch in the events, pause and its audit entry, a campaign created, started,
-// worked by an agent and paused, CSRF, paging through 250
+// worked by an agent and paused, one paused by its error budget on the dashboard and its
+// page with the failures, CSRF, paging through 250
 // tasks, 390 px, an unknown session, sign out and the old cookie refused). It fails, never skips, when the browser,
 // node or playwright-core is missing: make test installs playwright-core (npm ci),
 // .ci/run installs chromium and node. TASKD_CONSOLE_SHOTS=<dir> keeps the screenshots
@@ -44,11 +45,15 @@ func TestConsoleInChromium(t *testing.T) {
 	rdb, prefix := testenv.Redis(t)
 	const token = "console-test-token"
 	cfg := app.Config{RedisPrefix: prefix, CatchUp: time.Hour, AdminTokens: []string{"ops=" + token},
-		MaxWait: time.Second, SweepInterval: time.Second, Node: "console-test", RequestTimeout: time.Minute}
+		MaxWait: time.Second, SweepInterval: time.Second, Node: "console-test", RequestTimeout: time.Minute,
+		NodeTimeout: time.Hour} // one beat keeps the node on the dashboard for the whole run
 	a := app.New(cfg, app.Deps{Store: testenv.Store(t), Redis: rdb, Clock: clock.Real{},
 		Log: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError}))})
 	srv := httptest.NewServer(a.Handler())
 	defer srv.Close()
+	if err := a.Members.Beat(t.Context()); err != nil { // the dashboard lists the node
+		t.Fatal(err)
+	}
 	// Polls reach the fleet pages through the nodes' batches: flushed often here.
 	flushing, stopFlushing := context.WithCancel(t.Context())
 	flushed := make(chan struct{})

@@ -2,6 +2,7 @@ package console
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -10,8 +11,31 @@ import (
 	"github.com/go-chi/chi/v5"
 )
 
-// Campaigns: the list with live progress and the moves each state allows, and a form
-// for a count campaign.
+// Campaigns: the list with live progress and the moves each state allows, a form for
+// a count campaign, and a campaign's page with its latest failures.
+
+// budgetPaused reports whether campaign c (as the admin API has it) was paused by its
+// error budget, which the reason says.
+func budgetPaused(c map[string]any) bool {
+	reason, _ := c["reason"].(string)
+	return c["state"] == "paused" && strings.HasPrefix(reason, "error budget")
+}
+
+// campaign is a campaign's page: its settings and numbers, the moves its state allows
+// and its latest failures with their detail (kept by the server without Kafka).
+func (c *Console) campaign(w http.ResponseWriter, r *http.Request) {
+	id := url.PathEscape(chi.URLParam(r, "id"))
+	var camp map[string]any
+	if !c.fetch(w, r, "/v1/admin/campaigns/"+id, &camp) {
+		return
+	}
+	var failures map[string]any
+	if !c.fetch(w, r, "/v1/admin/campaigns/"+id+"/failures", &failures) {
+		return
+	}
+	c.render(w, r, http.StatusOK, "campaign", "Campaign "+fmt.Sprint(camp["name"]), map[string]any{
+		"Campaign": camp, "Failures": failures, "BudgetPaused": budgetPaused(camp)})
+}
 
 // campaignMoves are the moves a campaign's state allows, as the admin API has them.
 func campaignMoves(state string) []string {
@@ -83,5 +107,9 @@ func (c *Console) moveCampaign(w http.ResponseWriter, r *http.Request) {
 		"campaigns", "Campaigns", map[string]any{}); !ok {
 		return
 	}
-	http.Redirect(w, r, "/console/campaigns", http.StatusSeeOther)
+	back := "/console/campaigns"
+	if r.PostFormValue("from") == "campaign" {
+		back += "/" + url.PathEscape(id)
+	}
+	http.Redirect(w, r, back, http.StatusSeeOther)
 }

@@ -105,11 +105,12 @@ func New(api http.Handler, log *slog.Logger, cfg Config) *Console {
 		sessions: &sessions{rdb: cfg.Redis, key: cfg.SessionKey, tokens: cfg.AdminTokens, clock: cfg.Clock,
 			idle: cfg.IdleTimeout, lifetime: cfg.Lifetime}}
 	funcs := template.FuncMap{
-		"json":    showJSON,
-		"time":    showTime,
-		"fieldOf": fieldOf,
-		"list":    func(s ...string) []string { return s },
-		"moves":   campaignMoves,
+		"json":         showJSON,
+		"time":         showTime,
+		"fieldOf":      fieldOf,
+		"list":         func(s ...string) []string { return s },
+		"moves":        campaignMoves,
+		"budgetPaused": budgetPaused,
 		"templateName": func(names map[string]string, id any) string {
 			if name := names[fmt.Sprint(id)]; name != "" {
 				return name + " (" + fmt.Sprint(id) + ")"
@@ -165,6 +166,7 @@ func (c *Console) Routes() http.Handler {
 		r.Post("/clients/{uid}/keys", c.issueKey)
 		r.Post("/clients/{uid}/keys/delete", c.revokeKeys)
 		r.Get("/campaigns", c.campaigns)
+		r.Get("/campaigns/{id}", c.campaign)
 		r.Post("/campaigns", c.createCampaign)
 		r.Post("/campaigns/{id}/{move}", c.moveCampaign)
 		r.Get("/stats", c.stats)

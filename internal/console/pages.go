@@ -49,8 +49,24 @@ func (c *Console) dashboard(w http.ResponseWriter, r *http.Request) {
 	if at, err := time.Parse(time.RFC3339Nano, fmt.Sprint(overview["outbox_oldest_at"])); err == nil {
 		lag = now.Sub(at).Round(time.Second).String()
 	}
+	var nodes struct{ Nodes []map[string]any }
+	if !c.fetch(w, r, "/v1/admin/nodes", &nodes) {
+		return
+	}
+	// The campaigns an operator watches: the active ones (at most the latest 100).
+	var camps struct{ Campaigns []map[string]any }
+	if !c.fetch(w, r, "/v1/admin/campaigns?limit=100", &camps) {
+		return
+	}
+	active := []map[string]any{}
+	for _, cp := range camps.Campaigns {
+		switch cp["state"] {
+		case "running", "paused", "stopping":
+			active = append(active, cp)
+		}
+	}
 	c.render(w, r, http.StatusOK, "dashboard", "Dashboard", map[string]any{"Hour": hour, "Day": day, "Now": now,
-		"Overview": overview, "Lag": lag})
+		"Overview": overview, "Lag": lag, "Nodes": nodes.Nodes, "Campaigns": active})
 }
 
 // ---- templates ----

@@ -346,6 +346,38 @@ try {
     await shot('campaigns');
   });
 
+  await step('a campaign paused by its error budget stands out on the dashboard; its page shows the failures with their detail', async () => {
+    const created = await api('POST', '/v1/admin/campaigns', { name: 'flaky', template_id: templateId, params: { url: 'http://x' },
+      executor: 'uid_77', items: { count: 5 }, max_attempts: 3, error_budget: { max_failures: 1, per_seconds: 3600 } });
+    assert.equal(created.status, 201);
+    const id = created.body.id;
+    assert.equal((await api('POST', `/v1/admin/campaigns/${id}/start`)).status, 200);
+    const key = (await api('POST', '/v1/admin/clients/77/keys')).body.client_key;
+    for (const n of [1, 2]) {
+      const got = await api('POST', '/v1/fetch', {}, key);
+      assert.equal(got.body.task.task_id, `campaign:${id}`);
+      const done = await api('POST', '/v1/complete', { log_id: got.body.task.log_id, result: 'failure', detail: { error: `upstream 503 #${n}` } }, key);
+      assert.equal(done.status, 200);
+    }
+    await page.getByRole('navigation').getByRole('link', { name: 'Dashboard' }).click();
+    await page.locator('#nodes').getByRole('cell', { name: 'console-test', exact: true }).waitFor();
+    const row = page.locator('#active-campaigns tr.warn', { hasText: 'flaky' });
+    await row.getByText('by its error budget').waitFor();
+    await shot('dashboard');
+    await row.getByRole('link', { name: 'flaky' }).click();
+    await page.locator('#budget-paused').waitFor();
+    assert.equal(await page.locator('#failed-for-good').textContent(), '0');
+    assert.match(await page.locator('#budget-failures').textContent(), /^2 \(pauses above 1\)/);
+    const rows = page.locator('#failures tbody tr');
+    assert.equal(await rows.count(), 2);
+    await rows.first().getByText('{"error":"upstream 503 #2"}').waitFor();
+    await rows.first().getByRole('cell', { name: 'retried', exact: true }).waitFor();
+    await shot('campaign');
+    await page.getByRole('button', { name: 'resume campaign flaky' }).click();
+    await page.getByRole('button', { name: 'pause campaign flaky' }).waitFor();
+    assert.equal(await page.locator('#budget-paused').count(), 0);
+  });
+
   // reloadUntil reloads the page until the locator shows: the nodes write polls to MySQL
   // in batches (the test server flushes often), so a poll shows a moment later.
   async function reloadUntil(locator) {
