@@ -36,3 +36,19 @@ func TestUnknownKeywords(t *testing.T) {
 		t.Fatalf("a clean schema: %v", w)
 	}
 }
+
+// A schema the meta-schema refuses is answered with the deepest place at fault, what
+// is allowed there, and what the schema has, in one line: not the library's tree of
+// every branch that failed.
+func TestSchemaErrorsAreShort(t *testing.T) {
+	for schema, want := range map[string]string{
+		`{"type": "strin"}`: `schema is not valid JSON Schema: /type: value must be one of 'array', 'boolean', 'integer', 'null', 'number', 'object', 'string'; got "strin"`,
+		`{"properties": {"a": {"type": "strin"}}}`: `schema is not valid JSON Schema: /properties/a/type: value must be one of 'array', 'boolean', 'integer', 'null', 'number', 'object', 'string'; got "strin"`,
+		`{"required": "url"}`: `schema is not valid JSON Schema: /required: got string, want array; got "url"`,
+	} {
+		_, err := compileSchema([]byte(schema))
+		if err == nil || !strings.HasSuffix(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: %v\nwant it to end %s", schema, err, want)
+		}
+	}
+}

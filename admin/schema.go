@@ -10,8 +10,11 @@ import (
 	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
 
 	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/internal/web"
 )
 
 // A template's schema is bounded before it is compiled: compiling (and validating
@@ -196,10 +199,95 @@ func compileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
 	case errors.As(err, &load):
 		return nil, taskd.Errorf(taskd.CodeInvalid, "schema: refers to %q, which is not part of it; nothing is loaded from elsewhere", load.URL)
 	case err != nil:
+		if msg, ok := shortSchemaError(err, compact); ok {
+			return nil, taskd.Errorf(taskd.CodeInvalid, "schema is not valid JSON Schema: %s", msg)
+		}
 		return nil, taskd.Errorf(taskd.CodeInvalid, "schema is not valid JSON Schema: %s",
 			strings.ReplaceAll(err.Error(), schemaBase, ""))
 	}
 	return sch, nil
+}
+
+// shortSchemaError is the heart of a schema's refusal by the meta-schema: the deepest
+// place it names, what is wanted there (the allowed values, when the meta-schema lists
+// them) and what the schema has: "/properties/a/type: value must be one of 'array',
+// ..., 'string'; got "strin"", not the library's tree of every branch that failed.
+func shortSchemaError(err error, doc []byte) (string, bool) {
+	var sve *jsonschema.SchemaValidationError
+	if !errors.As(err, &sve) {
+		return "", false
+	}
+	var ve *jsonschema.ValidationError
+	if !errors.As(sve.Err, &ve) {
+		return "", false
+	}
+	// The leaves of the tree are what failed; their parents only say that a branch
+	// did. The deepest leaf is the most precise, and one that lists the allowed values
+	// the most useful.
+	p := message.NewPrinter(language.English)
+	var best *jsonschema.ValidationError
+	var bestMsg string
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) == 0 {
+			m := e.ErrorKind.LocalizedString(p)
+			enum := strings.HasPrefix(m, "value must be one of")
+			if best == nil || len(e.InstanceLocation) > len(best.InstanceLocation) ||
+				len(e.InstanceLocation) == len(best.InstanceLocation) && enum && !strings.HasPrefix(bestMsg, "value must be one of") {
+				best, bestMsg = e, m
+			}
+		}
+		for _, c := range e.Causes {
+			walk(c)
+		}
+	}
+	walk(ve)
+	if best == nil {
+		return "", false
+	}
+	ptr := ""
+	for _, part := range best.InstanceLocation {
+		ptr += "/" + escapePointer(part)
+	}
+	at := ptr
+	if at == "" {
+		at = "/"
+	}
+	msg := at + ": " + bestMsg
+	var v any
+	if json.Unmarshal(doc, &v) == nil {
+		if got, ok := atPointer(v, ptr); ok {
+			b, _ := json.Marshal(got)
+			msg += "; got " + web.Describe(b)
+		}
+	}
+	return msg, true
+}
+
+// atPointer is the value at a JSON pointer (RFC 6901) in v.
+func atPointer(v any, ptr string) (any, bool) {
+	if ptr == "" {
+		return v, true
+	}
+	for _, part := range strings.Split(strings.TrimPrefix(ptr, "/"), "/") {
+		part = strings.ReplaceAll(strings.ReplaceAll(part, "~1", "/"), "~0", "~")
+		switch c := v.(type) {
+		case map[string]any:
+			var ok bool
+			if v, ok = c[part]; !ok {
+				return nil, false
+			}
+		case []any:
+			i, err := strconv.Atoi(part)
+			if err != nil || i < 0 || i >= len(c) {
+				return nil, false
+			}
+			v = c[i]
+		default:
+			return nil, false
+		}
+	}
+	return v, true
 }
 
 // maxCachedSchemas bounds the compiled schemas a node keeps.
