@@ -42,9 +42,9 @@ func TestUnknownKeywords(t *testing.T) {
 // every branch that failed.
 func TestSchemaErrorsAreShort(t *testing.T) {
 	for schema, want := range map[string]string{
-		`{"type": "strin"}`: `schema is not valid JSON Schema: /type: value must be one of 'array', 'boolean', 'integer', 'null', 'number', 'object', 'string'; got "strin"`,
+		`{"type": "strin"}`:                        `schema is not valid JSON Schema: /type: value must be one of 'array', 'boolean', 'integer', 'null', 'number', 'object', 'string'; got "strin"`,
 		`{"properties": {"a": {"type": "strin"}}}`: `schema is not valid JSON Schema: /properties/a/type: value must be one of 'array', 'boolean', 'integer', 'null', 'number', 'object', 'string'; got "strin"`,
-		`{"required": "url"}`: `schema is not valid JSON Schema: /required: got string, want array; got "url"`,
+		`{"required": "url"}`:                      `schema is not valid JSON Schema: /required: got string, want array; got "url"`,
 	} {
 		_, err := compileSchema([]byte(schema))
 		if err == nil || !strings.HasSuffix(err.Error(), want) || strings.Contains(err.Error(), "\n") {
