@@ -334,7 +334,9 @@ func TestFakeRefusedResultsMended(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := agenttest.Do(context.Background(), agent.HandlerFunc(func(context.Context, *agent.Task) agent.Outcome {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			got, err := agenttest.Do(ctx, agent.HandlerFunc(func(context.Context, *agent.Task) agent.Outcome {
 				return c.out
 			}), c.task)
 			if err != nil {
