@@ -118,13 +118,7 @@ func (h *Handlers) ListGroups() http.Handler {
 // VersionStats is GET /v1/admin/stats/agents?from=&to= (default: the last 24 h).
 func (h *Handlers) VersionStats() http.Handler {
 	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
-		q := r.URL.Query()
-		now := h.svc.now()
-		err := known(q, "from", "to")
-		from, to := now.Add(-24*time.Hour), now.Add(time.Second)
-		if err == nil {
-			from, to, err = queryRange(q, from, to)
-		}
+		from, to, err := h.dayRange(r)
 		if err != nil {
 			return 0, nil, err
 		}

@@ -293,16 +293,21 @@ func (h *Handlers) Events() http.Handler {
 	})
 }
 
+// dayRange reads a report's from and to, and no other query parameter; by default
+// the last 24 hours.
+func (h *Handlers) dayRange(r *http.Request) (from, to time.Time, err error) {
+	q := r.URL.Query()
+	if err := known(q, "from", "to"); err != nil {
+		return from, to, err
+	}
+	now := h.svc.now()
+	return queryRange(q, now.Add(-24*time.Hour), now.Add(time.Second))
+}
+
 // Stats is GET /v1/admin/stats.
 func (h *Handlers) Stats() http.Handler {
 	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
-		q := r.URL.Query()
-		now := h.svc.now()
-		err := known(q, "from", "to")
-		from, to := now.Add(-24*time.Hour), now.Add(time.Second)
-		if err == nil {
-			from, to, err = queryRange(q, from, to)
-		}
+		from, to, err := h.dayRange(r)
 		if err != nil {
 			return 0, nil, err
 		}
