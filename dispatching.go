@@ -134,12 +134,6 @@ const (
 // MaxAttemptsOf is a task's max_attempts as the rules read it: at least 1.
 func MaxAttemptsOf(n int) int { return max(n, 1) }
 
-// MayClaim reports whether a user who has used prior attempts at an occurrence (-1:
-// holds it, finished it for good, or it is dead for the user) may claim it again.
-func MayClaim(prior, maxAttempts int) bool {
-	return prior >= 0 && prior < MaxAttemptsOf(maxAttempts)
-}
-
 // AttemptsLeft reports whether another attempt may follow this one.
 func (d *Dispatch) AttemptsLeft() bool { return d.Attempt < d.MaxAttempts }
 

@@ -10,25 +10,6 @@ import (
 
 var now = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 
-func TestMayClaim(t *testing.T) {
-	for _, tc := range []struct {
-		prior, max int
-		want       bool
-	}{
-		{0, 1, true},   // first attempt
-		{0, 0, true},   // max_attempts 0 reads as 1
-		{1, 1, false},  // the one attempt was used
-		{1, 3, true},   // an expiry left attempts
-		{2, 3, true},   // the last one
-		{3, 3, false},  // none left: dead for the user
-		{-1, 3, false}, // held, or finished for good
-	} {
-		if got := taskd.MayClaim(tc.prior, tc.max); got != tc.want {
-			t.Errorf("MayClaim(%d, %d) = %v, want %v", tc.prior, tc.max, got, tc.want)
-		}
-	}
-}
-
 func TestRetryBackoff(t *testing.T) {
 	for _, tc := range []struct {
 		base    int

@@ -94,8 +94,8 @@ func claimOf(uid string, occ taskd.Occurrence) store.BatchClaim {
 // A batch of claims comes out as if its claims had run one after another in its order:
 // slots go first come first served, a user's second claim finds the user busy, a user
 // whose open slot is taken outside the batch is busy without costing anyone a slot, and
-// a user who holds the occurrence already is left to the single path (which tells a
-// re-take from a repeat).
+// a user who holds the occurrence already, from before or from earlier in the batch, has
+// had it. (internal/claimtest's scenarios cover every rule, in batches of one and many.)
 func TestClaimBatchDecidesInOrder(t *testing.T) {
 	t.Parallel()
 	st := testenv.Store(t)
@@ -119,14 +119,14 @@ func TestClaimBatchDecidesInOrder(t *testing.T) {
 			}
 		}
 	}
-	claimed, exhausted, busy, gone, alone := want{outcome: taskd.Claimed}, want{outcome: taskd.Exhausted},
-		want{outcome: taskd.UserBusy}, want{outcome: taskd.Gone}, want{alone: true}
+	claimed, exhausted, busy, gone, had := want{outcome: taskd.Claimed}, want{outcome: taskd.Exhausted},
+		want{outcome: taskd.UserBusy}, want{outcome: taskd.Gone}, want{outcome: taskd.AlreadyHad}
 
 	check("first come first served", f.claims(claimOf("1", one), claimOf("2", one)), claimed, exhausted)
 	check("a user's second claim", f.claims(claimOf("3", unlimited), claimOf("3", two)), claimed, busy)
 	check("paused, not an occurrence", f.claims(claimOf("4", paused), claimOf("4", notDue), claimOf("4", two)), gone, gone, claimed)
 	check("held already, twice in a batch", f.claims(claimOf("2", unlimited), claimOf("5", unlimited), claimOf("5", unlimited), claimOf("1", one)),
-		claimed, claimed, alone, alone)
+		claimed, claimed, had, had)
 	// 1 holds an open dispatch from the first batch: the batch finds it at the insert
 	// and gives the slot of "two" to the next in line.
 	check("busy outside the batch", f.claims(claimOf("1", two), claimOf("6", two), claimOf("7", two)), busy, claimed, exhausted)

@@ -119,79 +119,38 @@ func (s *Store) Resume(ctx context.Context, uid, logID string, now time.Time, ta
 		if prev.UID != uid || waiting.String != uid {
 			return errAbort
 		}
-		t, err := loadDispatchTask(ctx, tx, prev.Occurrence.Task)
+		t, err := loadClaimTask(ctx, tx, prev.Occurrence.Task)
 		if err != nil {
 			return err
 		}
-		switch {
-		case (t == nil || t.status == taskd.StatusDeleted) && (prev.State == taskd.StateExpired || prev.State == taskd.StateDead):
+		switch taskd.DecideResume(prev, t, take, now) {
+		case taskd.ResumeUnpark:
 			_, err := tx.ExecContext(ctx, "UPDATE dispatch SET waiting_uid = NULL WHERE log_id = ?", logID)
 			return err
-		case t == nil || t.status == taskd.StatusDeleted:
+		case taskd.ResumeCancel:
 			return s.cancel(ctx, tx, []*taskd.Dispatch{prev}, now)
-		case t.status != taskd.StatusActive:
-			return errAbort // paused: it waits for the task's resume (which rebuilds the heap)
-		case !take.Allows(t.templateID):
+		case taskd.ResumeFiltered:
 			outcome = taskd.Filtered
-			return errAbort
-		}
-		switch prev.State {
-		case taskd.StateExpired:
+		case taskd.ResumeReclaim:
 			reclaim = &prev.Occurrence // claimed below, in a transaction of its own
-			return errAbort
-		case taskd.StateRetryWait, taskd.StateStaged, taskd.StateDead:
-			if prev.RetryAt != nil && now.Before(*prev.RetryAt) {
-				outcome = taskd.NotDue
-				return errAbort
-			}
-			// A failed attempt is superseded by the next; a completed stage, or a dead
-			// attempt an admin retried, stays as it is and stops waiting.
-			state := prev.State
-			if prev.State == taskd.StateRetryWait {
-				state = taskd.StateRetried
-			}
+		case taskd.ResumeNotDue:
+			outcome = taskd.NotDue
+		case taskd.ResumeNext:
 			if _, err := tx.ExecContext(ctx,
-				"UPDATE dispatch SET state = ?, waiting_uid = NULL WHERE log_id = ?", state, logID); err != nil {
+				"UPDATE dispatch SET state = ?, waiting_uid = NULL WHERE log_id = ?", prev.Superseded(), logID); err != nil {
 				return err
 			}
-			next := *prev
-			next.LogID = newID()
-			next.Attempt = prev.Attempt + 1
-			switch prev.State {
-			case taskd.StateStaged:
-				next.Attempt, next.Stage, next.Context = 1, prev.NextStage, prev.NextContext
-			case taskd.StateDead:
-				next.Attempt = 1 // counted afresh: the admin's retry
-			}
-			next.Resumed, next.Retried, next.Cancelled = true, false, false
-			next.NextStage, next.NextContext = "", nil
-			next.State = taskd.StateOpen
-			next.Result = 0
-			next.Params = json.RawMessage(t.params)
-			next.TemplateID = t.templateID
-			next.LeaseSeconds = t.settings.LeaseSeconds
-			next.DispatchedAt = now
-			next.LeaseExpiresAt, next.RetryAt, next.FinishedAt = nil, nil, nil
-			next.RedoCount = 0
-			next.Slot = take.OpenSlot()
-			// The task's settings as they are now: a template or task edit reaches the
-			// retry and the next stage.
-			next.MaxAttempts = taskd.MaxAttemptsOf(t.settings.MaxAttempts)
-			next.BackoffSeconds, next.RetryMultiplier = t.settings.RetryBackoffSeconds, t.settings.RetryMultiplier
-			next.RetryMaxSeconds = t.settings.RetryMaxSeconds
-			if err := insertDispatches(ctx, tx, []*taskd.Dispatch{&next}); err != nil {
+			next := prev.NextAttempt(newID(), t, take, now)
+			if err := insertDispatches(ctx, tx, []*taskd.Dispatch{next}); err != nil {
 				if isDuplicate(err) {
 					outcome = busyOutcome(err)
 					return errAbort
 				}
 				return err
 			}
-			outcome, d = taskd.Claimed, &next
+			outcome, d = taskd.Claimed, next
 			return s.emit(ctx, tx, d, taskd.EventDispatch, now)
-		case taskd.StateOpen:
-			if prev.LeaseExpired(now) {
-				return errAbort // the sweep expires it, and the expiry re-offers it
-			}
+		case taskd.ResumeRedo:
 			if _, err := tx.ExecContext(ctx, `UPDATE dispatch SET open_uid = uid, open_slot = ?, waiting_uid = NULL,
 				redo_count = redo_count + 1, last_redo_at = ? WHERE log_id = ?`, take.OpenSlot(), now, logID); err != nil {
 				if isDuplicate(err) {

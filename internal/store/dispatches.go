@@ -206,11 +206,11 @@ func (s *Store) RetryDispatch(ctx context.Context, actor, logID string, now time
 		case d.Cancelled:
 			return taskd.Errorf(taskd.CodeConflict, "dispatch %s was cancelled", logID)
 		}
-		t, err := loadDispatchTask(ctx, tx, d.Occurrence.Task)
+		t, err := loadClaimTask(ctx, tx, d.Occurrence.Task)
 		if err != nil {
 			return err
 		}
-		if t == nil || t.status == taskd.StatusDeleted {
+		if t == nil || t.Status == taskd.StatusDeleted {
 			return taskd.Errorf(taskd.CodeConflict, "dispatch %s: task %s is deleted", logID, d.Occurrence.Task)
 		}
 		// Due at once: on a whole second, so that the heap (which keeps whole seconds)
