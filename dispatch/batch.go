@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/taskpull/taskd"
-	"github.com/taskpull/taskd/schedule"
 )
 
 // Batch fetch (seed 004's hold-N): a fetch with max hands out up to min(max, free
@@ -59,9 +57,12 @@ func (s *Service) batch(ctx context.Context, uid, keyHash string, b Batch) (Fetc
 	slots := free.slots[:min(len(free.slots), b.Max)]
 	res := FetchResult{NextDueAt: nextDue(nil, view.Due, view.Next)}
 	if len(slots) > 0 {
-		if res, err = s.takeBatch(ctx, uid, view, asked, slots, b, now); err != nil {
-			return res, err
+		out, err := s.takeInto(ctx, uid, view, asked, slots, b.Templates, now)
+		res = FetchResult{Tasks: out.tasks, NextDueAt: out.next}
+		if err != nil {
+			return s.partial(res, err)
 		}
+		res = s.finishBatch(res, out.next)
 	}
 	if len(res.Tasks) < b.Max {
 		// Campaign items hold no slot: the client holds up to its max_in_flight of
@@ -177,205 +178,5 @@ func (s *Service) finishBatch(res FetchResult, next *time.Time) FetchResult {
 		res.Tasks = []*Assignment{}
 	}
 	res.NextDueAt = next
-	return res
-}
-
-// taken is one claim or resume of a batch.
-type taken struct {
-	entry   schedule.Entry
-	slot    int
-	outcome taskd.ClaimOutcome
-	d       *taskd.Dispatch
-	redo    bool
-	err     error
-}
-
-// takeBatch walks uid's due entries in heap order and takes them into the free slots:
-// each round submits as many claims as there are free slots, together (the group
-// commit decides them in one transaction), and a slot whose claim was refused goes to
-// the next entry. Entries refused for good are popped; entries left for another fetch
-// (a retry not yet due, another template, an occurrence the user holds in another
-// slot) stay and are not tried again in this fetch. A popped rotation's next
-// occurrence takes its place, as the heap's pop does: when it is due it joins the
-// walk at once, without another peek. view is a peek of asked entries: when it had
-// that many and all are tried with slots left, the heap may have more, and it peeks
-// again.
-func (s *Service) takeBatch(ctx context.Context, uid string, view schedule.View, asked int, slots []int, b Batch, now time.Time) (FetchResult, error) {
-	var res FetchResult
-	var popped []schedule.Entry
-	slot1 := "" // the log id dispatched into slot 1, for the single fetch's hint
-	tried := map[schedule.Entry]bool{}
-	var after []time.Time // the next occurrences, not yet due, of the entries popped
-	walk := slices.Clone(view.Due)
-	pop := func(e schedule.Entry) {
-		popped = append(popped, e)
-		if n, ok := e.Next(); ok {
-			if n.DueAt.After(now) {
-				after = append(after, n.DueAt)
-			} else {
-				walk = append(walk, n)
-			}
-		}
-	}
-	known := map[taskd.TaskKey]int64{} // the templates of the tasks seen, with template_ids
-	for round := 0; len(slots) > 0 && round < maxRounds; round++ {
-		if err := s.leaveOut(ctx, walk, tried, known, b); err != nil {
-			return s.partial(s.withHint(ctx, uid, res, slot1, popped), err)
-		}
-		slices.SortFunc(walk, func(a, b schedule.Entry) int {
-			switch {
-			case schedule.Less(a, b):
-				return -1
-			case schedule.Less(b, a):
-				return 1
-			}
-			return 0
-		})
-		var batch []taken
-		rest := walk[:0:0]
-		for _, e := range walk {
-			switch {
-			case tried[e]:
-			case len(batch) < len(slots):
-				batch = append(batch, taken{entry: e, slot: slots[len(batch)]})
-			default:
-				rest = append(rest, e)
-			}
-		}
-		walk = rest
-		if len(batch) == 0 {
-			if len(view.Due) < asked {
-				break // the heap has no more due entries
-			}
-			s.pop(ctx, uid, popped)
-			popped = nil
-			asked = min(max(s.peekSize(len(slots), len(tried)), 2*asked), maxPeek)
-			var err error
-			if view, err = s.cache.PeekN(ctx, uid, "", now, asked); err != nil {
-				return s.partial(s.withHint(ctx, uid, res, slot1, nil), err)
-			}
-			walk = slices.Clone(view.Due)
-			continue
-		}
-		var wg sync.WaitGroup
-		for i := range batch {
-			wg.Go(func() {
-				t := &batch[i]
-				t.outcome, t.d, t.redo, t.err = s.take(ctx, uid, t.entry, now, taskd.Take{Slot: t.slot, Templates: b.Templates})
-			})
-		}
-		wg.Wait()
-		var again []int // slots whose claim was refused: free for the next entries
-		var failed error
-		for _, t := range batch {
-			tried[t.entry] = true
-			switch {
-			case t.err != nil:
-				failed = t.err
-			case t.outcome == taskd.Claimed:
-				if !t.redo {
-					s.cfg.Metrics.Dispatched(t.d.Occurrence.Task.Kind.String())
-				}
-				if !staysOnOffer(t.entry, t.d) {
-					pop(t.entry)
-				} else if n, ok := t.entry.Next(); ok {
-					after = append(after, n.DueAt)
-				}
-				if t.slot == 1 {
-					slot1 = t.d.LogID
-				}
-				res.Tasks = append(res.Tasks, assignment(t.d, t.redo))
-			case t.outcome == taskd.UserBusy:
-				// Another request of this user took the slot: it is not free, and the
-				// entry may still go into another.
-				s.cfg.Metrics.ClaimRefused("user_busy")
-				delete(tried, t.entry)
-				walk = append(walk, t.entry)
-			case t.outcome == taskd.NotDue, t.outcome == taskd.Holding, t.outcome == taskd.Filtered:
-				again = append(again, t.slot) // the entry stays in the heap
-			case t.outcome == taskd.RateBound:
-				// The task's rate is used up this minute: the entry stays, and the
-				// minute's end is when to look again.
-				s.cfg.Metrics.ClaimRefused("rate_bound")
-				again = append(again, t.slot)
-				after = append(after, now.Truncate(time.Minute).Add(time.Minute))
-			default:
-				s.cfg.Metrics.ClaimRefused(refusal(t.outcome))
-				pop(t.entry)
-				s.notTargeted(ctx, uid, t.outcome)
-				again = append(again, t.slot)
-			}
-		}
-		if failed != nil {
-			s.forgetOpen(ctx, uid)
-			s.pop(ctx, uid, popped)
-			return s.partial(s.finishBatch(res, nil), failed)
-		}
-		slots = append(again, slots[len(batch):]...)
-		slices.Sort(slots)
-	}
-	res = s.withHint(ctx, uid, res, slot1, popped)
-	var next *time.Time
-	consider := func(t time.Time) {
-		if next == nil || t.Before(*next) {
-			next = &t
-		}
-	}
-	for _, e := range walk {
-		if !tried[e] {
-			consider(e.DueAt)
-		}
-	}
-	if view.Next != nil {
-		consider(view.Next.DueAt)
-	}
-	for _, t := range after {
-		consider(t)
-	}
-	return s.finishBatch(res, next), nil
-}
-
-// leaveOut marks tried, with b's template_ids, the entries of tasks of other templates,
-// reading the templates it does not know yet (into known) in one query: a due task of
-// another template costs no claim. (The claim checks again: an edit in between gives
-// Filtered.) A waiting dispatch's entry names no task, and is left to its resume.
-func (s *Service) leaveOut(ctx context.Context, walk []schedule.Entry, tried map[schedule.Entry]bool, known map[taskd.TaskKey]int64, b Batch) error {
-	if len(b.Templates) == 0 {
-		return nil
-	}
-	var unknown []taskd.TaskKey
-	for _, e := range walk {
-		if _, ok := known[e.Task]; !ok && e.LogID == "" && !tried[e] {
-			known[e.Task] = 0 // asked for below
-			unknown = append(unknown, e.Task)
-		}
-	}
-	if len(unknown) > 0 {
-		m, err := s.store.TaskTemplates(ctx, unknown)
-		if err != nil {
-			return err
-		}
-		for _, k := range unknown {
-			known[k] = m[k] // 0: no such task; the claim finds it gone
-		}
-	}
-	only := taskd.Take{Templates: b.Templates}
-	for _, e := range walk {
-		if id := known[e.Task]; e.LogID == "" && id != 0 && !only.Allows(id) {
-			tried[e] = true
-		}
-	}
-	return nil
-}
-
-// withHint writes a batch's outcome to the cache: the popped entries go, and a
-// dispatch into slot 1 becomes the open-dispatch hint (a fetch without max uses slot 1
-// only, and reads the hint).
-func (s *Service) withHint(ctx context.Context, uid string, res FetchResult, slot1 string, popped []schedule.Entry) FetchResult {
-	if slot1 != "" {
-		s.setOpen(ctx, uid, slot1, popped)
-	} else {
-		s.pop(ctx, uid, popped)
-	}
 	return res
 }

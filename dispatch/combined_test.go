@@ -40,8 +40,8 @@ func (h *hookCache) SetOpen(ctx context.Context, uid, logID string, popped []sch
 	return h.Cache.SetOpen(ctx, uid, logID, popped)
 }
 
-func (h *hookCache) Peek(ctx context.Context, uid, keyHash string, now time.Time) (schedule.View, error) {
-	v, err := h.Cache.Peek(ctx, uid, keyHash, now)
+func (h *hookCache) PeekN(ctx context.Context, uid, keyHash string, now time.Time, n int) (schedule.View, error) {
+	v, err := h.Cache.PeekN(ctx, uid, keyHash, now, n)
 	h.mu.Lock()
 	f := h.afterPeek
 	h.afterPeek = nil

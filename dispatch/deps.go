@@ -51,9 +51,8 @@ type Store interface {
 // user's heap and open-dispatch hint, and the client key check. It is a hint: MySQL
 // corrects it.
 type Cache interface {
-	// Peek checks keyHash (unless empty) and returns uid's heap as due at now.
-	Peek(ctx context.Context, uid, keyHash string, now time.Time) (schedule.View, error)
-	// PeekN is Peek returning up to n due entries.
+	// PeekN checks keyHash (unless empty) and returns uid's heap as due at now, with up
+	// to n due entries.
 	PeekN(ctx context.Context, uid, keyHash string, now time.Time, n int) (schedule.View, error)
 	// Pop removes popped entries, leaving the open-dispatch hint.
 	Pop(ctx context.Context, uid string, popped []schedule.Entry) error

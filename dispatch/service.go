@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -113,6 +112,10 @@ func assignment(d *taskd.Dispatch, redo bool) *Assignment {
 	}
 }
 
+// singlePeek is how many due entries a fetch without max peeks at: enough for one
+// task with some refused.
+const singlePeek = 8
+
 // maxRounds bounds how many heap peeks one fetch makes while every due occurrence it
 // sees turns out to be taken.
 const maxRounds = 32
@@ -211,119 +214,57 @@ func (s *Service) poll(ctx context.Context, wait time.Duration, fetch func(round
 
 func (s *Service) fetch(ctx context.Context, uid, keyHash string) (FetchResult, error) {
 	now := s.now()
-	view, err := s.cache.Peek(ctx, uid, keyHash, now)
+	view, err := s.cache.PeekN(ctx, uid, keyHash, now, singlePeek)
 	if err != nil {
 		return FetchResult{}, err
 	}
 	return s.fetchFrom(ctx, uid, view, now)
 }
 
-// fetchFrom is a fetch's work after its peek gave view.
+// fetchFrom is a fetch's work after its peek gave view: the user's open dispatch, if
+// any, first (the cached hint only says whether to look; MySQL says what is open);
+// else the take loop into slot 1. A slot found taken there means another request of the
+// user dispatched first: that one is handed out, or, if it is finished already, the
+// heap is looked at again.
 func (s *Service) fetchFrom(ctx context.Context, uid string, view schedule.View, now time.Time) (FetchResult, error) {
 	var err error
-	// 1. The open dispatch, if any, comes first. The cached hint only says whether to
-	// look; MySQL says what is open.
 	if view.Open.State != schedule.OpenNone {
 		res, done, err := s.resumeOpen(ctx, uid, view.Open, now, view)
 		if err != nil || done {
 			return res, err
 		}
-		if view, err = s.cache.Peek(ctx, uid, "", now); err != nil {
+		if view, err = s.cache.PeekN(ctx, uid, "", now, singlePeek); err != nil {
 			return FetchResult{}, err
 		}
 	}
-	// 2. Take the first due entry that still has a slot for this user: an occurrence to
-	// claim, or one of the user's waiting dispatches to resume. held are the entries the
-	// user holds open in another slot, or whose task's dispatch rate is used up this
-	// minute: they stay, and are not what the user waits for (a rate opens again at
-	// rateOpens).
-	var held map[schedule.Entry]bool // allocated at the first: most fetches have none
-	var rateOpens *time.Time
-	for round := 0; len(view.Due) > 0 && round < maxRounds; round++ {
-		var popped []schedule.Entry
-		waits := false
-		for i, e := range view.Due {
-			if held[e] {
-				continue
-			}
-			outcome, d, redo, err := s.take(ctx, uid, e, now, taskd.Single)
-			if err != nil {
-				s.pop(ctx, uid, popped)
-				s.forgetOpen(ctx, uid)
-				return FetchResult{}, err
-			}
-			switch outcome {
-			case taskd.Claimed:
-				if !redo {
-					s.cfg.Metrics.Dispatched(d.Occurrence.Task.Kind.String())
-				}
-				if !staysOnOffer(e, d) {
-					popped = append(popped, e)
-				}
-				s.setOpen(ctx, uid, d.LogID, popped)
-				return FetchResult{Task: assignment(d, redo), NextDueAt: nextDue(&e, view.Due[i+1:], view.Next)}, nil
-			case taskd.UserBusy, taskd.Holding:
-				// Another request of this user dispatched first: hand that one out, or,
-				// if it is already finished, look at the heap again. Holding: the user
-				// holds this until_exhausted occurrence open, in slot 1 (that one is
-				// handed out) or in another slot a batch fetch gave it (the entry stays
-				// and the next is tried).
-				s.cfg.Metrics.ClaimRefused("user_busy")
-				s.pop(ctx, uid, popped)
-				res, done, err := s.resumeOpen(ctx, uid, schedule.NoneOpen, now, view)
-				if err != nil || done {
-					return res, err
-				}
-				popped = nil
-				if outcome == taskd.Holding {
-					held = mark(held, e)
-					waits = true
-					continue
-				}
-			case taskd.NotDue: // a retry a little early by this node's clock: it stays
-				waits = true
-				continue
-			case taskd.RateBound:
-				s.cfg.Metrics.ClaimRefused("rate_bound")
-				held, waits = mark(held, e), true
-				rateOpens = new(now.Truncate(time.Minute).Add(time.Minute))
-				continue
-			default: // exhausted, already had it, gone, not for the user: drop it, try the next
-				s.cfg.Metrics.ClaimRefused(refusal(outcome))
-				popped = append(popped, e)
-				s.notTargeted(ctx, uid, outcome)
-				continue
-			}
-			break // UserBusy with nothing open any more: peek again
+	var out taking
+	for try := 0; ; try++ {
+		if out, err = s.takeInto(ctx, uid, view, singlePeek, []int{1}, nil, now); err != nil {
+			return FetchResult{}, err
 		}
-		if waits && len(popped) == 0 {
-			break // only early retries left: looking again would find the same
+		if len(out.tasks) > 0 {
+			return FetchResult{Task: out.tasks[0], NextDueAt: out.next}, nil
 		}
-		s.pop(ctx, uid, popped)
-		if view, err = s.cache.Peek(ctx, uid, "", now); err != nil {
+		if !out.busy && !out.holding {
+			break
+		}
+		// Holding: the user holds an occurrence open, in slot 1 (handed out here) or
+		// in another slot a batch fetch gave it.
+		res, done, err := s.resumeOpen(ctx, uid, schedule.NoneOpen, now, view)
+		if err != nil || done {
+			return res, err
+		}
+		if !out.busy || try == 2 {
+			break
+		}
+		// The slot's holder finished meanwhile: look again.
+		if view, err = s.cache.PeekN(ctx, uid, "", now, singlePeek); err != nil {
 			return FetchResult{}, err
 		}
 	}
-	rest := view.Due
-	if len(held) > 0 {
-		rest = slices.DeleteFunc(slices.Clone(view.Due), func(e schedule.Entry) bool { return held[e] })
-	}
-	next := nextDue(nil, rest, view.Next)
-	if rateOpens != nil && (next == nil || rateOpens.Before(*next)) {
-		next = rateOpens
-	}
-	res, err := s.withItems(ctx, uid, FetchResult{NextDueAt: next}, 1, 1, taskd.Single, now)
+	res, err := s.withItems(ctx, uid, FetchResult{NextDueAt: out.next}, 1, 1, taskd.Single, now)
 	res.Tasks = nil // a fetch without max answers with task alone
 	return res, err
-}
-
-// mark adds e to set, making the set at the first.
-func mark(set map[schedule.Entry]bool, e schedule.Entry) map[schedule.Entry]bool {
-	if set == nil {
-		set = map[schedule.Entry]bool{}
-	}
-	set[e] = true
-	return set
 }
 
 // staysOnOffer reports whether the heap entry e, just dispatched as d, stays in the
@@ -333,30 +274,6 @@ func mark(set map[schedule.Entry]bool, e schedule.Entry) map[schedule.Entry]bool
 // d, so the entry is not taken twice. A waiting dispatch's entry (a retry) goes.
 func staysOnOffer(e schedule.Entry, d *taskd.Dispatch) bool {
 	return e.LogID == "" && d.Mode == taskd.ModeUntilExhausted
-}
-
-// take dispatches a due heap entry to uid, into the open slot tk names: it claims the
-// entry's occurrence, or, for a waiting dispatch of the user, resumes it (redo says it
-// is handed out again).
-func (s *Service) take(ctx context.Context, uid string, e schedule.Entry, now time.Time, tk taskd.Take) (taskd.ClaimOutcome, *taskd.Dispatch, bool, error) {
-	if e.LogID != "" {
-		return s.store.Resume(ctx, uid, e.LogID, now, tk)
-	}
-	if until, ok := s.rateBound.Load(e.Task); ok {
-		if now.Before(until.(time.Time)) {
-			return taskd.RateBound, nil, false, nil
-		}
-		s.rateBound.Delete(e.Task)
-	}
-	outcome, d, err := s.store.Claim(ctx, uid, e.Occurrence(), now, tk)
-	if outcome == taskd.RateBound {
-		until := now.Add(time.Second)
-		if minute := now.Truncate(time.Minute).Add(time.Minute); minute.Before(until) {
-			until = minute
-		}
-		s.rateBound.Store(e.Task, until)
-	}
-	return outcome, d, false, err
 }
 
 // notTargeted makes uid's heap stale when a claim found that a task it offers no
@@ -541,7 +458,7 @@ func (s *Service) CompleteAndFetch(ctx context.Context, uid, keyHash, logID stri
 	}
 	bounded, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
-	view, err := s.cache.Peek(bounded, uid, keyHash, s.now())
+	view, err := s.cache.PeekN(bounded, uid, keyHash, s.now(), singlePeek)
 	if err != nil {
 		return FetchResult{}, err
 	}

@@ -1,0 +1,190 @@
+package dispatch_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/schedule"
+)
+
+// Function-field fakes of the service's Store and Cache, for the take loop's rare
+// branches (a claim refused for the rate, a slot found taken, a claim that fails): a
+// test sets the fields it needs; a method whose field is unset fails the call with an
+// error naming it, so a test never passes on a path it did not mean to take.
+
+type fakeStore struct {
+	ClaimFn         func(ctx context.Context, uid string, occ taskd.Occurrence, now time.Time, take taskd.Take) (taskd.ClaimOutcome, *taskd.Dispatch, error)
+	ResumeFn        func(ctx context.Context, uid, logID string, now time.Time, take taskd.Take) (taskd.ClaimOutcome, *taskd.Dispatch, bool, error)
+	OpenDispatchFn  func(ctx context.Context, uid string) (*taskd.Dispatch, error)
+	OpenSlotsFn     func(ctx context.Context, uid string) (int, []taskd.OpenSlot, error)
+	TaskTemplatesFn func(ctx context.Context, keys []taskd.TaskKey) (map[taskd.TaskKey]int64, error)
+	GetDispatchFn   func(ctx context.Context, logID string) (*taskd.Dispatch, error)
+	RedoFn          func(ctx context.Context, d *taskd.Dispatch, now time.Time) (bool, error)
+	ExpireFn        func(ctx context.Context, logID string, now time.Time) (*taskd.Dispatch, error)
+}
+
+func unset(name string) error { return fmt.Errorf("fake: %s called, but the test did not set it", name) }
+
+func (f *fakeStore) Claim(ctx context.Context, uid string, occ taskd.Occurrence, now time.Time, take taskd.Take) (taskd.ClaimOutcome, *taskd.Dispatch, error) {
+	if f.ClaimFn == nil {
+		return 0, nil, unset("Claim")
+	}
+	return f.ClaimFn(ctx, uid, occ, now, take)
+}
+
+func (f *fakeStore) Resume(ctx context.Context, uid, logID string, now time.Time, take taskd.Take) (taskd.ClaimOutcome, *taskd.Dispatch, bool, error) {
+	if f.ResumeFn == nil {
+		return 0, nil, false, unset("Resume")
+	}
+	return f.ResumeFn(ctx, uid, logID, now, take)
+}
+
+func (f *fakeStore) OpenDispatch(ctx context.Context, uid string) (*taskd.Dispatch, error) {
+	if f.OpenDispatchFn == nil {
+		return nil, unset("OpenDispatch")
+	}
+	return f.OpenDispatchFn(ctx, uid)
+}
+
+func (f *fakeStore) OpenSlots(ctx context.Context, uid string) (int, []taskd.OpenSlot, error) {
+	if f.OpenSlotsFn == nil {
+		return 0, nil, unset("OpenSlots")
+	}
+	return f.OpenSlotsFn(ctx, uid)
+}
+
+func (f *fakeStore) TaskTemplates(ctx context.Context, keys []taskd.TaskKey) (map[taskd.TaskKey]int64, error) {
+	if f.TaskTemplatesFn == nil {
+		return nil, unset("TaskTemplates")
+	}
+	return f.TaskTemplatesFn(ctx, keys)
+}
+
+func (f *fakeStore) GetDispatch(ctx context.Context, logID string) (*taskd.Dispatch, error) {
+	if f.GetDispatchFn == nil {
+		return nil, unset("GetDispatch")
+	}
+	return f.GetDispatchFn(ctx, logID)
+}
+
+func (f *fakeStore) Redo(ctx context.Context, d *taskd.Dispatch, now time.Time) (bool, error) {
+	if f.RedoFn == nil {
+		return false, unset("Redo")
+	}
+	return f.RedoFn(ctx, d, now)
+}
+
+func (f *fakeStore) Expire(ctx context.Context, logID string, now time.Time) (*taskd.Dispatch, error) {
+	if f.ExpireFn == nil {
+		return nil, unset("Expire")
+	}
+	return f.ExpireFn(ctx, logID, now)
+}
+
+func (f *fakeStore) ExpiredLeases(context.Context, time.Time, int, int, []int) ([]string, error) {
+	return nil, unset("ExpiredLeases")
+}
+
+func (f *fakeStore) Progress(context.Context, string, string, json.RawMessage, bool, time.Time) (*time.Time, error) {
+	return nil, unset("Progress")
+}
+
+func (f *fakeStore) CompleteStage(context.Context, string, string, json.RawMessage, string, json.RawMessage, time.Duration, time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
+	return 0, nil, unset("CompleteStage")
+}
+
+func (f *fakeStore) Complete(context.Context, string, string, taskd.Result, json.RawMessage, time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
+	return 0, nil, unset("Complete")
+}
+
+// fakeCache is a Cache whose writes are recorded (calls, in order, as "Pop", "SetOpen
+// <log id>", ...) and whose peeks are PeekFn's.
+type fakeCache struct {
+	PeekFn func(ctx context.Context, uid, keyHash string, now time.Time, n int) (schedule.View, error)
+
+	mu     sync.Mutex
+	calls  []string
+	popped []schedule.Entry
+}
+
+func (f *fakeCache) record(call string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, call)
+}
+
+func (f *fakeCache) PeekN(ctx context.Context, uid, keyHash string, now time.Time, n int) (schedule.View, error) {
+	f.record("Peek")
+	if f.PeekFn == nil {
+		return schedule.View{}, unset("Peek")
+	}
+	return f.PeekFn(ctx, uid, keyHash, now, n)
+}
+
+func (f *fakeCache) Pop(_ context.Context, _ string, popped []schedule.Entry) error {
+	f.mu.Lock()
+	f.popped = append(f.popped, popped...)
+	f.mu.Unlock()
+	f.record("Pop")
+	return nil
+}
+
+func (f *fakeCache) SetOpen(_ context.Context, _, logID string, popped []schedule.Entry) error {
+	f.mu.Lock()
+	f.popped = append(f.popped, popped...)
+	f.mu.Unlock()
+	f.record("SetOpen " + logID)
+	return nil
+}
+
+func (f *fakeCache) ClearOpen(context.Context, string, schedule.OpenHint) error {
+	f.record("ClearOpen")
+	return nil
+}
+
+func (f *fakeCache) ForgetOpen(context.Context, string) error {
+	f.record("ForgetOpen")
+	return nil
+}
+
+func (f *fakeCache) InvalidateUser(context.Context, string) error {
+	f.record("InvalidateUser")
+	return nil
+}
+
+func (f *fakeCache) InvalidateGroup(context.Context, string) error {
+	f.record("InvalidateGroup")
+	return nil
+}
+
+func (f *fakeCache) VerifyKey(context.Context, string, string) error { return nil }
+
+func (f *fakeCache) CountPoll(context.Context, string, time.Time) error { return nil }
+
+// called reports whether call was recorded.
+func (f *fakeCache) called(call string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.calls {
+		if c == call {
+			return true
+		}
+	}
+	return false
+}
+
+// wasPopped reports whether e was popped.
+func (f *fakeCache) wasPopped(e schedule.Entry) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, p := range f.popped {
+		if p == e {
+			return true
+		}
+	}
+	return false
+}

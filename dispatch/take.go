@@ -1,0 +1,272 @@
+package dispatch
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/schedule"
+)
+
+// The take loop serves every fetch: a fetch without max takes into slot 1, a batch
+// fetch into its free slots. It walks the user's due entries in heap order, each round
+// submitting as many claims as there are free slots, together (the group commit
+// decides them in one transaction), and a slot whose claim was refused goes to the
+// next entry. Each outcome is handled here, once:
+//
+//   - Claimed: handed out; the entry is popped (an until_exhausted occurrence stays on
+//     offer: see staysOnOffer).
+//   - UserBusy: another request of the user took the slot: the slot is not free, and
+//     the entry may still go into another. The caller hands out what holds its slot.
+//   - Holding, NotDue, Filtered: the entry stays (the user holds the occurrence open in
+//     another slot; a retry a little early by this node's clock; another template) and
+//     is not tried again in this fetch.
+//   - RateBound: the entry stays; the minute's end is when to look again.
+//   - Exhausted, AlreadyHad, Gone, NotTargeted: the entry is popped for good
+//     (NotTargeted also makes the user's heap stale).
+//
+// A popped rotation's next occurrence takes its place, as the heap's pop does: when it
+// is due it joins the walk at once, without another peek. view is a peek of asked
+// entries: when it had that many and all are tried with slots left, the heap may have
+// more, and the loop peeks again.
+
+// taking is what the take loop came to: the tasks handed out (in heap order) and when
+// the next entry not tried is due; busy says a slot was found taken by another request
+// of the user's, holding that an occurrence was found held open in another slot.
+type taking struct {
+	tasks   []*Assignment
+	next    *time.Time
+	busy    bool
+	holding bool
+}
+
+// taken is one claim or resume of a round.
+type taken struct {
+	entry   schedule.Entry
+	slot    int
+	outcome taskd.ClaimOutcome
+	d       *taskd.Dispatch
+	redo    bool
+	err     error
+}
+
+// takeInto takes uid's due entries in view into slots, for a fetch of templates (nil:
+// any). An error after some tasks were handed out returns them with it: they are
+// dispatched, and the client must know of them.
+func (s *Service) takeInto(ctx context.Context, uid string, view schedule.View, asked int, slots []int, templates []int64, now time.Time) (taking, error) {
+	var out taking
+	var popped []schedule.Entry
+	slot1 := "" // the log id dispatched into slot 1, for the single fetch's hint
+	tried := map[schedule.Entry]bool{}
+	var after []time.Time // the next occurrences, not yet due, of the entries popped
+	walk := slices.Clone(view.Due)
+	pop := func(e schedule.Entry) {
+		popped = append(popped, e)
+		if n, ok := e.Next(); ok {
+			if n.DueAt.After(now) {
+				after = append(after, n.DueAt)
+			} else {
+				walk = append(walk, n)
+			}
+		}
+	}
+	finish := func(err error) (taking, error) {
+		if err != nil {
+			s.forgetOpen(ctx, uid)
+		}
+		if slot1 != "" {
+			s.setOpen(ctx, uid, slot1, popped)
+		} else {
+			s.pop(ctx, uid, popped)
+		}
+		return out, err
+	}
+	known := map[taskd.TaskKey]int64{} // the templates of the tasks seen, with templates
+	for round := 0; len(slots) > 0 && round < maxRounds; round++ {
+		if err := s.leaveOut(ctx, walk, tried, known, templates); err != nil {
+			return finish(err)
+		}
+		slices.SortFunc(walk, func(a, b schedule.Entry) int {
+			switch {
+			case schedule.Less(a, b):
+				return -1
+			case schedule.Less(b, a):
+				return 1
+			}
+			return 0
+		})
+		var batch []taken
+		rest := walk[:0:0]
+		for _, e := range walk {
+			switch {
+			case tried[e]:
+			case len(batch) < len(slots):
+				batch = append(batch, taken{entry: e, slot: slots[len(batch)]})
+			default:
+				rest = append(rest, e)
+			}
+		}
+		walk = rest
+		if len(batch) == 0 {
+			if len(view.Due) < asked {
+				break // the heap has no more due entries
+			}
+			s.pop(ctx, uid, popped)
+			popped = nil
+			asked = min(max(s.peekSize(len(slots), len(tried)), 2*asked), maxPeek)
+			var err error
+			if view, err = s.cache.PeekN(ctx, uid, "", now, asked); err != nil {
+				return finish(err)
+			}
+			walk = slices.Clone(view.Due)
+			continue
+		}
+		s.takeAll(ctx, uid, batch, templates, now)
+		var again []int // slots whose claim was refused: free for the next entries
+		var failed error
+		for _, t := range batch {
+			tried[t.entry] = true
+			switch t.outcome {
+			case 0:
+				failed = t.err
+			case taskd.Claimed:
+				if !t.redo {
+					s.cfg.Metrics.Dispatched(t.d.Occurrence.Task.Kind.String())
+				}
+				if !staysOnOffer(t.entry, t.d) {
+					pop(t.entry)
+				} else if n, ok := t.entry.Next(); ok {
+					after = append(after, n.DueAt)
+				}
+				if t.slot == 1 {
+					slot1 = t.d.LogID
+				}
+				out.tasks = append(out.tasks, assignment(t.d, t.redo))
+			case taskd.UserBusy:
+				s.cfg.Metrics.ClaimRefused("user_busy")
+				out.busy = true
+				delete(tried, t.entry)
+				walk = append(walk, t.entry)
+			case taskd.Holding:
+				s.cfg.Metrics.ClaimRefused("user_busy")
+				out.holding = true
+				again = append(again, t.slot)
+			case taskd.NotDue, taskd.Filtered:
+				again = append(again, t.slot)
+			case taskd.RateBound:
+				s.cfg.Metrics.ClaimRefused("rate_bound")
+				again = append(again, t.slot)
+				after = append(after, now.Truncate(time.Minute).Add(time.Minute))
+			default:
+				s.cfg.Metrics.ClaimRefused(refusal(t.outcome))
+				pop(t.entry)
+				s.notTargeted(ctx, uid, t.outcome)
+				again = append(again, t.slot)
+			}
+		}
+		if failed != nil {
+			return finish(failed)
+		}
+		slots = append(again, slots[len(batch):]...)
+		slices.Sort(slots)
+	}
+	consider := func(t time.Time) {
+		if out.next == nil || t.Before(*out.next) {
+			out.next = &t
+		}
+	}
+	for _, e := range walk {
+		if !tried[e] {
+			consider(e.DueAt)
+		}
+	}
+	if view.Next != nil {
+		consider(view.Next.DueAt)
+	}
+	for _, t := range after {
+		consider(t)
+	}
+	return finish(nil)
+}
+
+// takeAll takes a round's entries, each into its slot: one alone at once, several
+// together, so that their claims share a batch.
+func (s *Service) takeAll(ctx context.Context, uid string, batch []taken, templates []int64, now time.Time) {
+	one := func(t *taken) {
+		t.outcome, t.d, t.redo, t.err = s.take(ctx, uid, t.entry, now, taskd.Take{Slot: t.slot, Templates: templates})
+		if t.err != nil {
+			t.outcome = 0
+		}
+	}
+	if len(batch) == 1 {
+		one(&batch[0])
+		return
+	}
+	var wg sync.WaitGroup
+	for i := range batch {
+		wg.Go(func() { one(&batch[i]) })
+	}
+	wg.Wait()
+}
+
+// take dispatches a due heap entry to uid, into the open slot tk names: it claims the
+// entry's occurrence, or, for a waiting dispatch of the user, resumes it (redo says it
+// is handed out again). A task whose dispatch rate this node found used up is refused
+// without asking MySQL for a second (or to the minute's end, if sooner), so users
+// waiting on it cost one claim a second, and an edit that lifts the bound reaches them
+// within the second.
+func (s *Service) take(ctx context.Context, uid string, e schedule.Entry, now time.Time, tk taskd.Take) (taskd.ClaimOutcome, *taskd.Dispatch, bool, error) {
+	if e.LogID != "" {
+		return s.store.Resume(ctx, uid, e.LogID, now, tk)
+	}
+	if until, ok := s.rateBound.Load(e.Task); ok {
+		if now.Before(until.(time.Time)) {
+			return taskd.RateBound, nil, false, nil
+		}
+		s.rateBound.Delete(e.Task)
+	}
+	outcome, d, err := s.store.Claim(ctx, uid, e.Occurrence(), now, tk)
+	if outcome == taskd.RateBound {
+		until := now.Add(time.Second)
+		if minute := now.Truncate(time.Minute).Add(time.Minute); minute.Before(until) {
+			until = minute
+		}
+		s.rateBound.Store(e.Task, until)
+	}
+	return outcome, d, false, err
+}
+
+// leaveOut marks tried, with templates, the entries of tasks of other templates,
+// reading the templates it does not know yet (into known) in one query: a due task of
+// another template costs no claim. (The claim checks again: an edit in between gives
+// Filtered.) A waiting dispatch's entry names no task, and is left to its resume.
+func (s *Service) leaveOut(ctx context.Context, walk []schedule.Entry, tried map[schedule.Entry]bool, known map[taskd.TaskKey]int64, templates []int64) error {
+	if len(templates) == 0 {
+		return nil
+	}
+	var unknown []taskd.TaskKey
+	for _, e := range walk {
+		if _, ok := known[e.Task]; !ok && e.LogID == "" && !tried[e] {
+			known[e.Task] = 0 // asked for below
+			unknown = append(unknown, e.Task)
+		}
+	}
+	if len(unknown) > 0 {
+		m, err := s.store.TaskTemplates(ctx, unknown)
+		if err != nil {
+			return err
+		}
+		for _, k := range unknown {
+			known[k] = m[k] // 0: no such task; the claim finds it gone
+		}
+	}
+	only := taskd.Take{Templates: templates}
+	for _, e := range walk {
+		if id := known[e.Task]; e.LogID == "" && id != 0 && !only.Allows(id) {
+			tried[e] = true
+		}
+	}
+	return nil
+}
