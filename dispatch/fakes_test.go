@@ -27,7 +27,9 @@ type fakeStore struct {
 	ExpireFn        func(ctx context.Context, logID string, now time.Time) (*taskd.Dispatch, error)
 }
 
-func unset(name string) error { return fmt.Errorf("fake: %s called, but the test did not set it", name) }
+func unset(name string) error {
+	return fmt.Errorf("fake: %s called, but the test did not set it", name)
+}
 
 func (f *fakeStore) Claim(ctx context.Context, uid string, occ taskd.Occurrence, now time.Time, take taskd.Take) (taskd.ClaimOutcome, *taskd.Dispatch, error) {
 	if f.ClaimFn == nil {
