@@ -32,7 +32,51 @@ import (
 // loadClaimTasks reads the tasks of keys, with their templates' settings and stages,
 // in share mode. Missing tasks are absent from the map.
 func loadClaimTasks(ctx context.Context, tx *sql.Tx, keys []taskd.TaskKey) (map[taskd.TaskKey]*taskd.ClaimTask, error) {
-	out := make(map[taskd.TaskKey]*taskd.ClaimTask, len(keys))
+	tasks, _, err := loadClaimTargets(ctx, tx, keys, nil)
+	return tasks, err
+}
+
+// loadClaimTask reads one task as loadClaimTasks does; nil when it is missing.
+func loadClaimTask(ctx context.Context, tx *sql.Tx, k taskd.TaskKey) (*taskd.ClaimTask, error) {
+	m, err := loadClaimTasks(ctx, tx, []taskd.TaskKey{k})
+	return m[k], err
+}
+
+// member is a user of a group task's group, as loadClaimTargets finds it (the uid in
+// lower case: ids compare without case, as the columns do).
+type member struct {
+	task taskd.TaskKey
+	uid  string
+}
+
+// claimPairs are the (task id, uid) arguments of the claims of tasks of kind, keys[i]
+// claimed by uids[i]; none without uids.
+func claimPairs(keys []taskd.TaskKey, uids []string, kind taskd.Kind) []any {
+	var pairs []any
+	for i, u := range uids {
+		if keys[i].Kind == kind {
+			pairs = append(pairs, keys[i].ID, u)
+		}
+	}
+	return pairs
+}
+
+// loadClaimTargets reads the tasks of keys, with their templates, and, in the same
+// statement, which of uids are members of each group task's group, all in share mode:
+// an edit of the task or its template, or a member's removal, committed after this
+// read waits for the claim's commit, so an admin told a member is gone is never
+// followed by a claim of the member's; and a claim after such a commit sees it. A
+// removed member's cached heap may still offer the group's tasks (its invalidation may
+// not have reached Redis yet): MySQL's membership is what a claim goes by.
+func loadClaimTargets(ctx context.Context, tx *sql.Tx, keys []taskd.TaskKey, uids []string) (map[taskd.TaskKey]*taskd.ClaimTask, map[member]bool, error) {
+	tasks := make(map[taskd.TaskKey]*taskd.ClaimTask, len(keys))
+	members := map[member]bool{}
+	var users []any // the claims' distinct uids
+	for _, u := range uids {
+		if !slices.Contains(users, any(u)) {
+			users = append(users, u)
+		}
+	}
 	for _, kind := range []taskd.Kind{taskd.KindOnce, taskd.KindRotate} {
 		var ids []any
 		for _, k := range keys {
@@ -45,14 +89,26 @@ func loadClaimTasks(ctx context.Context, tx *sql.Tx, keys []taskd.TaskKey) (map[
 		}
 		cols := "t.id, t.executor, t.status, t.start_time, t.dispatch_times, t.mode, t.template_id, t.params, " +
 			settingsCols("t") + ", " + settingsCols("p") + ", p.stages"
-		q := "SELECT " + cols + ", 0, NULL FROM task_once t"
+		q := "SELECT " + cols + ", 0, NULL"
+		table := "task_once"
 		if kind == taskd.KindRotate {
-			q = "SELECT " + cols + ", t.space_minutes, t.end_time FROM task_rotate t"
+			q, table = "SELECT "+cols+", t.space_minutes, t.end_time", "task_rotate"
 		}
-		rows, err := tx.QueryContext(ctx, q+" LEFT JOIN task_params_template p ON p.id = t.template_id WHERE t.id IN ("+
-			marks(len(ids))+") LOCK IN SHARE MODE", ids...)
+		args := ids
+		join := ""
+		if pairs := claimPairs(keys, uids, kind); len(pairs) > 0 {
+			// The member rows of each task's group among the claims' users, and of
+			// those only the (task, uid) pairs claimed: a row per task and claim, not
+			// per task and user.
+			q += ", m.uid"
+			join = " LEFT JOIN group_member m ON t.executor LIKE 'gid\\_%' AND m.gid = SUBSTRING(t.executor, 5) AND m.uid IN (" +
+				marks(len(users)) + ") AND (t.id, m.uid) IN (" + tuples(len(pairs)/2, 2) + ")"
+			args = append(append(slices.Clone(users), pairs...), ids...)
+		}
+		rows, err := tx.QueryContext(ctx, q+" FROM "+table+" t LEFT JOIN task_params_template p ON p.id = t.template_id"+join+
+			" WHERE t.id IN ("+marks(len(ids))+") LOCK IN SHARE MODE", args...)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for rows.Next() {
 			var id, space int64
@@ -61,15 +117,27 @@ func loadClaimTasks(ctx context.Context, tx *sql.Tx, keys []taskd.TaskKey) (map[
 			var stages *string
 			var executor, params string
 			var end sql.NullTime
+			var uid sql.NullString
 			dest := []any{&id, &executor, &t.Status, &t.Start, &t.Quota, &t.Mode, &t.TemplateID, &params}
 			dest = append(append(dest, settingsDest(&own)...), settingsDest(&tpl)...)
-			err := rows.Scan(append(dest, &stages, &space, &end)...)
+			dest = append(dest, &stages, &space, &end)
+			if join != "" {
+				dest = append(dest, &uid)
+			}
+			err := rows.Scan(dest...)
 			if err == nil {
 				t.Stages, err = parseStages(stages)
 			}
 			if err != nil {
 				rows.Close()
-				return nil, err
+				return nil, nil, err
+			}
+			key := taskd.TaskKey{Kind: kind, ID: id}
+			if uid.Valid {
+				members[member{key, strings.ToLower(uid.String)}] = true
+			}
+			if tasks[key] != nil {
+				continue // the task's row again, with another member
 			}
 			t.Settings, _ = taskd.Resolve(own, tpl)
 			t.Start, t.Space, t.Params = t.Start.UTC(), time.Duration(space)*time.Minute, json.RawMessage(params)
@@ -77,61 +145,14 @@ func loadClaimTasks(ctx context.Context, tx *sql.Tx, keys []taskd.TaskKey) (map[
 				t.End = &end.Time
 			}
 			t.Executor, _ = taskd.ParseExecutor(executor)
-			out[taskd.TaskKey{Kind: kind, ID: id}] = &t
+			tasks[key] = &t
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return out, nil
-}
-
-// loadClaimTask reads one task as loadClaimTasks does; nil when it is missing.
-func loadClaimTask(ctx context.Context, tx *sql.Tx, k taskd.TaskKey) (*taskd.ClaimTask, error) {
-	m, err := loadClaimTasks(ctx, tx, []taskd.TaskKey{k})
-	return m[k], err
-}
-
-// targeted sets each claim's Targeted: its task's executor is the user, or a group
-// the user is a member of now. A removed member's cached heap may still offer the
-// group's tasks (its invalidation may not have reached Redis yet); MySQL's membership
-// is what a claim goes by. One read for every group claim.
-func targeted(ctx context.Context, tx *sql.Tx, claims []taskd.Claim) error {
-	var args []any
-	for i := range claims {
-		switch c := &claims[i]; {
-		case c.Task == nil:
-		case !c.Task.Executor.Group:
-			c.Targeted = strings.EqualFold(c.Task.Executor.ID, c.UID) // as the id columns compare
-		default:
-			args = append(args, c.Task.Executor.ID, c.UID)
-		}
-	}
-	if len(args) == 0 {
-		return nil
-	}
-	// In share mode: a removal committed after this read waits for the claim, so an
-	// admin told the member is gone is never followed by a claim of the member's.
-	rows, err := tx.QueryContext(ctx, "SELECT gid, uid FROM group_member WHERE "+anyOf(len(args)/2, "gid", "uid")+" LOCK IN SHARE MODE", args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	member := map[[2]string]bool{}
-	for rows.Next() {
-		var gid, uid string
-		if err := rows.Scan(&gid, &uid); err != nil {
-			return err
-		}
-		member[[2]string{strings.ToLower(gid), strings.ToLower(uid)}] = true
-	}
-	for i := range claims {
-		if c := &claims[i]; c.Task != nil && c.Task.Executor.Group {
-			c.Targeted = member[[2]string{strings.ToLower(c.Task.Executor.ID), strings.ToLower(c.UID)}]
-		}
-	}
-	return rows.Err()
+	return tasks, members, nil
 }
 
 // Claim tries to dispatch occurrence occ to uid at now, into the open slot take names
@@ -245,15 +266,24 @@ func (s *Store) claimAll(ctx context.Context, c *claimRun) error {
 	for i, cl := range c.claims {
 		keys[i] = cl.Occurrence.Task
 	}
-	tasks, err := loadClaimTasks(ctx, c.tx, keys)
+	uids := make([]string, len(c.claims))
+	for i, cl := range c.claims {
+		uids[i] = cl.UID
+	}
+	tasks, members, err := loadClaimTargets(ctx, c.tx, keys, uids)
 	if err != nil {
 		return err
 	}
 	for i := range c.claims {
-		c.claims[i].Task = tasks[keys[i]]
-	}
-	if err := targeted(ctx, c.tx, c.claims); err != nil {
-		return err
+		cl := &c.claims[i]
+		if cl.Task = tasks[keys[i]]; cl.Task == nil {
+			continue
+		}
+		if cl.Task.Executor.Group {
+			cl.Targeted = members[member{keys[i], strings.ToLower(cl.UID)}]
+		} else {
+			cl.Targeted = strings.EqualFold(cl.Task.Executor.ID, cl.UID) // as the id columns compare
+		}
 	}
 	for i := range c.claims {
 		if c.claims[i].Refusal() == 0 {

@@ -12,9 +12,9 @@ import (
 	"github.com/taskpull/taskd/internal/testenv"
 )
 
-// A claim tells a taken slot from an exhausted quota by the rows the conditional
-// increment changed. A DSN with clientFoundRows=true would count matched rows instead
-// and over-dispatch; the store must ignore that option.
+// Writes tell a change from none by the rows they changed. A DSN with
+// clientFoundRows=true would count matched rows instead; the store must ignore that
+// option, and the quota must hold whatever the DSN says.
 func TestClaimRespectsQuotaWhateverTheDSN(t *testing.T) {
 	t.Parallel()
 	dsn := testenv.MySQLDSN(t)

@@ -115,8 +115,9 @@ func Open(ctx context.Context, dsn string, opt OpenOptions) (*Store, error) {
 	}
 	cfg.ParseTime = true
 	cfg.Loc = time.UTC
-	// Claims read "rows affected" to tell a taken slot from an exhausted quota: that
-	// count must be of changed rows, whatever the operator's DSN says.
+	// Writes read "rows affected" to tell a change from none (a redo of a dispatch no
+	// longer open, a revoked key): that count must be of changed rows, whatever the
+	// operator's DSN says.
 	cfg.ClientFoundRows = false
 	// Arguments are interpolated into the statement text by the driver instead of a
 	// server-side prepare, execute and close per statement: three round trips become
