@@ -28,6 +28,23 @@ type ClaimTask struct {
 	Params     json.RawMessage
 	Settings   Effective
 	Stages     []string // the template's; nil: none
+	// Rollout is the task's rollout as its claims see it; nil: none.
+	Rollout *ClaimRollout
+}
+
+// ClaimRollout is a rollout as a claim sees it: the current phase (1-based, what the
+// dispatch record carries), its cap on each occurrence's claims (-1: none), and whether
+// only the members at its start may claim (snapshot targeting).
+type ClaimRollout struct {
+	Phase    int
+	Cap      int
+	Snapshot bool
+}
+
+// Counted reports whether a claim of the task reads its occurrence's counter: its
+// quota is limited, or a rollout caps it.
+func (t *ClaimTask) Counted() bool {
+	return t.Limited() || t.Rollout != nil && t.Rollout.Cap >= 0
 }
 
 // Offers reports whether the task is active and has occ.
@@ -77,7 +94,16 @@ func (c *Claim) NewDispatch(logID string, now time.Time) *Dispatch {
 		Params:          t.Params,
 		DispatchedAt:    now,
 		Slot:            c.Take.OpenSlot(),
+		RolloutPhase:    t.rolloutPhase(),
 	}
+}
+
+// rolloutPhase is the phase a dispatch claimed now is counted in (0: no rollout).
+func (t *ClaimTask) rolloutPhase() int {
+	if t.Rollout == nil {
+		return 0
+	}
+	return t.Rollout.Phase
 }
 
 // TakeUp gives a re-take d what the user's expired attempt left: its checkpoint, and
@@ -148,19 +174,24 @@ type Claim struct {
 	// executor, or a group UID is a member of).
 	Task     *ClaimTask
 	Targeted bool
+	// InSnapshot says UID was a member of the group when the task's snapshot rollout
+	// started.
+	InSnapshot bool
 	// Prior is what UID did before at the occurrence.
 	Prior Prior
 }
 
 // Refusal is what a claim comes to before the user's history and the shared counters
-// are read: Gone, NotTargeted, Filtered, or 0 when those decide. The store reads
-// holds, records and counters only for the claims it leaves open.
+// are read: Gone, NotTargeted, NotInRollout, Filtered, or 0 when those decide. The
+// store reads holds, records and counters only for the claims it leaves open.
 func (c *Claim) Refusal() ClaimOutcome {
 	switch {
 	case !c.Task.Offers(c.Occurrence):
 		return Gone
 	case !c.Targeted:
 		return NotTargeted
+	case c.Task.Rollout != nil && c.Task.Rollout.Snapshot && !c.InSnapshot:
+		return NotInRollout
 	case !c.Take.Allows(c.Task.TemplateID):
 		return Filtered
 	}
@@ -186,8 +217,8 @@ type ClaimCounts struct {
 // committed: a grant takes a quota slot, a count of the task's rate and the user's open
 // slot, and the user holds the occurrence for the claims after it. counts is not
 // changed. In the order of the checks: the refusal (Gone, NotTargeted, Filtered), the
-// user's history (Holding, AlreadyHad), the quota (Exhausted), the rate (RateBound),
-// the open slot (UserBusy).
+// user's history (Holding, AlreadyHad), the quota (Exhausted), the rollout's phase
+// (PhaseBound), the rate (RateBound), the open slot (UserBusy).
 func DecideClaims(claims []Claim, counts ClaimCounts) []ClaimOutcome {
 	out := make([]ClaimOutcome, len(claims))
 	var added map[Occurrence]int
@@ -213,6 +244,8 @@ func DecideClaims(claims []Claim, counts ClaimCounts) []ClaimOutcome {
 			out[i] = AlreadyHad
 		case t.Quota == 0, t.Limited() && counts.Claimed[c.Occurrence]+added[c.Occurrence] >= t.Quota:
 			out[i] = Exhausted
+		case t.Rollout != nil && t.Rollout.Cap >= 0 && counts.Claimed[c.Occurrence]+added[c.Occurrence] >= t.Rollout.Cap:
+			out[i] = PhaseBound
 		case t.Settings.DispatchRatePerMinute > 0 && counts.Rate[c.Occurrence.Task]+rated[c.Occurrence.Task] >= t.Settings.DispatchRatePerMinute:
 			out[i] = RateBound
 		case counts.Busy[slot] || taken[slot]:

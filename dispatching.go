@@ -90,6 +90,9 @@ type Dispatch struct {
 	// targets may have dropped from their heaps.
 	Executor string
 	Reopened bool
+	// RolloutPhase is the rollout phase (1-based) the dispatch was claimed in, which its
+	// gate counts it in; 0: its task had no rollout.
+	RolloutPhase int
 }
 
 // LeaseExpired reports whether the dispatch is open past its lease at now.
@@ -101,16 +104,18 @@ func (d *Dispatch) LeaseExpired(now time.Time) bool {
 type ClaimOutcome uint8
 
 const (
-	Claimed     ClaimOutcome = iota + 1 // dispatched: the record is open
-	Exhausted                           // the quota is used up: drop the occurrence
-	AlreadyHad                          // once_per_user and the user had it: drop it
-	Gone                                // the task is no longer active or no longer has this occurrence: drop it
-	UserBusy                            // the user already has an open dispatch: return that one
-	NotDue                              // (Resume) the retry's backoff is not over yet: keep the entry
-	Holding                             // until_exhausted, and the user holds it open in another slot: keep the entry
-	Filtered                            // not of a template the fetch asked for: keep the entry
-	RateBound                           // the task's dispatch_rate_per_minute is used up this minute: keep the entry
-	NotTargeted                         // the task no longer targets the user (moved to another executor, or the user left its group): drop it, rebuild the user's heap
+	Claimed      ClaimOutcome = iota + 1 // dispatched: the record is open
+	Exhausted                            // the quota is used up: drop the occurrence
+	AlreadyHad                           // once_per_user and the user had it: drop it
+	Gone                                 // the task is no longer active or no longer has this occurrence: drop it
+	UserBusy                             // the user already has an open dispatch: return that one
+	NotDue                               // (Resume) the retry's backoff is not over yet: keep the entry
+	Holding                              // until_exhausted, and the user holds it open in another slot: keep the entry
+	Filtered                             // not of a template the fetch asked for: keep the entry
+	RateBound                            // the task's dispatch_rate_per_minute is used up this minute: keep the entry
+	NotTargeted                          // the task no longer targets the user (moved to another executor, or the user left its group): drop it, rebuild the user's heap
+	PhaseBound                           // the rollout's current phase has given its cap: keep the entry (nothing is due for the user until the phase moves)
+	NotInRollout                         // a snapshot rollout, and the user joined the group after its start: drop it
 )
 
 // CompleteOutcome is what a complete came to.

@@ -53,4 +53,24 @@ type Event struct {
 	LatencyMS *int64    `json:"latency_ms,omitempty"`
 	Node      string    `json:"node"`
 	At        time.Time `json:"at"`
+	// RolloutEvent is set on a rollout's events (rollout.*), which name the task alone
+	// (no log id or uid).
+	*RolloutEvent
+}
+
+// RolloutEvent is what a rollout event says: the move (from_state to state), the phase
+// it is in now (1-based), its cap, and the figures of the phase the move decided on.
+type RolloutEvent struct {
+	FromState string `json:"from_state"`
+	State     string `json:"state"`
+	Phase     int    `json:"phase"`
+	Cap       int    `json:"cap"`
+	PhaseFigures
+	// Actor is the admin who moved it; "" for the server's own moves.
+	Actor string `json:"actor,omitempty"`
+}
+
+// RolloutEventID is the id of a rollout event of task at at: unique per move.
+func RolloutEventID(task TaskKey, typ string, at time.Time) string {
+	return "rollout:" + task.String() + ":" + at.UTC().Format(time.RFC3339Nano) + ":" + typ
 }

@@ -248,7 +248,9 @@ type Task struct {
 	// Effective are the settings its dispatches get, as read from the store; Inherited
 	// names those its template gave.
 	Effective
-	Inherited []string  `json:"inherited"`
+	Inherited []string `json:"inherited"`
+	// Rollout, when set, releases the quota in phases (rollout.go); nil: all at once.
+	Rollout   *Rollout  `json:"rollout,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 	// Version counts the task's writes (its ETag).
@@ -294,6 +296,14 @@ func (t Task) Validate() error {
 	}
 	if err := t.Own.Validate(); err != nil {
 		return err
+	}
+	if t.Rollout != nil {
+		if e, _ := ParseExecutor(t.Executor); !e.Group {
+			return bad("rollout: a rollout releases a group task's quota; %s is a user", t.Executor)
+		}
+		if err := t.Rollout.Validate(t.DispatchTimes); err != nil {
+			return err
+		}
 	}
 	switch t.Key.Kind {
 	case KindOnce:

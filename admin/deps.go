@@ -57,6 +57,15 @@ type Store interface {
 	ListClients(ctx context.Context, f taskd.ClientFilter, after string, limit int) ([]taskd.Client, bool, error)
 	ListGroups(ctx context.Context, after string, limit int) ([]taskd.GroupSummary, bool, error)
 	VersionStats(ctx context.Context, from, to time.Time) ([]taskd.VersionStats, error)
+
+	// TaskRollout returns a task's rollout after the server's move due at now;
+	// MoveRollout applies an admin's move (audited; conflict for a move the state does
+	// not allow); ActiveRollouts lists those neither completed nor aborted.
+	TaskRollout(ctx context.Context, key taskd.TaskKey, now time.Time) (taskd.RolloutView, error)
+	MoveRollout(ctx context.Context, actor string, key taskd.TaskKey, move taskd.RolloutMove, now time.Time) (taskd.RolloutView, error)
+	ActiveRollouts(ctx context.Context) ([]taskd.RolloutSummary, error)
+	// StepRollouts makes the server's moves due at now and returns the rollouts moved.
+	StepRollouts(ctx context.Context, now time.Time) ([]taskd.RolloutView, error)
 }
 
 // Cache is what the admin service needs from the cache (Redis, package queue): to make

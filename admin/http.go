@@ -280,6 +280,8 @@ type taskRequest struct {
 	settingsRequest
 	SpaceMinutes *reqInt  `json:"space_minutes"`
 	EndTime      *reqTime `json:"end_time"`
+	// Rollout releases the quota in phases (null or absent: none).
+	Rollout *taskd.Rollout `json:"rollout"`
 }
 
 // intField reads an optional integer field into dst when it is present.
@@ -340,6 +342,10 @@ func (req *taskRequest) task(kind taskd.Kind) (taskd.Task, error) {
 	}
 	if t.Own, err = req.settings(); err != nil {
 		return t, err
+	}
+	if req.Rollout != nil {
+		r := req.Rollout.WithDefaults()
+		t.Rollout = &r
 	}
 	if kind == taskd.KindOnce {
 		if req.SpaceMinutes != nil || req.EndTime != nil {

@@ -123,6 +123,9 @@ var round4 = []endpoint{
 	{"GET", "/v1/admin/stats/agents", authAdmin, false, false, []int{200}},
 	{"POST", "/v1/admin/tasks/{kind}/preview", authAdmin, true, false, []int{200, 422}},
 	{"GET", "/v1/admin/campaigns/{id}/failures", authAdmin, false, true, []int{200}},
+	{"GET", "/v1/admin/tasks/{kind}/{id}/rollout", authAdmin, false, true, []int{200}},
+	{"POST", "/v1/admin/tasks/{kind}/{id}/rollout/{move}", authAdmin, false, true, []int{200, 409}},
+	{"GET", "/v1/admin/rollouts", authAdmin, false, false, []int{200}},
 }
 
 func expectedCodes(e endpoint) []int {

@@ -298,6 +298,8 @@ func refusal(o taskd.ClaimOutcome) string {
 		return "already_had"
 	case taskd.NotTargeted:
 		return "not_targeted"
+	case taskd.NotInRollout:
+		return "not_in_rollout"
 	}
 	return "gone"
 }

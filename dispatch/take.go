@@ -24,8 +24,10 @@ import (
 //     another slot; a retry a little early by this node's clock; another template) and
 //     is not tried again in this fetch.
 //   - RateBound: the entry stays; the minute's end is when to look again.
-//   - Exhausted, AlreadyHad, Gone, NotTargeted: the entry is popped for good
-//     (NotTargeted also makes the user's heap stale).
+//   - PhaseBound: the entry stays (a rollout's phase gave its cap; the next phase may
+//     give the user a slot), and is not what the user waits for.
+//   - Exhausted, AlreadyHad, Gone, NotTargeted, NotInRollout: the entry is popped for
+//     good (NotTargeted also makes the user's heap stale).
 //
 // A popped rotation's next occurrence takes its place, as the heap's pop does: when it
 // is due it joins the walk at once, without another peek. view is a peek of asked
@@ -154,6 +156,11 @@ func (s *Service) takeInto(ctx context.Context, uid string, view schedule.View, 
 				out.holding = true
 				again = append(again, t.slot)
 			case taskd.NotDue, taskd.Filtered:
+				again = append(again, t.slot)
+			case taskd.PhaseBound:
+				// The rollout's phase has given its cap: the entry stays, and is not
+				// what the user waits for (nothing is due for it until the phase moves).
+				s.cfg.Metrics.ClaimRefused("phase_bound")
 				again = append(again, t.slot)
 			case taskd.RateBound:
 				s.cfg.Metrics.ClaimRefused("rate_bound")

@@ -128,6 +128,7 @@ func (a *App) RunBackground(ctx context.Context) {
 	wg.Go(func() { a.runJanitor(ctx) })
 	wg.Go(func() { a.Fleet.Run(ctx, fleetFlush, a.cfg.RequestTimeout) })
 	wg.Go(func() { a.Campaigns.Run(ctx) })
+	wg.Go(func() { a.Admin.RunRollouts(ctx) })
 	wg.Go(func() { a.divideSweeps(ctx) })
 	a.Dispatch.RunSweeper(ctx, a.cfg.SweepInterval, a.sweepShards)
 	wg.Wait()

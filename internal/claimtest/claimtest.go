@@ -30,6 +30,11 @@ type Task struct {
 	Paused      bool
 	Template    string // "a" (default) or "b"
 	ForUser     string // the task targets this user alone; "": the group
+	// PhaseCap, when set, gives the task a rollout whose first (current) phase caps each
+	// occurrence's claims at it (then the whole quota); Snapshot makes its targeting
+	// snapshot.
+	PhaseCap *int
+	Snapshot bool
 }
 
 // History is what a user did at a task's occurrence before the claims.
@@ -67,6 +72,9 @@ type Scenario struct {
 	Before    []Before
 	Claims    []Claim
 	Strangers []string // users who are not members of the group
+	// Latecomers join the group after the tasks were made (after a snapshot
+	// rollout's start).
+	Latecomers []string
 }
 
 // Scenarios are the claim rules' cases.
@@ -172,6 +180,25 @@ var Scenarios = []Scenario{
 		Before: []Before{{UID: "a", Task: "held", What: Holds}},
 		Claims: []Claim{{UID: "a", Task: "t", Want: taskd.UserBusy}, {UID: "a", Task: "t", Slot: 2, Want: taskd.Claimed}, {UID: "b", Task: "t", Want: taskd.Exhausted}},
 	},
+	{
+		Name:  "a rollout's phase caps each occurrence's claims",
+		Tasks: []Task{{Name: "t", Quota: 10, PhaseCap: new(2)}},
+		Claims: []Claim{{UID: "a", Task: "t", Want: taskd.Claimed}, {UID: "b", Task: "t", Want: taskd.Claimed},
+			{UID: "c", Task: "t", Want: taskd.PhaseBound}, {UID: "a", Task: "t", Slot: 2, Want: taskd.AlreadyHad}},
+	},
+	{
+		Name:   "a rollout's cap counts what came before",
+		Tasks:  []Task{{Name: "t", Quota: taskd.Unlimited, PhaseCap: new(2), Mode: taskd.ModeUntilExhausted}},
+		Before: []Before{{UID: "a", Task: "t", What: Finished}},
+		Claims: []Claim{{UID: "a", Task: "t", Want: taskd.Claimed}, {UID: "b", Task: "t", Want: taskd.PhaseBound}},
+	},
+	{
+		Name:       "a snapshot rollout: a latecomer may not claim, a member at the start may",
+		Tasks:      []Task{{Name: "t", Quota: 10, PhaseCap: new(5), Snapshot: true}, {Name: "u", Quota: 10, PhaseCap: new(5)}},
+		Latecomers: []string{"late"},
+		Claims: []Claim{{UID: "late", Task: "t", Want: taskd.NotInRollout}, {UID: "a", Task: "t", Want: taskd.Claimed},
+			{UID: "late", Task: "u", Want: taskd.Claimed}},
+	},
 }
 
 // templateIDs are the ids Domain gives the templates.
@@ -204,6 +231,9 @@ func (sc Scenario) Domain() ([]taskd.Claim, taskd.ClaimCounts) {
 		}
 		if t.ForUser != "" {
 			ct.Executor = taskd.Executor{ID: t.ForUser}
+		}
+		if t.PhaseCap != nil {
+			ct.Rollout = &taskd.ClaimRollout{Phase: 1, Cap: *t.PhaseCap, Snapshot: t.Snapshot}
 		}
 		tasks[t.Name], keys[t.Name] = ct, taskd.TaskKey{Kind: taskd.KindOnce, ID: int64(i + 1)}
 	}
@@ -242,7 +272,8 @@ func (sc Scenario) Domain() ([]taskd.Claim, taskd.ClaimCounts) {
 		}
 		claims[i] = taskd.Claim{UID: c.UID, Occurrence: taskd.Occurrence{Task: keys[c.Task], DueAt: At},
 			Take: taskd.Take{Slot: c.Slot, Templates: ids}, Task: t, Prior: prior[[2]string{c.UID, c.Task}],
-			Targeted: t.Executor.Group && !contains(sc.Strangers, c.UID) || !t.Executor.Group && t.Executor.ID == c.UID}
+			Targeted:   t.Executor.Group && !contains(sc.Strangers, c.UID) || !t.Executor.Group && t.Executor.ID == c.UID,
+			InSnapshot: !contains(sc.Latecomers, c.UID)}
 	}
 	return claims, counts
 }

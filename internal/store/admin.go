@@ -170,11 +170,15 @@ func (s *Store) CreateTask(ctx context.Context, actor string, t taskd.Task, now 
 			return err
 		}
 		s.between(ctx, "task.create")
+		rollout, err := rolloutArg(t.Rollout)
+		if err != nil {
+			return err
+		}
 		cols := "executor, start_time, template_id, params, dispatch_times, mode, priority, status, " +
-			strings.Join(settingsNames, ", ") + ", created_at, updated_at"
+			strings.Join(settingsNames, ", ") + ", created_at, updated_at, rollout"
 		args := append([]any{t.Executor, t.StartTime, t.TemplateID, string(t.Params), t.DispatchTimes, t.Mode,
 			t.Priority, t.Status}, settingsArgs(t.Own)...)
-		args = append(args, now, now)
+		args = append(args, now, now, rollout)
 		if t.Key.Kind == taskd.KindRotate {
 			cols += ", space_minutes, end_time"
 			args = append(args, t.SpaceMinutes, t.EndTime)
@@ -184,6 +188,9 @@ func (s *Store) CreateTask(ctx context.Context, actor string, t taskd.Task, now 
 			return err
 		}
 		if t.Key.ID, err = res.LastInsertId(); err != nil {
+			return err
+		}
+		if err := syncRollout(ctx, tx, nil, t, now); err != nil {
 			return err
 		}
 		if t, err = getTask(ctx, tx, t.Key); err != nil {
@@ -211,7 +218,7 @@ func templateLive(ctx context.Context, tx *sql.Tx, id int64) error {
 
 // taskColumns are a task's columns (alias t) and its template's settings (alias p).
 var taskColumns = `t.id, t.executor, t.start_time, t.template_id, t.params, t.dispatch_times, t.mode, t.priority,
-	t.status, t.created_at, t.updated_at, t.version, ` + settingsCols("t") + ", " + settingsCols("p")
+	t.status, t.created_at, t.updated_at, t.version, t.rollout, ` + settingsCols("t") + ", " + settingsCols("p")
 
 // scanTask scans selectTask's columns; the effective settings are resolved from the
 // task's own and its template's.
@@ -221,8 +228,9 @@ func scanTask(row scanner, kind taskd.Kind) (taskd.Task, error) {
 	var space sql.NullInt64
 	var end sql.NullTime
 	var tpl taskd.Settings
+	var rollout sql.NullString
 	dest := []any{&t.Key.ID, &t.Executor, &t.StartTime, &t.TemplateID, &params, &t.DispatchTimes, &t.Mode,
-		&t.Priority, &t.Status, &t.CreatedAt, &t.UpdatedAt, &t.Version}
+		&t.Priority, &t.Status, &t.CreatedAt, &t.UpdatedAt, &t.Version, &rollout}
 	dest = append(append(dest, settingsDest(&t.Own)...), settingsDest(&tpl)...)
 	if kind == taskd.KindRotate {
 		dest = append(dest, &space, &end)
@@ -231,6 +239,10 @@ func scanTask(row scanner, kind taskd.Kind) (taskd.Task, error) {
 		return t, err
 	}
 	t.Effective, t.Inherited = taskd.Resolve(t.Own, tpl)
+	var err error
+	if t.Rollout, err = parseRollout(rollout); err != nil {
+		return t, err
+	}
 	t.Params = json.RawMessage(params)
 	t.StartTime = t.StartTime.UTC()
 	t.SpaceMinutes = int(space.Int64)
@@ -305,11 +317,15 @@ func (s *Store) ReplaceTask(ctx context.Context, actor string, key taskd.TaskKey
 		if err := templateLive(ctx, tx, t.TemplateID); err != nil {
 			return err
 		}
+		rollout, err := rolloutArg(t.Rollout)
+		if err != nil {
+			return err
+		}
 		set := "executor = ?, start_time = ?, template_id = ?, params = ?, dispatch_times = ?, mode = ?, priority = ?, " +
-			"status = ?, " + settingsSet() + ", updated_at = ?, version = version + 1"
+			"status = ?, " + settingsSet() + ", updated_at = ?, version = version + 1, rollout = ?"
 		args := append([]any{t.Executor, t.StartTime, t.TemplateID, string(t.Params), t.DispatchTimes, t.Mode,
 			t.Priority, t.Status}, settingsArgs(t.Own)...)
-		args = append(args, now)
+		args = append(args, now, rollout)
 		if t.Key.Kind == taskd.KindRotate {
 			set += ", space_minutes = ?, end_time = ?"
 			args = append(args, t.SpaceMinutes, t.EndTime)
@@ -321,6 +337,9 @@ func (s *Store) ReplaceTask(ctx context.Context, actor string, key taskd.TaskKey
 			if err := parkTask(ctx, tx, t.Key); err != nil {
 				return err
 			}
+		}
+		if err := syncRollout(ctx, tx, before.Rollout, t, now); err != nil {
+			return err
 		}
 		if after, err = getTask(ctx, tx, t.Key); err != nil {
 			return err

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -49,6 +50,26 @@ type member struct {
 	uid  string
 }
 
+// claimRollout is a rollout (declared as spec, at st) as the claims of a task of quota
+// see it: the phase's cap and targeting; a ramped claim rate bounds settings' rate.
+func claimRollout(spec string, st taskd.RolloutStatus, quota int, settings *taskd.Effective) (*taskd.ClaimRollout, error) {
+	var r taskd.Rollout
+	if err := json.Unmarshal([]byte(spec), &r); err != nil {
+		return nil, fmt.Errorf("task rollout: %w", err)
+	}
+	if rate := r.Rate(st); rate > 0 && (settings.DispatchRatePerMinute == 0 || rate < settings.DispatchRatePerMinute) {
+		settings.DispatchRatePerMinute = rate
+	}
+	return &taskd.ClaimRollout{Phase: st.Phase + 1, Cap: r.Cap(st, quota),
+		Snapshot: r.Targeting == taskd.TargetingSnapshot && st.State != taskd.RolloutCompleted}, nil
+}
+
+// snapshotMember is the key under which loadClaimTargets says uid was a member at the
+// start of task's snapshot rollout.
+func snapshotMember(task taskd.TaskKey, uid string) member {
+	return member{task, "\x00snapshot:" + strings.ToLower(uid)}
+}
+
 // claimPairs are the (task id, uid) arguments of the claims of tasks of kind, keys[i]
 // claimed by uids[i]; none without uids.
 func claimPairs(keys []taskd.TaskKey, uids []string, kind taskd.Kind) []any {
@@ -88,21 +109,26 @@ func loadClaimTargets(ctx context.Context, tx *sql.Tx, keys []taskd.TaskKey, uid
 			continue
 		}
 		cols := "t.id, t.executor, t.status, t.start_time, t.dispatch_times, t.mode, t.template_id, t.params, " +
-			settingsCols("t") + ", " + settingsCols("p") + ", p.stages"
+			settingsCols("t") + ", " + settingsCols("p") + ", p.stages, t.rollout, r.state, r.phase"
 		q := "SELECT " + cols + ", 0, NULL"
 		table := "task_once"
 		if kind == taskd.KindRotate {
 			q, table = "SELECT "+cols+", t.space_minutes, t.end_time", "task_rotate"
 		}
+		// A rolled-out task's state (none for the others: one lookup by key, in the
+		// same statement).
+		k := strconv.Itoa(int(kind))
+		join := " LEFT JOIN task_rollout r ON r.task_kind = " + k + " AND r.task_id = t.id"
 		args := ids
-		join := ""
 		if pairs := claimPairs(keys, uids, kind); len(pairs) > 0 {
 			// The member rows of each task's group among the claims' users, and of
 			// those only the (task, uid) pairs claimed: a row per task and claim, not
-			// per task and user.
-			q += ", m.uid"
-			join = " LEFT JOIN group_member m ON t.executor LIKE 'gid\\_%' AND m.gid = SUBSTRING(t.executor, 5) AND m.uid IN (" +
-				marks(len(users)) + ") AND (t.id, m.uid) IN (" + tuples(len(pairs)/2, 2) + ")"
+			// per task and user; and whether each was a member at a snapshot
+			// rollout's start.
+			q += ", m.uid, rm.uid"
+			join += " LEFT JOIN group_member m ON t.executor LIKE 'gid\\_%' AND m.gid = SUBSTRING(t.executor, 5) AND m.uid IN (" +
+				marks(len(users)) + ") AND (t.id, m.uid) IN (" + tuples(len(pairs)/2, 2) + ")" +
+				" LEFT JOIN rollout_member rm ON rm.task_kind = " + k + " AND rm.task_id = t.id AND rm.uid = m.uid"
 			args = append(append(slices.Clone(users), pairs...), ids...)
 		}
 		rows, err := tx.QueryContext(ctx, q+" FROM "+table+" t LEFT JOIN task_params_template p ON p.id = t.template_id"+join+
@@ -117,12 +143,13 @@ func loadClaimTargets(ctx context.Context, tx *sql.Tx, keys []taskd.TaskKey, uid
 			var stages *string
 			var executor, params string
 			var end sql.NullTime
-			var uid sql.NullString
+			var uid, snapUID, rollout, rstate sql.NullString
+			var rphase sql.NullInt64
 			dest := []any{&id, &executor, &t.Status, &t.Start, &t.Quota, &t.Mode, &t.TemplateID, &params}
 			dest = append(append(dest, settingsDest(&own)...), settingsDest(&tpl)...)
-			dest = append(dest, &stages, &space, &end)
-			if join != "" {
-				dest = append(dest, &uid)
+			dest = append(dest, &stages, &rollout, &rstate, &rphase, &space, &end)
+			if len(users) > 0 {
+				dest = append(dest, &uid, &snapUID)
 			}
 			err := rows.Scan(dest...)
 			if err == nil {
@@ -136,10 +163,20 @@ func loadClaimTargets(ctx context.Context, tx *sql.Tx, keys []taskd.TaskKey, uid
 			if uid.Valid {
 				members[member{key, strings.ToLower(uid.String)}] = true
 			}
+			if snapUID.Valid {
+				members[snapshotMember(key, snapUID.String)] = true
+			}
 			if tasks[key] != nil {
 				continue // the task's row again, with another member
 			}
 			t.Settings, _ = taskd.Resolve(own, tpl)
+			if rollout.Valid && rstate.Valid {
+				if t.Rollout, err = claimRollout(rollout.String, taskd.RolloutStatus{State: taskd.RolloutState(rstate.String),
+					Phase: int(rphase.Int64)}, t.Quota, &t.Settings); err != nil {
+					rows.Close()
+					return nil, nil, err
+				}
+			}
 			t.Start, t.Space, t.Params = t.Start.UTC(), time.Duration(space)*time.Minute, json.RawMessage(params)
 			if end.Valid {
 				t.End = &end.Time
@@ -281,6 +318,7 @@ func (s *Store) claimAll(ctx context.Context, c *claimRun) error {
 		}
 		if cl.Task.Executor.Group {
 			cl.Targeted = members[member{keys[i], strings.ToLower(cl.UID)}]
+			cl.InSnapshot = members[snapshotMember(keys[i], cl.UID)]
 		} else {
 			cl.Targeted = strings.EqualFold(cl.Task.Executor.ID, cl.UID) // as the id columns compare
 		}
@@ -470,12 +508,12 @@ func parseLatest(s string) (taskd.DispatchState, int, error) {
 	return taskd.DispatchState(state), attempt, err
 }
 
-// lockCounters locks and reads the claim counters of the open claims' limited
-// occurrences; an occurrence without a counter row has none claimed yet. An unlimited
-// task's counter is not read: no rule needs it.
+// lockCounters locks and reads the claim counters of the open claims' counted
+// occurrences (a limited quota, or a rollout's cap); an occurrence without a counter
+// row has none claimed yet. An unlimited task's counter is not read: no rule needs it.
 func (c *claimRun) lockCounters(ctx context.Context) error {
 	c.counts.Claimed = map[taskd.Occurrence]int{}
-	occs := c.occurrences(c.openWhere(func(cl *taskd.Claim) bool { return cl.Task.Limited() && cl.Task.Quota != 0 }))
+	occs := c.occurrences(c.openWhere(func(cl *taskd.Claim) bool { return cl.Task.Counted() && cl.Task.Quota != 0 }))
 	if len(occs) == 0 {
 		return nil
 	}
@@ -739,7 +777,7 @@ func (c *claimRun) writeCounters(ctx context.Context) error {
 		occ     taskd.Occurrence
 		limited bool
 	}
-	added := granted(c, func(cl *taskd.Claim) (counter, bool) { return counter{cl.Occurrence, cl.Task.Limited()}, true })
+	added := granted(c, func(cl *taskd.Claim) (counter, bool) { return counter{cl.Occurrence, cl.Task.Counted()}, true })
 	var add, fresh []taskd.Occurrence
 	n := map[taskd.Occurrence]int{}
 	for k, v := range added {
@@ -784,7 +822,7 @@ func insertDispatches(ctx context.Context, tx *sql.Tx, ds []*taskd.Dispatch) err
 	if len(ds) == 0 {
 		return nil
 	}
-	const cols = 23
+	const cols = 24
 	args := make([]any, 0, cols*len(ds))
 	for _, d := range ds {
 		if d.LeaseSeconds > 0 {
@@ -797,12 +835,20 @@ func insertDispatches(ctx context.Context, tx *sql.Tx, ds []*taskd.Dispatch) err
 		args = append(args, d.LogID, d.UID, d.UID, d.Slot, d.Occurrence.Task.Kind, d.Occurrence.Task.ID, d.Occurrence.DueAt,
 			d.Mode, d.Attempt, d.MaxAttempts, d.BackoffSeconds, d.RetryMultiplier, d.RetryMaxSeconds, d.LeaseSeconds, taskd.StateOpen, d.TemplateID,
 			string(d.Params), d.DispatchedAt, d.LeaseExpiresAt, nullJSON(d.Checkpoint), nullString(d.Stage), nullJSON(d.Context),
-			d.Resumed)
+			d.Resumed, nullInt(d.RolloutPhase))
 	}
 	_, err := tx.ExecContext(ctx, `INSERT INTO dispatch (log_id, uid, open_uid, open_slot, task_kind, task_id, due_at,
 		mode, attempt, max_attempts, retry_backoff_seconds, retry_multiplier, retry_max_seconds, lease_seconds, state, template_id, params,
-		dispatched_at, lease_expires_at, checkpoint, stage, context, resumed) VALUES `+tuples(len(ds), cols), args...)
+		dispatched_at, lease_expires_at, checkpoint, stage, context, resumed, rollout_phase) VALUES `+tuples(len(ds), cols), args...)
 	return err
+}
+
+// nullInt is an optional integer column's value (NULL for 0).
+func nullInt(n int) any {
+	if n == 0 {
+		return nil
+	}
+	return n
 }
 
 // marks is n comma-separated placeholders.

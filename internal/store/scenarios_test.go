@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -46,8 +47,12 @@ func runScenario(t *testing.T, st *store.Store, tpl map[string]int64, prefix str
 	for _, s := range sc.Strangers {
 		strangers[s] = true
 	}
+	late := map[string]bool{}
+	for _, l := range sc.Latecomers {
+		late[l] = true
+	}
 	addMember := func(uid string) {
-		if !strangers[uid] {
+		if !strangers[uid] && !late[uid] && !slices.Contains(members, prefix+uid) {
 			members = append(members, prefix+uid)
 		}
 	}
@@ -77,6 +82,14 @@ func runScenario(t *testing.T, st *store.Store, tpl map[string]int64, prefix str
 		if task.ForUser != "" {
 			def.Executor = "uid_" + prefix + task.ForUser
 		}
+		if task.PhaseCap != nil {
+			r := taskd.Rollout{Phases: []taskd.Phase{{Count: task.PhaseCap}, {Percent: new(100.0)}}, Advance: taskd.AdvanceManual}
+			if task.Snapshot {
+				r.Targeting = taskd.TargetingSnapshot
+			}
+			r = r.WithDefaults()
+			def.Rollout = &r
+		}
 		if task.Paused {
 			def.Status = taskd.StatusPaused
 		}
@@ -85,6 +98,15 @@ func runScenario(t *testing.T, st *store.Store, tpl map[string]int64, prefix str
 			t.Fatal(err)
 		}
 		occ[task.Name] = taskd.Occurrence{Task: created.Key, DueAt: at}
+	}
+	if len(sc.Latecomers) > 0 {
+		var uids []string
+		for _, l := range sc.Latecomers {
+			uids = append(uids, prefix+l)
+		}
+		if _, err := st.AddMembers(ctx, "test", gid, uids, at); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, b := range sc.Before {
 		uid := prefix + b.UID

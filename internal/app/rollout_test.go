@@ -1,0 +1,306 @@
+package app_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+// Rollouts over HTTP, two instances, real MySQL and Redis.
+
+// rolloutFleet makes n members of group g with a key each, and a once task for g due
+// now with quota and rollout; it returns the keys and the task id.
+func rolloutFleet(e *env, n, quota int, rollout map[string]any, extra map[string]any) ([]string, string) {
+	e.t.Helper()
+	uids := make([]string, n)
+	keys := make([]string, n)
+	for i := range uids {
+		uids[i] = uidN(i)
+	}
+	e.admin("PUT", "/v1/admin/groups/g/members", map[string]any{"uids": uids})
+	for i, u := range uids {
+		keys[i] = e.key(u)
+	}
+	fields := map[string]any{"executor": "gid_g", "start_time": ts(t0), "dispatch_times": quota, "rollout": rollout}
+	for k, v := range extra {
+		fields[k] = v
+	}
+	return keys, e.task("once", fields)
+}
+
+func (e *env) rollout(taskID string) map[string]any {
+	e.t.Helper()
+	return e.admin("GET", "/v1/admin/tasks/"+taskPath(taskID)+"/rollout", nil)
+}
+
+// taskPath is "once/12" for "once:12".
+func taskPath(taskID string) string {
+	for i := range taskID {
+		if taskID[i] == ':' {
+			return taskID[:i] + "/" + taskID[i+1:]
+		}
+	}
+	return taskID
+}
+
+// fetchAll fetches once for every key at once, across the instances, and returns the
+// log ids handed out by key index.
+func (e *env) fetchAll(keys []string) map[int]string {
+	var mu sync.Mutex
+	got := map[int]string{}
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		wg.Go(func() {
+			if r := e.fetch(i%len(e.apps), k); r.Task != nil {
+				mu.Lock()
+				got[i] = r.Task.LogID
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return got
+}
+
+// Twenty members fetch at once through two instances: exactly the phase's cap (25% of
+// 20 = 5) get the task; the rest are told nothing is due; after the phase advances the
+// next cap's worth do, and no more.
+func TestRolloutPhaseCapIsExactAcrossNodes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2)
+	keys, id := rolloutFleet(e, 20, 20, map[string]any{
+		"phases": []any{map[string]any{"percent": 25}, map[string]any{"percent": 60}, map[string]any{"percent": 100}},
+		"gate":   map[string]any{"min_finished": 5, "success_ratio": 0.8}, "advance": "manual"}, nil)
+	got := e.fetchAll(keys)
+	if len(got) != 5 {
+		t.Fatalf("phase 1 (cap 5): %d dispatched", len(got))
+	}
+	r := e.rollout(id)
+	if r["state"] != "running" || num(r["phase"]) != 1 || num(r["cap"]) != 5 || num(r["claimed"]) != 5 {
+		t.Fatalf("rollout after phase 1's claims: %v", r)
+	}
+	// A refused member is told nothing is due (the phase's cap is not a due time).
+	for i, k := range keys {
+		if _, ok := got[i]; !ok {
+			if f := e.fetch(0, k); f.Task != nil || f.NextDueAt != nil {
+				t.Fatalf("a member past the cap: %+v", f)
+			}
+			break
+		}
+	}
+	// Four of five finished: too few for the gate (min_finished 5).
+	n := 0
+	for i, logID := range got {
+		if n == 4 {
+			break
+		}
+		e.mustComplete(keys[i], logID)
+		n++
+	}
+	if r := e.rollout(id); r["state"] != "running" || num(r["finished"]) != 4 || r["gate"] != "pending" {
+		t.Fatalf("four of five finished: %v", r)
+	}
+	for i, logID := range got {
+		e.complete(0, keys[i], logID, "success") // the fifth; repeats change nothing
+	}
+	if r := e.rollout(id); r["state"] != "waiting" || num(r["finished"]) != 5 || num(r["succeeded"]) != 5 || r["gate"] != "passed" {
+		t.Fatalf("five of five succeeded, a manual gate: %v", r)
+	}
+	code, out := e.do(0, "POST", "/v1/admin/tasks/"+taskPath(id)+"/rollout/resume", adminToken, nil)
+	if code != 409 || out["error"] == nil {
+		t.Fatalf("resume of a waiting rollout: %d %v", code, out)
+	}
+	if code, out := e.do(1, "POST", "/v1/admin/tasks/"+taskPath(id)+"/rollout/advance", adminToken, nil); code != 200 || num(out["phase"]) != 2 || num(out["cap"]) != 12 {
+		t.Fatalf("advance: %d %v", code, out)
+	}
+	more := e.fetchAll(keys)
+	if len(more) != 7 {
+		t.Fatalf("phase 2 (cap 12, 5 claimed): %d more dispatched", len(more))
+	}
+	for i := range more {
+		if _, again := got[i]; again {
+			t.Errorf("member %d got the once_per_user task twice", i)
+		}
+	}
+	if n := e.count("SELECT COUNT(*) FROM dispatch WHERE rollout_phase = 2"); n != 7 {
+		t.Errorf("%d dispatches counted in phase 2, want 7", n)
+	}
+}
+
+// An auto gate: passed, it bakes, then the next phase opens by itself; failed, the
+// rollout aborts, the task is paused and nothing more is dispatched.
+func TestRolloutAdvancesAfterBakeAndAbortsOnFailure(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2)
+	keys, id := rolloutFleet(e, 10, 10, map[string]any{
+		"phases": []any{map[string]any{"count": 2}, map[string]any{"count": 6}, map[string]any{"percent": 100}},
+		"gate":   map[string]any{"min_finished": 2, "success_ratio": 1, "failure_ratio": 0.5}, "bake_seconds": 60}, nil)
+	got := e.fetchAll(keys)
+	if len(got) != 2 {
+		t.Fatalf("phase 1 (count 2): %d dispatched", len(got))
+	}
+	for i, logID := range got {
+		e.mustComplete(keys[i], logID)
+	}
+	r := e.rollout(id)
+	if r["state"] != "baking" || r["may_advance_at"] == nil {
+		t.Fatalf("passed with a bake: %v", r)
+	}
+	e.clock.Advance(59 * time.Second)
+	if r := e.rollout(id); r["state"] != "baking" {
+		t.Fatalf("mid-bake: %v", r)
+	}
+	if n := len(e.fetchAll(keys)); n != 0 {
+		t.Fatalf("during the bake: %d dispatched", n)
+	}
+	e.clock.Advance(time.Second)
+	// The server's own step (every node runs it) opens the next phase; here, as any
+	// GET does, through the rollout's read.
+	if r := e.rollout(id); r["state"] != "running" || num(r["phase"]) != 2 || num(r["cap"]) != 6 {
+		t.Fatalf("after the bake: %v", r)
+	}
+	second := e.fetchAll(keys)
+	if len(second) != 4 {
+		t.Fatalf("phase 2 (count 6, 2 claimed): %d dispatched", len(second))
+	}
+	n := 0
+	for i, logID := range second {
+		result := "success"
+		if n < 2 {
+			result = "failure"
+		}
+		if code, out := e.complete(0, keys[i], logID, result); code != 200 {
+			t.Fatalf("complete: %d %v", code, out)
+		}
+		n++
+		if n == 2 {
+			break
+		}
+	}
+	r = e.rollout(id)
+	if r["state"] != "aborted" || !r["gate_failed"].(bool) || num(r["failed"]) != 2 {
+		t.Fatalf("two failures of two: %v", r)
+	}
+	task := e.admin("GET", "/v1/admin/tasks/"+taskPath(id), nil)
+	if task["status"] != "paused" {
+		t.Fatalf("an aborted rollout's task: %v", task["status"])
+	}
+	if n := len(e.fetchAll(keys)); n != 0 {
+		t.Fatalf("after the abort: %d dispatched", n)
+	}
+	for _, move := range []string{"advance", "resume", "abort"} {
+		if code, _ := e.do(0, "POST", "/v1/admin/tasks/"+taskPath(id)+"/rollout/"+move, adminToken, nil); code != 409 {
+			t.Errorf("%s of an aborted rollout: %d, want 409", move, code)
+		}
+	}
+	if n := e.count("SELECT COUNT(*) FROM audit_log WHERE action LIKE 'task.rollout.%'"); n != 0 {
+		t.Errorf("the server's own moves are not an admin's: %d audited", n)
+	}
+}
+
+// Pause holds a rollout where it is (no automatic move); resume lets the gate decide
+// again; both audited.
+func TestRolloutPauseAndResume(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	keys, id := rolloutFleet(e, 4, 4, map[string]any{
+		"phases": []any{map[string]any{"count": 1}, map[string]any{"percent": 100}},
+		"gate":   map[string]any{"min_finished": 1, "success_ratio": 1}}, nil)
+	got := e.fetchAll(keys)
+	if len(got) != 1 {
+		t.Fatalf("phase 1: %d dispatched", len(got))
+	}
+	if out := e.admin("POST", "/v1/admin/tasks/"+taskPath(id)+"/rollout/pause", nil); out["state"] != "paused" {
+		t.Fatalf("pause: %v", out)
+	}
+	for i, logID := range got {
+		e.mustComplete(keys[i], logID)
+	}
+	if r := e.rollout(id); r["state"] != "paused" || r["gate"] != "passed" {
+		t.Fatalf("paused with a passed gate: %v", r)
+	}
+	if out := e.admin("POST", "/v1/admin/tasks/"+taskPath(id)+"/rollout/resume", nil); out["state"] != "running" {
+		t.Fatalf("resume: %v", out)
+	}
+	// Resumed, the gate decides again: passed, the last phase opens (the whole quota),
+	// and its own gate completes the rollout.
+	if r := e.rollout(id); r["state"] != "running" || num(r["phase"]) != 2 || num(r["cap"]) != 4 {
+		t.Fatalf("resumed with a passed gate: %v", r)
+	}
+	more := e.fetchAll(keys)
+	if len(more) != 3 {
+		t.Fatalf("the last phase: %d dispatched, want the other 3", len(more))
+	}
+	for i, logID := range more {
+		e.mustComplete(keys[i], logID)
+	}
+	if r := e.rollout(id); r["state"] != "completed" || r["cap"] != nil {
+		t.Fatalf("the last phase passed: %v", r)
+	}
+	if out := e.admin("GET", "/v1/admin/rollouts", nil); len(out["rollouts"].([]any)) != 0 {
+		t.Errorf("a completed rollout is listed as active: %v", out)
+	}
+	if n := e.count("SELECT COUNT(*) FROM audit_log WHERE action IN ('task.rollout.pause', 'task.rollout.resume')"); n != 2 {
+		t.Errorf("%d audited moves, want 2", n)
+	}
+}
+
+// Latecomers: a member who joins the group while the rollout runs takes part and counts
+// against the phase's cap (continuous); with snapshot targeting only the members at the
+// start may claim.
+func TestRolloutLatecomers(t *testing.T) {
+	t.Parallel()
+	for _, targeting := range []string{"continuous", "snapshot"} {
+		t.Run(targeting, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, 2)
+			keys, id := rolloutFleet(e, 2, 10, map[string]any{
+				"phases": []any{map[string]any{"count": 3}, map[string]any{"percent": 100}}, "targeting": targeting,
+				"advance": "manual"}, nil)
+			if n := len(e.fetchAll(keys)); n != 2 {
+				t.Fatalf("the two members at the start: %d dispatched", n)
+			}
+			e.admin("POST", "/v1/admin/groups/g/members", map[string]any{"uids": []string{"late1", "late2"}})
+			late := []string{e.key("late1"), e.key("late2")}
+			got := e.fetchAll(late)
+			r := e.rollout(id)
+			switch targeting {
+			case "continuous":
+				if len(got) != 1 || num(r["claimed"]) != 3 {
+					t.Fatalf("continuous: %d latecomers dispatched, rollout %v; want 1, the cap's last slot", len(got), r)
+				}
+			case "snapshot":
+				if len(got) != 0 || num(r["claimed"]) != 2 {
+					t.Fatalf("snapshot: %d latecomers dispatched, rollout %v; want none", len(got), r)
+				}
+			}
+		})
+	}
+}
+
+// A node killed mid-phase: the phase's state is in MySQL, and the other node goes on
+// from it: its cap holds exactly.
+func TestRolloutSurvivesANodeMidPhase(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2)
+	keys, id := rolloutFleet(e, 12, 12, map[string]any{
+		"phases": []any{map[string]any{"count": 4}, map[string]any{"percent": 100}}, "advance": "manual"}, nil)
+	first := 0
+	for _, k := range keys[:6] {
+		if r := e.fetch(0, k); r.Task != nil {
+			first++
+		}
+	}
+	if first != 4 {
+		t.Fatalf("node 0: %d dispatched, want the cap, 4", first)
+	}
+	e.urls[0] = "http://127.0.0.1:1" // node 0 is gone; its clients go to node 1
+	for i, k := range keys[6:] {
+		if r := e.fetch(1, k); r.Task != nil {
+			t.Fatalf("node 1, member %d: dispatched past the cap", i+6)
+		}
+	}
+	if code, out := e.do(1, "GET", "/v1/admin/tasks/"+taskPath(id)+"/rollout", adminToken, nil); code != 200 || num(out["claimed"]) != 4 {
+		t.Fatalf("rollout through node 1: %d %v", code, out)
+	}
+}

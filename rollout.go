@@ -1,0 +1,402 @@
+package taskd
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// A rollout releases a task's quota in phases: each phase a cumulative cap on each
+// occurrence's claims (a percentage of the quota, or a count), and a gate on the
+// dispatches the phase finished that decides whether the next phase opens (auto, after
+// a bake; or manual, by an admin) or the rollout aborts (the task is paused). A task
+// carries at most one rollout, declared for the task's whole life: the phase's cap
+// bounds every occurrence of a rotating task, and the gate counts the phase's finished
+// dispatches over all of them (a per-occurrence rollout would restart the risk at every
+// occurrence, and a daily task with a bake would never leave its first phase).
+
+// Rollout is a task's rollout, as an admin declares it.
+type Rollout struct {
+	Phases []Phase `json:"phases"`
+	Gate   Gate    `json:"gate"`
+	// Advance is "auto" (the next phase opens bake_seconds after the gate passes) or
+	// "manual" (an admin advances; the rollout waits).
+	Advance     string `json:"advance"`
+	BakeSeconds int    `json:"bake_seconds"`
+	// Targeting is "continuous" (a user who joins the group while the rollout runs takes
+	// part in the current phase and counts against its cap) or "snapshot" (only the
+	// members at the rollout's start).
+	Targeting string `json:"targeting"`
+	// OnAbort is what an abort does to the open dispatches: "keep" them (they may
+	// complete) or "cancel" them.
+	OnAbort string `json:"on_abort"`
+	// RatePerMinute, when set, bounds the claims per minute in the first phase, and is
+	// multiplied by RateFactor at each phase after it.
+	RatePerMinute int     `json:"rate_per_minute,omitempty"`
+	RateFactor    float64 `json:"rate_factor,omitempty"`
+	// ConfirmSeconds, when set, makes a success count for the gate only once the agent
+	// confirms it (a complete with confirm, or its next fetch) within that many seconds;
+	// unconfirmed by then, it counts as a failure.
+	ConfirmSeconds int `json:"confirm_seconds,omitempty"`
+}
+
+// Phase is a cumulative cap: Percent of the quota (0 < p <= 100), or Count claims.
+type Phase struct {
+	Percent *float64 `json:"percent,omitempty"`
+	Count   *int     `json:"count,omitempty"`
+}
+
+// Gate decides a phase from its finished dispatches: it fails when at least
+// FailureRatio of them failed (0: never), and passes when SuccessRatio of them
+// succeeded; neither before MinFinished have finished.
+type Gate struct {
+	MinFinished  int     `json:"min_finished"`
+	SuccessRatio float64 `json:"success_ratio"`
+	FailureRatio float64 `json:"failure_ratio"`
+}
+
+// Bounds of a rollout.
+const (
+	MaxRolloutPhases = 20
+	MaxBakeSeconds   = 30 * 24 * 60 * 60
+)
+
+// The values of Rollout's enumerations.
+const (
+	AdvanceAuto          = "auto"
+	AdvanceManual        = "manual"
+	TargetingContinuous  = "continuous"
+	TargetingSnapshot    = "snapshot"
+	OnAbortKeep          = "keep"
+	OnAbortCancel        = "cancel"
+	defaultRolloutFactor = 2.0
+)
+
+// WithDefaults fills what the declaration left out: auto advance, continuous
+// targeting, open dispatches kept on abort, a rate factor of 2, at least one finished
+// dispatch per gate.
+func (r Rollout) WithDefaults() Rollout {
+	if r.Advance == "" {
+		r.Advance = AdvanceAuto
+	}
+	if r.Targeting == "" {
+		r.Targeting = TargetingContinuous
+	}
+	if r.OnAbort == "" {
+		r.OnAbort = OnAbortKeep
+	}
+	if r.RatePerMinute > 0 && r.RateFactor == 0 {
+		r.RateFactor = defaultRolloutFactor
+	}
+	r.Gate.MinFinished = max(r.Gate.MinFinished, 1)
+	return r
+}
+
+// Validate checks a rollout (with its defaults) for a task whose quota is quota: its
+// phases' caps rise strictly and the last is the whole quota (percent 100, or a count
+// at least the quota), a percentage needs a limited quota (but 100), and the gate's
+// ratios are between 0 and 1. The first field at fault is named (CodeInvalid).
+func (r Rollout) Validate(quota int) error {
+	bad := func(format string, args ...any) error {
+		return Errorf(CodeInvalid, "rollout."+format, args...)
+	}
+	if len(r.Phases) == 0 || len(r.Phases) > MaxRolloutPhases {
+		return bad("phases: between 1 and %d phases, got %d", MaxRolloutPhases, len(r.Phases))
+	}
+	prev := -1
+	for i, p := range r.Phases {
+		switch {
+		case (p.Percent == nil) == (p.Count == nil):
+			return bad("phases[%d]: one of percent or count", i)
+		case p.Percent != nil && (*p.Percent <= 0 || *p.Percent > 100 || math.IsNaN(*p.Percent)):
+			return bad("phases[%d].percent: more than 0 and at most 100, got %v", i, *p.Percent)
+		case p.Percent != nil && *p.Percent < 100 && quota == Unlimited:
+			return bad("phases[%d].percent: a percentage of an unlimited quota (dispatch_times -1) has no size; use count", i)
+		case p.Count != nil && *p.Count < 1:
+			return bad("phases[%d].count: at least 1, got %d", i, *p.Count)
+		}
+		c := r.phaseCap(i, quota)
+		if c == -1 {
+			c = math.MaxInt
+		}
+		if c <= prev {
+			return bad("phases[%d]: its cap (%s) must be above the phase before's", i, r.describeCap(i, quota))
+		}
+		prev = c
+	}
+	if last := len(r.Phases) - 1; r.phaseCap(last, quota) != -1 && (quota == Unlimited || r.phaseCap(last, quota) < quota) {
+		return bad("phases[%d]: the last phase releases the whole quota (percent 100, or count %d)", last, quota)
+	}
+	g := r.Gate
+	switch {
+	case g.MinFinished < 0:
+		return bad("gate.min_finished: at least 0, got %d", g.MinFinished)
+	case g.SuccessRatio < 0 || g.SuccessRatio > 1 || math.IsNaN(g.SuccessRatio):
+		return bad("gate.success_ratio: between 0 and 1, got %v", g.SuccessRatio)
+	case g.FailureRatio < 0 || g.FailureRatio > 1 || math.IsNaN(g.FailureRatio):
+		return bad("gate.failure_ratio: between 0 and 1, got %v", g.FailureRatio)
+	case r.Advance != AdvanceAuto && r.Advance != AdvanceManual:
+		return bad("advance: auto or manual, got %q", r.Advance)
+	case r.Targeting != TargetingContinuous && r.Targeting != TargetingSnapshot:
+		return bad("targeting: continuous or snapshot, got %q", r.Targeting)
+	case r.OnAbort != OnAbortKeep && r.OnAbort != OnAbortCancel:
+		return bad("on_abort: keep or cancel, got %q", r.OnAbort)
+	case r.BakeSeconds < 0 || r.BakeSeconds > MaxBakeSeconds:
+		return bad("bake_seconds: between 0 and %d, got %d", MaxBakeSeconds, r.BakeSeconds)
+	case r.RatePerMinute < 0:
+		return bad("rate_per_minute: at least 0, got %d", r.RatePerMinute)
+	case r.RateFactor < 0 || r.RateFactor > 100 || math.IsNaN(r.RateFactor):
+		return bad("rate_factor: between 0 and 100, got %v", r.RateFactor)
+	case r.ConfirmSeconds < 0 || r.ConfirmSeconds > MaxLeaseSeconds:
+		return bad("confirm_seconds: between 0 and %d, got %d", MaxLeaseSeconds, r.ConfirmSeconds)
+	}
+	return nil
+}
+
+func (r Rollout) describeCap(i, quota int) string {
+	if c := r.phaseCap(i, quota); c >= 0 {
+		return fmt.Sprint(c)
+	}
+	return "the whole quota"
+}
+
+// phaseCap is the cap of phase i (0-based) on each occurrence's claims of a task whose
+// quota is quota; -1: none (the whole of an unlimited quota).
+func (r Rollout) phaseCap(i, quota int) int {
+	p := r.Phases[i]
+	if p.Count != nil {
+		if quota != Unlimited {
+			return min(*p.Count, quota)
+		}
+		return *p.Count
+	}
+	if *p.Percent >= 100 {
+		if quota == Unlimited {
+			return -1
+		}
+		return quota
+	}
+	return int(math.Ceil(*p.Percent * float64(quota) / 100))
+}
+
+// Cap is the claim cap of the rollout's current phase (st.Phase) on each occurrence
+// of a task whose quota is quota; -1: none (the rollout completed, or its last phase
+// releases an unlimited quota). An aborted rollout caps at 0 (its task is paused too).
+func (r Rollout) Cap(st RolloutStatus, quota int) int {
+	switch st.State {
+	case RolloutCompleted:
+		return -1
+	case RolloutAborted:
+		return 0
+	}
+	return r.phaseCap(min(st.Phase, len(r.Phases)-1), quota)
+}
+
+// Rate is the claims per minute the current phase allows (0: no bound).
+func (r Rollout) Rate(st RolloutStatus) int {
+	if r.RatePerMinute <= 0 || st.State == RolloutCompleted {
+		return 0
+	}
+	rate := float64(r.RatePerMinute) * math.Pow(max(r.RateFactor, 1), float64(st.Phase))
+	return int(min(rate, math.MaxInt32))
+}
+
+// RolloutState is where a rollout is.
+type RolloutState string
+
+const (
+	RolloutRunning   RolloutState = "running"   // the phase is open; its gate is not decided yet
+	RolloutBaking    RolloutState = "baking"    // the gate passed: the next phase opens at BakeUntil
+	RolloutWaiting   RolloutState = "waiting"   // an admin's move is awaited (a manual gate, passed or failed)
+	RolloutPaused    RolloutState = "paused"    // an admin paused it: no automatic move
+	RolloutAborted   RolloutState = "aborted"   // stopped: the task is paused
+	RolloutCompleted RolloutState = "completed" // the last phase passed: the task runs on its whole quota
+)
+
+// RolloutStatus is a rollout's state as stored.
+type RolloutStatus struct {
+	State RolloutState `json:"state"`
+	// Phase is the current phase, 0-based.
+	Phase          int        `json:"phase"`
+	PhaseStartedAt time.Time  `json:"phase_started_at"`
+	BakeUntil      *time.Time `json:"bake_until,omitempty"`
+	// GateFailed says a waiting or aborted rollout stopped on a failed gate.
+	GateFailed bool `json:"gate_failed"`
+}
+
+// PhaseFigures are a phase's dispatches: claimed (first attempts), and of the finished
+// ones, the successes and the failures (failures, expiries, deaths, results the
+// template's result schema refused, successes left unconfirmed). Open ones, and
+// successes waiting for their confirmation, are not finished.
+type PhaseFigures struct {
+	Claimed   int `json:"claimed"`
+	Finished  int `json:"finished"`
+	Succeeded int `json:"succeeded"`
+	Failed    int `json:"failed"`
+}
+
+// GateVerdict is what a gate says of a phase's figures.
+type GateVerdict uint8
+
+const (
+	GatePending GateVerdict = iota // too few finished, or neither ratio reached
+	GatePassed
+	GateFailed
+)
+
+// Verdict decides the gate on f: nothing before MinFinished have finished; then
+// failed when the failures reach FailureRatio (if set), passed when the successes
+// reach SuccessRatio.
+func (g Gate) Verdict(f PhaseFigures) GateVerdict {
+	if f.Finished == 0 || f.Finished < g.MinFinished {
+		return GatePending
+	}
+	n := float64(f.Finished)
+	switch {
+	case g.FailureRatio > 0 && float64(f.Failed)/n >= g.FailureRatio:
+		return GateFailed
+	case float64(f.Succeeded)/n >= g.SuccessRatio:
+		return GatePassed
+	}
+	return GatePending
+}
+
+// RolloutChange is what a step or a move did: Event names it ("rollout.phase",
+// "rollout.baking", "rollout.waiting", "rollout.aborted", "rollout.completed",
+// "rollout.paused", "rollout.resumed"); "" when nothing changed.
+type RolloutChange struct {
+	Event string
+	From  RolloutStatus
+	To    RolloutStatus
+}
+
+// Rollout events.
+const (
+	EventRolloutPhase     = "rollout.phase"
+	EventRolloutBaking    = "rollout.baking"
+	EventRolloutWaiting   = "rollout.waiting"
+	EventRolloutAborted   = "rollout.aborted"
+	EventRolloutCompleted = "rollout.completed"
+	EventRolloutPaused    = "rollout.paused"
+	EventRolloutResumed   = "rollout.resumed"
+)
+
+// StartRollout is the status of a rollout that starts at now.
+func StartRollout(now time.Time) RolloutStatus {
+	return RolloutStatus{State: RolloutRunning, PhaseStartedAt: now}
+}
+
+// Step is the automatic move of a rollout at now given its phase's figures: a failed
+// gate aborts (auto) or waits (manual); a passed one bakes, then advances (auto), or
+// waits (manual); the last phase passed completes the rollout. Paused, waiting,
+// aborted and completed rollouts do not move by themselves.
+func (r Rollout) Step(st RolloutStatus, f PhaseFigures, now time.Time) RolloutChange {
+	if st.State != RolloutRunning && st.State != RolloutBaking {
+		return RolloutChange{}
+	}
+	to := st
+	switch v := r.Gate.Verdict(f); {
+	case v == GateFailed && r.Advance == AdvanceAuto:
+		to.State, to.GateFailed, to.BakeUntil = RolloutAborted, true, nil
+		return RolloutChange{EventRolloutAborted, st, to}
+	case v == GateFailed:
+		to.State, to.GateFailed, to.BakeUntil = RolloutWaiting, true, nil
+		return RolloutChange{EventRolloutWaiting, st, to}
+	case st.State == RolloutBaking:
+		if st.BakeUntil != nil && now.Before(*st.BakeUntil) {
+			return RolloutChange{}
+		}
+		return r.advance(st, now)
+	case v == GatePassed && r.Advance == AdvanceManual:
+		to.State = RolloutWaiting
+		return RolloutChange{EventRolloutWaiting, st, to}
+	case v == GatePassed && r.BakeSeconds > 0:
+		until := now.Add(time.Duration(r.BakeSeconds) * time.Second)
+		to.State, to.BakeUntil = RolloutBaking, &until
+		return RolloutChange{EventRolloutBaking, st, to}
+	case v == GatePassed:
+		return r.advance(st, now)
+	}
+	return RolloutChange{}
+}
+
+// advance opens the next phase at now, or completes the rollout after its last.
+func (r Rollout) advance(st RolloutStatus, now time.Time) RolloutChange {
+	to := RolloutStatus{State: RolloutRunning, Phase: st.Phase + 1, PhaseStartedAt: now}
+	if to.Phase >= len(r.Phases) {
+		to = RolloutStatus{State: RolloutCompleted, Phase: len(r.Phases) - 1, PhaseStartedAt: st.PhaseStartedAt}
+		return RolloutChange{EventRolloutCompleted, st, to}
+	}
+	return RolloutChange{EventRolloutPhase, st, to}
+}
+
+// RolloutMove is an admin's move of a rollout.
+type RolloutMove string
+
+const (
+	RolloutAdvance RolloutMove = "advance"
+	RolloutPause   RolloutMove = "pause"
+	RolloutResume  RolloutMove = "resume"
+	RolloutAbort   RolloutMove = "abort"
+)
+
+// Move applies an admin's move at now: advance (from running, baking or waiting: the
+// next phase, whatever the gate says), pause (from running, baking or waiting), resume
+// (from paused: running, the gate decided afresh), abort (from any state but aborted
+// and completed). A move the state does not allow is a conflict.
+func (r Rollout) Move(st RolloutStatus, move RolloutMove, now time.Time) (RolloutChange, error) {
+	conflict := func() (RolloutChange, error) {
+		return RolloutChange{}, Errorf(CodeConflict, "rollout is %s: %s is not allowed", st.State, move)
+	}
+	active := st.State == RolloutRunning || st.State == RolloutBaking || st.State == RolloutWaiting
+	switch move {
+	case RolloutAdvance:
+		if !active {
+			return conflict()
+		}
+		return r.advance(st, now), nil
+	case RolloutPause:
+		if !active {
+			return conflict()
+		}
+		to := st
+		to.State, to.BakeUntil = RolloutPaused, nil
+		return RolloutChange{EventRolloutPaused, st, to}, nil
+	case RolloutResume:
+		if st.State != RolloutPaused {
+			return conflict()
+		}
+		to := st
+		to.State, to.GateFailed = RolloutRunning, false
+		return RolloutChange{EventRolloutResumed, st, to}, nil
+	case RolloutAbort:
+		if st.State == RolloutAborted || st.State == RolloutCompleted {
+			return conflict()
+		}
+		to := st
+		to.State, to.BakeUntil = RolloutAborted, nil
+		return RolloutChange{EventRolloutAborted, st, to}, nil
+	}
+	return RolloutChange{}, Errorf(CodeInvalid, "rollout move: advance, pause, resume or abort, got %q", move)
+}
+
+// RolloutSummary is a rollout in a list: its task, state and phase (1-based).
+type RolloutSummary struct {
+	TaskID string       `json:"task_id"`
+	State  RolloutState `json:"state"`
+	Phase  int          `json:"phase"`
+}
+
+// RolloutView is a rollout as an admin sees it: its declaration and state, the task's
+// quota, the current phase's cap on each occurrence (-1: none) and the claims of the
+// occurrence it bounds now (a once task's; a rotating task's latest), and the
+// figures of the current phase its gate decides on.
+type RolloutView struct {
+	TaskID  string
+	Rollout Rollout
+	Status  RolloutStatus
+	Quota   int
+	Cap     int
+	Claimed int
+	Figures PhaseFigures
+}

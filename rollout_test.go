@@ -1,0 +1,168 @@
+package taskd_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/taskpull/taskd"
+)
+
+func pct(p float64) taskd.Phase { return taskd.Phase{Percent: &p} }
+func cnt(n int) taskd.Phase     { return taskd.Phase{Count: &n} }
+
+func TestRolloutValidate(t *testing.T) {
+	ok := taskd.Rollout{Phases: []taskd.Phase{pct(5), pct(25), pct(100)}}.WithDefaults()
+	if err := ok.Validate(20); err != nil {
+		t.Fatalf("5/25/100%% of 20: %v", err)
+	}
+	if err := (taskd.Rollout{Phases: []taskd.Phase{cnt(2), cnt(10), pct(100)}}.WithDefaults()).Validate(taskd.Unlimited); err != nil {
+		t.Fatalf("counts then 100%% of an unlimited quota: %v", err)
+	}
+	for _, tc := range []struct {
+		name  string
+		r     taskd.Rollout
+		quota int
+		want  string
+	}{
+		{"no phase", taskd.Rollout{}, 20, "rollout.phases"},
+		{"both", taskd.Rollout{Phases: []taskd.Phase{{Percent: new(50.0), Count: new(3)}, pct(100)}}, 20, "phases[0]: one of"},
+		{"percent of unlimited", taskd.Rollout{Phases: []taskd.Phase{pct(10), pct(100)}}, taskd.Unlimited, "phases[0].percent"},
+		{"not rising", taskd.Rollout{Phases: []taskd.Phase{pct(50), cnt(5), pct(100)}}, 10, "phases[1]"},
+		{"not the whole quota", taskd.Rollout{Phases: []taskd.Phase{pct(5), pct(50)}}, 20, "phases[1]: the last phase"},
+		{"ratio", taskd.Rollout{Phases: []taskd.Phase{pct(100)}, Gate: taskd.Gate{SuccessRatio: 1.5}}, 20, "gate.success_ratio"},
+		{"advance", taskd.Rollout{Phases: []taskd.Phase{pct(100)}, Advance: "soon"}, 20, "advance"},
+		{"targeting", taskd.Rollout{Phases: []taskd.Phase{pct(100)}, Targeting: "all"}, 20, "targeting"},
+	} {
+		err := tc.r.WithDefaults().Validate(tc.quota)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || taskd.ErrorCode(err) != taskd.CodeInvalid {
+			t.Errorf("%s: %v; want invalid naming %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestRolloutCap(t *testing.T) {
+	r := taskd.Rollout{Phases: []taskd.Phase{pct(5), cnt(5), pct(100)}}.WithDefaults()
+	st := taskd.StartRollout(now)
+	for _, tc := range []struct {
+		phase int
+		state taskd.RolloutState
+		quota int
+		want  int
+	}{
+		{0, taskd.RolloutRunning, 20, 1},    // 5% of 20, rounded up
+		{0, taskd.RolloutRunning, 100, 5},   // 5% of 100
+		{1, taskd.RolloutRunning, 20, 5},    // a count
+		{1, taskd.RolloutRunning, 3, 3},     // a count above the quota: the quota
+		{2, taskd.RolloutRunning, 20, 20},   // the whole quota
+		{2, taskd.RolloutPaused, 20, 20},    // paused: the phase's cap holds
+		{0, taskd.RolloutAborted, 20, 0},    // aborted: nothing more
+		{2, taskd.RolloutCompleted, 20, -1}, // completed: no cap
+	} {
+		st.Phase, st.State = tc.phase, tc.state
+		if got := r.Cap(st, tc.quota); got != tc.want {
+			t.Errorf("phase %d %s of %d: cap %d, want %d", tc.phase, tc.state, tc.quota, got, tc.want)
+		}
+	}
+	ramp := taskd.Rollout{Phases: []taskd.Phase{pct(10), pct(100)}, RatePerMinute: 5}.WithDefaults()
+	if r0, r1 := ramp.Rate(taskd.RolloutStatus{Phase: 0}), ramp.Rate(taskd.RolloutStatus{Phase: 1}); r0 != 5 || r1 != 10 {
+		t.Errorf("rate ramp: %d then %d, want 5 then 10", r0, r1)
+	}
+}
+
+func TestGateVerdict(t *testing.T) {
+	g := taskd.Gate{MinFinished: 4, SuccessRatio: 0.75, FailureRatio: 0.5}
+	for _, tc := range []struct {
+		f    taskd.PhaseFigures
+		want taskd.GateVerdict
+	}{
+		{taskd.PhaseFigures{Claimed: 10, Finished: 3, Succeeded: 3}, taskd.GatePending}, // too few finished, however good
+		{taskd.PhaseFigures{Claimed: 10, Finished: 3, Failed: 3}, taskd.GatePending},    // too few finished, however bad
+		{taskd.PhaseFigures{Finished: 4, Succeeded: 3, Failed: 1}, taskd.GatePassed},
+		{taskd.PhaseFigures{Finished: 4, Succeeded: 2, Failed: 2}, taskd.GateFailed},
+		{taskd.PhaseFigures{Finished: 5, Succeeded: 3, Failed: 2}, taskd.GatePending}, // 60%: neither
+	} {
+		if got := g.Verdict(tc.f); got != tc.want {
+			t.Errorf("%+v: %v, want %v", tc.f, got, tc.want)
+		}
+	}
+}
+
+func TestRolloutStep(t *testing.T) {
+	auto := taskd.Rollout{Phases: []taskd.Phase{pct(10), pct(100)}, BakeSeconds: 60,
+		Gate: taskd.Gate{MinFinished: 2, SuccessRatio: 1, FailureRatio: 0.5}}.WithDefaults()
+	pass := taskd.PhaseFigures{Finished: 2, Succeeded: 2}
+	fail := taskd.PhaseFigures{Finished: 2, Failed: 1, Succeeded: 1}
+	st := taskd.StartRollout(now)
+
+	c := auto.Step(st, taskd.PhaseFigures{Finished: 1, Succeeded: 1}, now)
+	if c.Event != "" {
+		t.Fatalf("one finished of two: %+v", c)
+	}
+	c = auto.Step(st, pass, now)
+	if c.Event != taskd.EventRolloutBaking || c.To.BakeUntil == nil || !c.To.BakeUntil.Equal(now.Add(time.Minute)) {
+		t.Fatalf("passed: %+v; want baking for a minute", c)
+	}
+	baking := c.To
+	if c := auto.Step(baking, pass, now.Add(59*time.Second)); c.Event != "" {
+		t.Fatalf("mid-bake: %+v", c)
+	}
+	if c := auto.Step(baking, fail, now.Add(30*time.Second)); c.Event != taskd.EventRolloutAborted || !c.To.GateFailed {
+		t.Fatalf("failing during the bake: %+v; want aborted", c)
+	}
+	c = auto.Step(baking, pass, now.Add(time.Minute))
+	if c.Event != taskd.EventRolloutPhase || c.To.Phase != 1 || c.To.State != taskd.RolloutRunning || !c.To.PhaseStartedAt.Equal(now.Add(time.Minute)) {
+		t.Fatalf("after the bake: %+v; want phase 1 running", c)
+	}
+	// The last phase's gate passed completes the rollout (after its bake).
+	last := c.To
+	c = auto.Step(auto.Step(last, pass, now.Add(2*time.Minute)).To, pass, now.Add(3*time.Minute))
+	if c.Event != taskd.EventRolloutCompleted || c.To.State != taskd.RolloutCompleted {
+		t.Fatalf("the last phase passed: %+v", c)
+	}
+
+	manual := auto
+	manual.Advance = taskd.AdvanceManual
+	if c := manual.Step(st, pass, now); c.To.State != taskd.RolloutWaiting || c.To.GateFailed {
+		t.Errorf("manual, passed: %+v; want waiting", c)
+	}
+	if c := manual.Step(st, fail, now); c.To.State != taskd.RolloutWaiting || !c.To.GateFailed {
+		t.Errorf("manual, failed: %+v; want waiting on a failed gate", c)
+	}
+	for _, s := range []taskd.RolloutState{taskd.RolloutWaiting, taskd.RolloutPaused, taskd.RolloutAborted, taskd.RolloutCompleted} {
+		if c := auto.Step(taskd.RolloutStatus{State: s}, fail, now); c.Event != "" {
+			t.Errorf("%s moved by itself: %+v", s, c)
+		}
+	}
+}
+
+func TestRolloutMoves(t *testing.T) {
+	r := taskd.Rollout{Phases: []taskd.Phase{pct(10), pct(100)}}.WithDefaults()
+	allowed := map[taskd.RolloutMove][]taskd.RolloutState{
+		taskd.RolloutAdvance: {taskd.RolloutRunning, taskd.RolloutBaking, taskd.RolloutWaiting},
+		taskd.RolloutPause:   {taskd.RolloutRunning, taskd.RolloutBaking, taskd.RolloutWaiting},
+		taskd.RolloutResume:  {taskd.RolloutPaused},
+		taskd.RolloutAbort:   {taskd.RolloutRunning, taskd.RolloutBaking, taskd.RolloutWaiting, taskd.RolloutPaused},
+	}
+	states := []taskd.RolloutState{taskd.RolloutRunning, taskd.RolloutBaking, taskd.RolloutWaiting, taskd.RolloutPaused,
+		taskd.RolloutAborted, taskd.RolloutCompleted}
+	for move, ok := range allowed {
+		for _, s := range states {
+			_, err := r.Move(taskd.RolloutStatus{State: s}, move, now)
+			want := false
+			for _, a := range ok {
+				want = want || a == s
+			}
+			if (err == nil) != want || (err != nil && taskd.ErrorCode(err) != taskd.CodeConflict) {
+				t.Errorf("%s from %s: %v (allowed: %v)", move, s, err, want)
+			}
+		}
+	}
+	c, _ := r.Move(taskd.RolloutStatus{State: taskd.RolloutRunning, Phase: 1}, taskd.RolloutAdvance, now)
+	if c.To.State != taskd.RolloutCompleted {
+		t.Errorf("advance past the last phase: %+v; want completed", c)
+	}
+	if _, err := r.Move(taskd.RolloutStatus{State: taskd.RolloutRunning}, "jump", now); taskd.ErrorCode(err) != taskd.CodeInvalid {
+		t.Errorf("an unknown move: %v", err)
+	}
+}
