@@ -96,6 +96,8 @@ func TestREADMEWalkthroughs(t *testing.T) {
 			`"state":"expired"`, `"state":"cancelled"`},
 		"Campaigns":  {`{"id":1,"state":"running"}`, `"task_id":"campaign:1"`, `"params":{"url":"https://example.com"}`},
 		"Operations": {`"nodes"`},
+		"Rollouts": {`"task":null`, `{"state":"waiting","phase":1,"cap":1,"claimed":1,"finished":1,"succeeded":1,"gate":"passed"}`,
+			`{"state":"running","phase":2,"cap":2}`, `"rotate:`},
 	}
 	for _, s := range sections {
 		if _, ok := want[s.title]; !ok {
