@@ -30,6 +30,8 @@ type ClaimTask struct {
 	Stages     []string // the template's; nil: none
 	// Rollout is the task's rollout as its claims see it; nil: none.
 	Rollout *ClaimRollout
+	// Judged says its template has a result schema.
+	Judged bool
 }
 
 // ClaimRollout is a rollout as a claim sees it: the current phase (1-based, what the
@@ -95,6 +97,7 @@ func (c *Claim) NewDispatch(logID string, now time.Time) *Dispatch {
 		DispatchedAt:    now,
 		Slot:            c.Take.OpenSlot(),
 		RolloutPhase:    t.rolloutPhase(),
+		Judged:          t.Judged,
 	}
 }
 

@@ -93,6 +93,11 @@ type Dispatch struct {
 	// RolloutPhase is the rollout phase (1-based) the dispatch was claimed in, which its
 	// gate counts it in; 0: its task had no rollout.
 	RolloutPhase int
+	// Judged says its template had a result schema when it was claimed: a success is
+	// checked against it at the complete. Reason says why a success counted as a
+	// failure ("" for none).
+	Judged bool
+	Reason string
 }
 
 // LeaseExpired reports whether the dispatch is open past its lease at now.

@@ -49,10 +49,13 @@ type Event struct {
 	Attempt int       `json:"attempt"`
 	Result  string    `json:"result,omitempty"`
 	// Stage is the stage of a multi-stage task the dispatch worked.
-	Stage     string    `json:"stage,omitempty"`
-	LatencyMS *int64    `json:"latency_ms,omitempty"`
-	Node      string    `json:"node"`
-	At        time.Time `json:"at"`
+	Stage     string `json:"stage,omitempty"`
+	LatencyMS *int64 `json:"latency_ms,omitempty"`
+	// Reason says why a success counted as a failure (its detail failed the template's
+	// result schema); "" for none.
+	Reason string    `json:"reason,omitempty"`
+	Node   string    `json:"node"`
+	At     time.Time `json:"at"`
 	// RolloutEvent is set on a rollout's events (rollout.*), which name the task alone
 	// (no log id or uid).
 	*RolloutEvent

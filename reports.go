@@ -44,7 +44,9 @@ type StoredEvent struct {
 	Attempt int       `json:"attempt"`
 	Result  string    `json:"result,omitempty"`
 	Stage   string    `json:"stage,omitempty"` // a multi-stage task's
-	At      time.Time `json:"at"`
+	// Reason says why a success counted as a failure (complete events only).
+	Reason string    `json:"reason,omitempty"`
+	At     time.Time `json:"at"`
 }
 
 // Overview is the state of the dispatch pipeline at a glance: tasks due, dispatches open, waiting

@@ -219,6 +219,10 @@ type Template struct {
 	ID     int64           `json:"id"`
 	Name   string          `json:"name"`
 	Schema json.RawMessage `json:"schema"`
+	// ResultSchema, when set, is what a success's detail must be: a success whose
+	// detail does not validate counts as a failure (the agent is told 200; the record
+	// and its event say why). Set at create, like Schema.
+	ResultSchema json.RawMessage `json:"result_schema,omitempty"`
 	Settings
 	// Stages are the stage names a complete's next_stage may name; a task of this
 	// template starts at the first. Empty: single-stage tasks.

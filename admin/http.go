@@ -125,6 +125,8 @@ func tagged(w http.ResponseWriter, v taskd.Version, err error) error {
 type templateRequest struct {
 	Name   reqName         `json:"name"`
 	Schema json.RawMessage `json:"schema"`
+	// ResultSchema is what a success's detail must be (absent or null: anything).
+	ResultSchema json.RawMessage `json:"result_schema"`
 	settingsRequest
 	Stages []string `json:"stages"`
 }
@@ -132,7 +134,7 @@ type templateRequest struct {
 // template checks the request's settings and stages and returns the template it
 // describes (the name and schema are the service's to check).
 func (req *templateRequest) template() (taskd.Template, error) {
-	t := taskd.Template{Name: req.Name.s, Schema: req.Schema, Stages: req.Stages}
+	t := taskd.Template{Name: req.Name.s, Schema: req.Schema, ResultSchema: req.ResultSchema, Stages: req.Stages}
 	var err error
 	if t.Settings, err = req.settings(); err != nil {
 		return t, err

@@ -221,6 +221,12 @@ func shortSchemaError(err error, doc []byte) (string, bool) {
 	if !errors.As(sve.Err, &ve) {
 		return "", false
 	}
+	return shortValidationError(ve, doc)
+}
+
+// shortValidationError is the heart of a validation error of doc: the deepest place it
+// names, what is wanted there and what doc has.
+func shortValidationError(ve *jsonschema.ValidationError, doc []byte) (string, bool) {
 	// The leaves of the tree are what failed; their parents only say that a branch
 	// did. The deepest leaf is the most precise, and one that lists the allowed values
 	// the most useful.

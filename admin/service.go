@@ -64,6 +64,9 @@ func (s *Service) CreateTemplate(ctx context.Context, t taskd.Template) (taskd.T
 		return taskd.Template{}, err
 	}
 	t.Schema = compact
+	if t.ResultSchema, err = checkResultSchema(s.compile, t.ResultSchema); err != nil {
+		return taskd.Template{}, err
+	}
 	t, err = s.store.CreateTemplate(ctx, ActorFrom(ctx), t, s.now())
 	if err != nil {
 		return t, err

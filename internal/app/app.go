@@ -66,6 +66,7 @@ type App struct {
 func New(cfg Config, deps Deps) *App {
 	cfg.setDefaults()
 	deps.Store.SetEvents(store.EventsConfig{Outbox: len(cfg.KafkaBrokers) > 0, Node: cfg.Node})
+	deps.Store.SetResultJudge(admin.JudgeResult)
 	loader := deps.Loader
 	if loader == nil {
 		loader = deps.Store

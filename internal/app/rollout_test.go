@@ -1,6 +1,8 @@
 package app_test
 
 import (
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -302,5 +304,61 @@ func TestRolloutSurvivesANodeMidPhase(t *testing.T) {
 	}
 	if code, out := e.do(1, "GET", "/v1/admin/tasks/"+taskPath(id)+"/rollout", adminToken, nil); code != 200 || num(out["claimed"]) != 4 {
 		t.Fatalf("rollout through node 1: %d %v", code, out)
+	}
+}
+
+// A template's result schema: a success whose detail does not validate is told 200 but
+// counts as a failure (for the gate too), and its complete event says why; one that
+// validates is a success.
+func TestResultSchemaJudgesSuccesses(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	if code, out := e.do(0, "POST", "/v1/admin/templates", adminToken, map[string]any{"name": "bad", "schema": map[string]any{"type": "object"},
+		"result_schema": map[string]any{"type": "strin"}}); code != 400 || !strings.Contains(fmt.Sprint(out), "result_schema is not valid") {
+		t.Fatalf("a result schema the meta-schema refuses: %d %v", code, out)
+	}
+	tpl := e.admin("POST", "/v1/admin/templates", map[string]any{"name": "fw", "schema": map[string]any{"type": "object"},
+		"result_schema": map[string]any{"type": "object", "required": []string{"version"},
+			"properties": map[string]any{"version": map[string]any{"type": "string"}}}})
+	if tpl["result_schema"] == nil {
+		t.Fatalf("the template does not show its result schema: %v", tpl)
+	}
+	e.admin("PUT", "/v1/admin/groups/g/members", map[string]any{"uids": []string{"a", "b", "c"}})
+	id := e.admin("POST", "/v1/admin/tasks/once", map[string]any{"executor": "gid_g", "start_time": ts(t0),
+		"template_id": tpl["id"], "params": map[string]any{}, "dispatch_times": 3,
+		"rollout": map[string]any{"phases": []any{map[string]any{"count": 2}, map[string]any{"percent": 100}},
+			"gate": map[string]any{"min_finished": 2, "success_ratio": 1}, "advance": "manual"}})["task_id"].(string)
+	ka, kb := e.key("a"), e.key("b")
+	la, lb := e.fetch(0, ka).Task, e.fetch(0, kb).Task
+	if la == nil || lb == nil {
+		t.Fatal("the phase's two slots were not handed out")
+	}
+	if code, out := e.do(0, "POST", "/v1/complete", ka, map[string]any{"log_id": la.LogID, "result": "success",
+		"detail": map[string]any{"version": 2}}); code != 200 {
+		t.Fatalf("a success with a detail the result schema refuses: %d %v (want 200)", code, out)
+	}
+	if code, out := e.do(0, "POST", "/v1/complete", kb, map[string]any{"log_id": lb.LogID, "result": "success",
+		"detail": map[string]any{"version": "2.1"}}); code != 200 {
+		t.Fatalf("a valid success: %d %v", code, out)
+	}
+	r := e.rollout(id)
+	if num(r["succeeded"]) != 1 || num(r["failed"]) != 1 || r["state"] != "running" {
+		t.Fatalf("one refused, one valid success: %v", r)
+	}
+	evs := e.admin("GET", "/v1/admin/events?type=complete&task_id="+id, nil)["events"].([]any)
+	reasons := 0
+	for _, ev := range evs {
+		m := ev.(map[string]any)
+		if m["log_id"] == la.LogID {
+			if m["result"] != "failure" || !strings.Contains(fmt.Sprint(m["reason"]), "/version") {
+				t.Errorf("the refused success's event: %v", m)
+			}
+			reasons++
+		} else if m["reason"] != nil {
+			t.Errorf("a valid success's event has a reason: %v", m)
+		}
+	}
+	if reasons != 1 {
+		t.Errorf("%d complete events of the refused success, want 1: %v", reasons, evs)
 	}
 }

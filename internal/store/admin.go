@@ -22,8 +22,8 @@ func (s *Store) CreateTemplate(ctx context.Context, actor string, t taskd.Templa
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		args := append([]any{t.Name, string(t.Schema)}, settingsArgs(t.Settings)...)
 		res, err := tx.ExecContext(ctx, `INSERT INTO task_params_template (name, schema_json, `+strings.Join(settingsNames, ", ")+`,
-			stages, status, created_at, updated_at) VALUES (?, ?, `+marks(len(settingsNames))+`, ?, 1, ?, ?)`,
-			append(args, stagesArg(t.Stages), now, now)...)
+			stages, status, created_at, updated_at, result_schema) VALUES (?, ?, `+marks(len(settingsNames))+`, ?, 1, ?, ?, ?)`,
+			append(args, stagesArg(t.Stages), now, now, nullJSON(t.ResultSchema))...)
 		if err != nil {
 			return err
 		}
@@ -39,17 +39,18 @@ func templateTarget(id int64) string { return "template:" + strconv.FormatInt(id
 
 // selectTemplate reads templates as scanTemplate scans them.
 var selectTemplate = "SELECT p.id, p.name, p.schema_json, " + settingsCols("p") +
-	", p.stages, p.created_at, p.updated_at, p.version FROM task_params_template p"
+	", p.stages, p.created_at, p.updated_at, p.version, p.result_schema FROM task_params_template p"
 
 func scanTemplate(row scanner) (taskd.Template, error) {
 	var t taskd.Template
 	var schema string
 	var stages *string
+	var result sql.NullString
 	dest := append([]any{&t.ID, &t.Name, &schema}, settingsDest(&t.Settings)...)
-	if err := row.Scan(append(dest, &stages, &t.CreatedAt, &t.UpdatedAt, &t.Version)...); err != nil {
+	if err := row.Scan(append(dest, &stages, &t.CreatedAt, &t.UpdatedAt, &t.Version, &result)...); err != nil {
 		return t, err
 	}
-	t.Schema = json.RawMessage(schema)
+	t.Schema, t.ResultSchema = json.RawMessage(schema), rawJSON(result)
 	var err error
 	t.Stages, err = parseStages(stages)
 	return t, err
@@ -106,6 +107,7 @@ func (s *Store) UpdateTemplate(ctx context.Context, actor string, id int64, ifMa
 			return err
 		}
 		after.ID, after.Schema, after.CreatedAt, after.UpdatedAt = before.ID, before.Schema, before.CreatedAt, now
+		after.ResultSchema = before.ResultSchema
 		after.Version = before.Version + 1
 		args := append([]any{after.Name}, settingsArgs(after.Settings)...)
 		if _, err := tx.ExecContext(ctx, "UPDATE task_params_template SET name = ?, "+settingsSet()+

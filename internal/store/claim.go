@@ -109,7 +109,7 @@ func loadClaimTargets(ctx context.Context, tx *sql.Tx, keys []taskd.TaskKey, uid
 			continue
 		}
 		cols := "t.id, t.executor, t.status, t.start_time, t.dispatch_times, t.mode, t.template_id, t.params, " +
-			settingsCols("t") + ", " + settingsCols("p") + ", p.stages, t.rollout, r.state, r.phase"
+			settingsCols("t") + ", " + settingsCols("p") + ", p.stages, t.rollout, r.state, r.phase, p.result_schema IS NOT NULL"
 		q := "SELECT " + cols + ", 0, NULL"
 		table := "task_once"
 		if kind == taskd.KindRotate {
@@ -147,7 +147,7 @@ func loadClaimTargets(ctx context.Context, tx *sql.Tx, keys []taskd.TaskKey, uid
 			var rphase sql.NullInt64
 			dest := []any{&id, &executor, &t.Status, &t.Start, &t.Quota, &t.Mode, &t.TemplateID, &params}
 			dest = append(append(dest, settingsDest(&own)...), settingsDest(&tpl)...)
-			dest = append(dest, &stages, &rollout, &rstate, &rphase, &space, &end)
+			dest = append(dest, &stages, &rollout, &rstate, &rphase, &t.Judged, &space, &end)
 			if len(users) > 0 {
 				dest = append(dest, &uid, &snapUID)
 			}
@@ -822,7 +822,7 @@ func insertDispatches(ctx context.Context, tx *sql.Tx, ds []*taskd.Dispatch) err
 	if len(ds) == 0 {
 		return nil
 	}
-	const cols = 24
+	const cols = 25
 	args := make([]any, 0, cols*len(ds))
 	for _, d := range ds {
 		if d.LeaseSeconds > 0 {
@@ -835,11 +835,11 @@ func insertDispatches(ctx context.Context, tx *sql.Tx, ds []*taskd.Dispatch) err
 		args = append(args, d.LogID, d.UID, d.UID, d.Slot, d.Occurrence.Task.Kind, d.Occurrence.Task.ID, d.Occurrence.DueAt,
 			d.Mode, d.Attempt, d.MaxAttempts, d.BackoffSeconds, d.RetryMultiplier, d.RetryMaxSeconds, d.LeaseSeconds, taskd.StateOpen, d.TemplateID,
 			string(d.Params), d.DispatchedAt, d.LeaseExpiresAt, nullJSON(d.Checkpoint), nullString(d.Stage), nullJSON(d.Context),
-			d.Resumed, nullInt(d.RolloutPhase))
+			d.Resumed, nullInt(d.RolloutPhase), d.Judged)
 	}
 	_, err := tx.ExecContext(ctx, `INSERT INTO dispatch (log_id, uid, open_uid, open_slot, task_kind, task_id, due_at,
 		mode, attempt, max_attempts, retry_backoff_seconds, retry_multiplier, retry_max_seconds, lease_seconds, state, template_id, params,
-		dispatched_at, lease_expires_at, checkpoint, stage, context, resumed, rollout_phase) VALUES `+tuples(len(ds), cols), args...)
+		dispatched_at, lease_expires_at, checkpoint, stage, context, resumed, rollout_phase, judged) VALUES `+tuples(len(ds), cols), args...)
 	return err
 }
 

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/taskpull/taskd"
 )
@@ -79,6 +80,16 @@ func (s *Store) completeBatch(ctx context.Context, jobs []*completeJob) ([]compl
 		if err != nil {
 			return err
 		}
+		var judging []finishing
+		for i, j := range jobs {
+			if d := records[j.in.logID]; !alone[i] && d != nil && d.UID == j.in.uid && d.Stage == "" && j.in.result == taskd.ResultSuccess {
+				judging = append(judging, finishing{d, j.in.detail})
+			}
+		}
+		refused, err := s.refusedResults(ctx, tx, judging)
+		if err != nil {
+			return err
+		}
 		var done []finishing
 		for i, j := range jobs {
 			if alone[i] {
@@ -94,7 +105,11 @@ func (s *Store) completeBatch(ctx context.Context, jobs []*completeJob) ([]compl
 			case !ok && d != nil && d.UID != j.in.uid:
 				d = nil // someone else's: not the caller's to see
 			case ok:
-				outcome = d.Finish(j.in.result, j.in.now)
+				result := j.in.result
+				if why := refused[d.LogID]; why != "" {
+					result, d.Reason = taskd.ResultFailure, why
+				}
+				outcome = d.Finish(result, j.in.now)
 				done = append(done, finishing{d, j.in.detail})
 			}
 			outs[i] = completeOut{outcome, d}
@@ -162,6 +177,7 @@ func (s *Store) finish(ctx context.Context, tx *sql.Tx, fs []finishing) error {
 		u.set("state", d.State)
 		u.set("result", d.Result)
 		u.set("finished_at", *d.FinishedAt)
+		u.set("reason", nullString(d.Reason))
 		u.set("open_uid", nil)
 		if len(f.detail) > 0 {
 			u.set("detail", string(f.detail))
@@ -268,6 +284,15 @@ func (s *Store) completeOne(ctx context.Context, uid, logID string, result taskd
 				return taskd.StageDone, s.stageOn(ctx, tx, d, detail, next, nil, 0, now)
 			}
 		}
+		if result == taskd.ResultSuccess {
+			refused, err := s.refusedResults(ctx, tx, []finishing{{d, detail}})
+			if err != nil {
+				return 0, err
+			}
+			if why := refused[d.LogID]; why != "" {
+				result, d.Reason = taskd.ResultFailure, why
+			}
+		}
 		outcome := d.Finish(result, now)
 		return outcome, s.finish(ctx, tx, []finishing{{d, detail}})
 	})
@@ -356,4 +381,68 @@ func advanceCursors(ctx context.Context, tx *sql.Tx, ds []*taskd.Dispatch) error
 		  updated_at = IF(VALUES(cursor_at) < cursor_at, updated_at, VALUES(updated_at)),
 		  cursor_at = GREATEST(cursor_at, VALUES(cursor_at))`, args...)
 	return err
+}
+
+// SetResultJudge sets what checks a success's detail against its template's result
+// schema: it returns why the detail fails it ("" when it validates). Without one,
+// successes are recorded as the agents say. Call before serving.
+func (s *Store) SetResultJudge(judge func(schema, detail json.RawMessage) string) { s.judge = judge }
+
+// refusedResults returns, for the records of fs (about to be completed with a success)
+// whose template had a result schema when they were claimed, why their detail fails it
+// (absent: it validates). The schemas are read without a lock: a template's result
+// schema never changes once set.
+func (s *Store) refusedResults(ctx context.Context, tx *sql.Tx, fs []finishing) (map[string]string, error) {
+	var ids []any
+	for _, f := range fs {
+		if f.d.Judged && !slices.Contains(ids, any(f.d.TemplateID)) {
+			ids = append(ids, f.d.TemplateID)
+		}
+	}
+	if len(ids) == 0 || s.judge == nil {
+		return nil, nil
+	}
+	rows, err := tx.QueryContext(ctx, "SELECT id, result_schema FROM task_params_template WHERE id IN ("+marks(len(ids))+
+		") AND result_schema IS NOT NULL", ids...)
+	if err != nil {
+		return nil, err
+	}
+	schemas := map[int64]json.RawMessage{}
+	for rows.Next() {
+		var id int64
+		var schema string
+		if err := rows.Scan(&id, &schema); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		schemas[id] = json.RawMessage(schema)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, f := range fs {
+		if schema, ok := schemas[f.d.TemplateID]; ok && f.d.Judged {
+			detail := f.detail
+			if len(detail) == 0 {
+				detail = json.RawMessage("null") // no detail: what the schema says of null
+			}
+			if why := s.judge(schema, detail); why != "" {
+				out[f.d.LogID] = truncate("result_schema: "+why, 512)
+			}
+		}
+	}
+	return out, nil
+}
+
+// truncate cuts s to at most n bytes, on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

@@ -132,9 +132,9 @@ func (s *Store) Events(ctx context.Context, f taskd.EventFilter, after *taskd.Ev
 		if f.Type != "" && f.Type != p.typ {
 			continue
 		}
-		result := "NULL"
+		result, reason := "NULL", "NULL"
 		if p.typ == taskd.EventComplete {
-			result = "result"
+			result, reason = "result", "reason"
 		}
 		// The id is taskd.EventID's, so an event here is found under the same id in
 		// Kafka and Elasticsearch.
@@ -143,7 +143,7 @@ func (s *Store) Events(ctx context.Context, f taskd.EventFilter, after *taskd.Ev
 			id = `CONCAT(log_id, ':redo:', redo_count)`
 		}
 		selects = append(selects, `SELECT `+id+` AS event_id, '`+string(p.typ)+`' AS type,
-			log_id, uid, task_kind, task_id, due_at, attempt, `+result+` AS result, `+p.at+` AS at, stage
+			log_id, uid, task_kind, task_id, due_at, attempt, `+result+` AS result, `+p.at+` AS at, stage, `+reason+` AS reason
 			FROM dispatch WHERE `+p.at+` >= ? AND `+p.at+` < ?`+p.extra+where)
 		args = append(args, f.From, f.To)
 		args = append(args, common...)
@@ -151,7 +151,7 @@ func (s *Store) Events(ctx context.Context, f taskd.EventFilter, after *taskd.Ev
 	if len(selects) == 0 {
 		return []taskd.StoredEvent{}, nil
 	}
-	q := "SELECT event_id, type, log_id, uid, task_kind, task_id, due_at, attempt, result, at, stage FROM (" +
+	q := "SELECT event_id, type, log_id, uid, task_kind, task_id, due_at, attempt, result, at, stage, reason FROM (" +
 		strings.Join(selects, " UNION ALL ") + ") e"
 	if after != nil {
 		q += " WHERE at < ? OR (at = ? AND event_id < ?)"
@@ -169,12 +169,12 @@ func (s *Store) Events(ctx context.Context, f taskd.EventFilter, after *taskd.Ev
 		var e taskd.StoredEvent
 		var k taskd.TaskKey
 		var result sql.NullInt64
-		var stage sql.NullString
+		var stage, reason sql.NullString
 		if err := rows.Scan(&e.EventID, &e.Type, &e.LogID, &e.UID, &k.Kind, &k.ID, &e.DueAt, &e.Attempt, &result, &e.At,
-			&stage); err != nil {
+			&stage, &reason); err != nil {
 			return nil, mysqlErr("events", err)
 		}
-		e.TaskID, e.DueAt, e.At, e.Stage = k.String(), e.DueAt.UTC(), e.At.UTC(), stage.String
+		e.TaskID, e.DueAt, e.At, e.Stage, e.Reason = k.String(), e.DueAt.UTC(), e.At.UTC(), stage.String, reason.String
 		if result.Valid {
 			e.Result = taskd.Result(result.Int64).String()
 		}

@@ -6,6 +6,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -24,6 +25,8 @@ import (
 
 // Store is the MySQL-backed system of record.
 type Store struct {
+	// judge checks successes against result schemas (SetResultJudge); nil: none.
+	judge     func(schema, detail json.RawMessage) string
 	db        *sql.DB
 	events    EventsConfig
 	claims    *batcher[claimIn, claimOut]       // nil: each claim its own transaction

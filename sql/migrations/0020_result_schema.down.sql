@@ -1,0 +1,2 @@
+ALTER TABLE dispatch DROP COLUMN reason, DROP COLUMN judged;
+ALTER TABLE task_params_template DROP COLUMN result_schema;
