@@ -107,6 +107,13 @@ type DispatchRecord struct {
 	// (the next attempt is a record of its own); CancelledAt when it was ended for good.
 	RetriedAt   *time.Time `json:"retried_at"`
 	CancelledAt *time.Time `json:"cancelled_at"`
+	// Resumed says the record continues a waiting one (a retry, a next stage, an admin's
+	// retry) rather than claiming a quota slot anew.
+	Resumed bool `json:"resumed"`
+	// RolloutPhase is the rollout phase (1-based) the record was claimed in (null: its
+	// task had no rollout); Reason why a success counted as a failure.
+	RolloutPhase *int   `json:"rollout_phase"`
+	Reason       string `json:"reason,omitempty"`
 }
 
 // DispatchChange is an admin's change to one dispatch record (expire, retry, cancel) as

@@ -399,4 +399,16 @@ type RolloutView struct {
 	Cap     int
 	Claimed int
 	Figures PhaseFigures
+	// History are the moves that ended phases (or the rollout), oldest first.
+	History []RolloutMoveRecord
+}
+
+// RolloutMoveRecord is a move that ended a phase, or the rollout: the phase (1-based),
+// when, the event, and the phase's figures it was decided on.
+type RolloutMoveRecord struct {
+	Phase int       `json:"phase"`
+	At    time.Time `json:"at"`
+	Event string    `json:"event"`
+	PhaseFigures
+	Actor string `json:"actor,omitempty"`
 }

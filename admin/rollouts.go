@@ -109,6 +109,9 @@ type rolloutReply struct {
 	// baking).
 	MayAdvanceAt *time.Time    `json:"may_advance_at"`
 	Rollout      taskd.Rollout `json:"rollout"`
+	// History are the moves that ended phases (or the rollout), oldest first, each with
+	// the figures it was decided on.
+	History []taskd.RolloutMoveRecord `json:"history"`
 }
 
 func viewRollout(v taskd.RolloutView) rolloutReply {
@@ -116,7 +119,7 @@ func viewRollout(v taskd.RolloutView) rolloutReply {
 		Quota: v.Quota, Claimed: v.Claimed, PhaseClaimed: v.Figures.Claimed, Finished: v.Figures.Finished,
 		Succeeded: v.Figures.Succeeded, Failed: v.Figures.Failed, GateFailed: v.Status.GateFailed,
 		PhaseStartedAt: v.Status.PhaseStartedAt, BakeUntil: v.Status.BakeUntil, MayAdvanceAt: v.Status.BakeUntil,
-		Rollout: v.Rollout}
+		Rollout: v.Rollout, History: v.History}
 	if v.Cap >= 0 {
 		r.Cap = &v.Cap
 	}

@@ -158,8 +158,13 @@ func TestRolloutAdvancesAfterBakeAndAbortsOnFailure(t *testing.T) {
 	e.clock.Advance(time.Second)
 	// The server's own step (every node runs it) opens the next phase; here, as any
 	// GET does, through the rollout's read.
-	if r := e.rollout(id); r["state"] != "running" || num(r["phase"]) != 2 || num(r["cap"]) != 6 {
+	r = e.rollout(id)
+	if r["state"] != "running" || num(r["phase"]) != 2 || num(r["cap"]) != 6 {
 		t.Fatalf("after the bake: %v", r)
+	}
+	if h := r["history"].([]any); len(h) != 1 || h[0].(map[string]any)["event"] != "rollout.phase" ||
+		num(h[0].(map[string]any)["finished"]) != 2 || num(h[0].(map[string]any)["phase"]) != 1 {
+		t.Fatalf("the history after phase 1: %v", r["history"])
 	}
 	second := e.fetchAll(keys)
 	if len(second) != 4 {

@@ -95,9 +95,10 @@ func lockedRollout(ctx context.Context, tx *sql.Tx, key taskd.TaskKey) (taskd.Ro
 	var v taskd.RolloutView
 	var bake sql.NullTime
 	var state string
-	err := tx.QueryRowContext(ctx, `SELECT state, phase, phase_started_at, bake_until, gate_failed FROM task_rollout
+	var history sql.NullString
+	err := tx.QueryRowContext(ctx, `SELECT state, phase, phase_started_at, bake_until, gate_failed, history FROM task_rollout
 		WHERE task_kind = ? AND task_id = ? FOR UPDATE`, key.Kind, key.ID).
-		Scan(&state, &v.Status.Phase, &v.Status.PhaseStartedAt, &bake, &v.Status.GateFailed)
+		Scan(&state, &v.Status.Phase, &v.Status.PhaseStartedAt, &bake, &v.Status.GateFailed, &history)
 	if errors.Is(err, sql.ErrNoRows) {
 		return v, taskd.Task{}, taskd.Errorf(taskd.CodeNotFound, "task %s has no rollout", key)
 	}
@@ -105,6 +106,12 @@ func lockedRollout(ctx context.Context, tx *sql.Tx, key taskd.TaskKey) (taskd.Ro
 		return v, taskd.Task{}, err
 	}
 	v.Status.State = taskd.RolloutState(state)
+	v.History = []taskd.RolloutMoveRecord{}
+	if history.Valid {
+		if err := json.Unmarshal([]byte(history.String), &v.History); err != nil {
+			return v, taskd.Task{}, fmt.Errorf("rollout history: %w", err)
+		}
+	}
 	v.Status.PhaseStartedAt = v.Status.PhaseStartedAt.UTC()
 	if bake.Valid {
 		at := bake.Time.UTC()
@@ -208,9 +215,17 @@ func (s *Store) MoveRollout(ctx context.Context, actor string, key taskd.TaskKey
 func (s *Store) applyRollout(ctx context.Context, tx *sql.Tx, v taskd.RolloutView, t taskd.Task, c taskd.RolloutChange, actor string, now time.Time) (taskd.RolloutView, error) {
 	k := t.Key
 	to := c.To
+	if to.Phase != c.From.Phase || to.State == taskd.RolloutCompleted || to.State == taskd.RolloutAborted {
+		v.History = append(v.History, taskd.RolloutMoveRecord{Phase: c.From.Phase + 1, At: now, Event: c.Event,
+			PhaseFigures: v.Figures, Actor: actor})
+	}
+	history, err := json.Marshal(v.History)
+	if err != nil {
+		return v, err
+	}
 	if _, err := tx.ExecContext(ctx, `UPDATE task_rollout SET state = ?, phase = ?, phase_started_at = ?, bake_until = ?,
-		gate_failed = ?, updated_at = ? WHERE task_kind = ? AND task_id = ?`,
-		to.State, to.Phase, to.PhaseStartedAt, to.BakeUntil, to.GateFailed, now, k.Kind, k.ID); err != nil {
+		gate_failed = ?, updated_at = ?, history = ? WHERE task_kind = ? AND task_id = ?`,
+		to.State, to.Phase, to.PhaseStartedAt, to.BakeUntil, to.GateFailed, now, string(history), k.Kind, k.ID); err != nil {
 		return v, err
 	}
 	if to.State == taskd.RolloutAborted && t.Status == taskd.StatusActive {
