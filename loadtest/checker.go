@@ -3,6 +3,7 @@ package loadtest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -100,6 +101,9 @@ type CheckResult struct {
 	// committed) shows up here. Information, not a violation.
 	UnseenDispatches int `json:"unseen_dispatches"`
 	UnseenCompletes  int `json:"unseen_completes"`
+	// Rollouts are the rolled-out tasks checked, and where each stands at the end.
+	Rollouts      int      `json:"rollouts,omitempty"`
+	RolloutPhases []string `json:"rollout_phases,omitempty"`
 
 	ViolationCount int            `json:"violation_count"`
 	ByKind         map[string]int `json:"violations_by_kind"`
@@ -134,6 +138,10 @@ type CheckInput struct {
 	// occurrence that was dispatched.
 	Stats    []TaskStat
 	Observed *Observed // nil: no cross-check with the agents
+	// Rollouts and Records are the rolled-out tasks' rollouts and dispatch records, by
+	// task id.
+	Rollouts map[string]RolloutState
+	Records  map[string][]Record
 }
 
 type occKey struct {
@@ -299,6 +307,7 @@ func Check(in CheckInput) *CheckResult {
 		}
 	}
 	checkCampaigns(r, in.Campaigns, in.Observed)
+	checkRollouts(r, in.Tasks, in.Rollouts, in.Records)
 	return r
 }
 
@@ -403,6 +412,18 @@ func CheckServer(ctx context.Context, c *Client, target CheckTarget, obs *Observ
 			in.Tasks[t.TaskID] = t
 		}
 	}
+	in.Rollouts, in.Records = map[string]RolloutState{}, map[string][]Record{}
+	for id, t := range in.Tasks {
+		if t.Rollout == nil {
+			continue
+		}
+		if in.Rollouts[id], err = c.Rollout(ctx, id); err != nil {
+			return nil, err
+		}
+		if in.Records[id], err = c.Records(ctx, id, 1000); err != nil {
+			return nil, err
+		}
+	}
 	campaigns, err := c.Campaigns(ctx, 100)
 	if err != nil {
 		return nil, err
@@ -437,4 +458,62 @@ func CheckServer(ctx context.Context, c *Client, target CheckTarget, obs *Observ
 	}
 	r.Took = time.Since(start).Seconds()
 	return r, nil
+}
+
+// checkRollouts checks the rolled-out tasks: no phase let an occurrence's claims past
+// its cap, and no phase was ended by the server's gate on fewer finished dispatches than
+// the gate's min_finished. From the dispatch records (each carries the phase it was
+// claimed in): an occurrence's slots held in phases 1..p are its records of those
+// phases that claimed a slot (not resumed from a waiting one) and did not give it back
+// (an expiry with attempts left); a phase's finished dispatches at its end are its
+// records finished by then. An admin's advance may end a phase on purpose: only the
+// server's own moves are checked against the gate.
+func checkRollouts(r *CheckResult, tasks map[string]Task, rollouts map[string]RolloutState, records map[string][]Record) {
+	for id, st := range rollouts {
+		t := tasks[id]
+		spec := t.Rollout
+		if spec == nil || len(spec.Phases) == 0 {
+			continue
+		}
+		r.Rollouts++
+		held := map[occKey]map[int]int{} // per occurrence, slots held by phase
+		for _, rec := range records[id] {
+			if rec.RolloutPhase == nil || rec.Resumed || rec.State == "expired" {
+				continue
+			}
+			k := occKey{id, rec.DueAt.UTC()}
+			if held[k] == nil {
+				held[k] = map[int]int{}
+			}
+			held[k][*rec.RolloutPhase]++
+		}
+		for k, byPhase := range held {
+			sum := 0
+			for p := 1; p <= len(spec.Phases); p++ {
+				sum += byPhase[p]
+				if limit := spec.Cap(p-1, t.DispatchTimes); limit >= 0 && sum > limit {
+					r.add(Violation{Kind: "phase_cap_exceeded", TaskID: id,
+						DueAt: k.due.Format(time.RFC3339), Detail: fmt.Sprintf("phase %d: %d slots held through it, its cap is %d", p, sum, limit)})
+				}
+			}
+		}
+		for _, h := range st.History {
+			if h.Actor != "" || (h.Event != "rollout.phase" && h.Event != "rollout.completed") {
+				continue
+			}
+			finished := 0
+			for _, rec := range records[id] {
+				if rec.RolloutPhase != nil && *rec.RolloutPhase == h.Phase && rec.FinishedAt != nil && !rec.FinishedAt.After(h.At) {
+					finished++
+				}
+			}
+			if finished < spec.Gate.MinFinished {
+				r.add(Violation{Kind: "gate_passed_early", TaskID: id,
+					Detail: fmt.Sprintf("phase %d ended at %s with %d finished, the gate wants %d", h.Phase,
+						h.At.Format(time.RFC3339Nano), finished, spec.Gate.MinFinished)})
+			}
+		}
+		r.RolloutPhases = append(r.RolloutPhases, fmt.Sprintf("%s: %s, phase %d", id, st.State, st.Phase))
+	}
+	slices.Sort(r.RolloutPhases)
 }

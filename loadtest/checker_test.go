@@ -148,3 +148,40 @@ func TestCheckCampaigns(t *testing.T) {
 		t.Errorf("check-only: %v", r.Violations)
 	}
 }
+
+// A rollout's check: slots held past a phase's cap, and a phase the server ended on
+// fewer finished dispatches than its gate wants, are each found; an admin's advance
+// and slots given back by expiries are not violations.
+func TestCheckRollouts(t *testing.T) {
+	three, ten, hundred := 3, 10, 100.0
+	spec := &RolloutSpec{Phases: []PhaseSpec{{Count: &three}, {Count: &ten}, {Percent: &hundred}}}
+	spec.Gate.MinFinished = 2
+	due := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
+	end1, end2 := due.Add(time.Minute), due.Add(2*time.Minute)
+	phase := func(p int) *int { return &p }
+	at := func(d time.Duration) *time.Time { t := due.Add(d); return &t }
+	rec := func(p int, state string, finished *time.Time) Record {
+		return Record{TaskID: "rotate:1", DueAt: due, State: state, RolloutPhase: phase(p), FinishedAt: finished}
+	}
+	records := []Record{
+		rec(1, "done", at(10*time.Second)), rec(1, "done", at(20*time.Second)), rec(1, "expired", at(30*time.Second)),
+		rec(1, "open", nil), // three held in phase 1: at its cap (the expiry gave one back)
+		rec(2, "done", at(70*time.Second)),
+	}
+	tasks := map[string]Task{"rotate:1": {TaskID: "rotate:1", DispatchTimes: -1, Rollout: spec}}
+	st := RolloutState{TaskID: "rotate:1", State: "running", Phase: 3, History: []PhaseEnding{
+		{Phase: 1, At: end1, Event: "rollout.phase"}, {Phase: 2, At: end2, Event: "rollout.phase", Actor: "admin"}}}
+	r := &CheckResult{ByKind: map[string]int{}}
+	checkRollouts(r, tasks, map[string]RolloutState{"rotate:1": st}, map[string][]Record{"rotate:1": records})
+	if !r.OK() || r.Rollouts != 1 {
+		t.Fatalf("a clean rollout: %v", r.Violations)
+	}
+	// One more slot in phase 1, and phase 1 ended by the server with one finished.
+	records = append(records, rec(1, "open", nil))
+	st.History[0].At = *at(15 * time.Second)
+	r = &CheckResult{ByKind: map[string]int{}}
+	checkRollouts(r, tasks, map[string]RolloutState{"rotate:1": st}, map[string][]Record{"rotate:1": records})
+	if r.ByKind["phase_cap_exceeded"] != 1 || r.ByKind["gate_passed_early"] != 1 || r.ViolationCount != 2 {
+		t.Fatalf("planted: %v", r.Violations)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -220,6 +221,82 @@ type Task struct {
 	DispatchTimes int    `json:"dispatch_times"`
 	Mode          string `json:"mode"`
 	Status        string `json:"status"`
+	// Rollout is the task's rollout (nil: none).
+	Rollout *RolloutSpec `json:"rollout"`
+}
+
+// RolloutSpec is what the checker reads of a task's rollout: its phases and gate.
+type RolloutSpec struct {
+	Phases []PhaseSpec `json:"phases"`
+	Gate   struct {
+		MinFinished int `json:"min_finished"`
+	} `json:"gate"`
+}
+
+// PhaseSpec is a rollout phase: a percentage of the quota, or a count.
+type PhaseSpec struct {
+	Percent *float64 `json:"percent"`
+	Count   *int     `json:"count"`
+}
+
+// Cap is phase i's (0-based) cap on each occurrence's claims of a task of quota; -1:
+// none. As the server computes it: a count at most the quota, a percentage rounded up.
+func (r *RolloutSpec) Cap(i, quota int) int {
+	p := r.Phases[i]
+	switch {
+	case p.Count != nil && quota != -1:
+		return min(*p.Count, quota)
+	case p.Count != nil:
+		return *p.Count
+	case *p.Percent >= 100 && quota == -1:
+		return -1
+	case *p.Percent >= 100:
+		return quota
+	}
+	return int(math.Ceil(*p.Percent * float64(quota) / 100))
+}
+
+// RolloutState is what the checker reads of GET .../rollout: the state, the phase
+// (1-based), and the moves that ended phases.
+type RolloutState struct {
+	TaskID  string        `json:"task_id"`
+	State   string        `json:"state"`
+	Phase   int           `json:"phase"`
+	History []PhaseEnding `json:"history"`
+}
+
+// PhaseEnding is a move that ended a rollout's phase: which, when, the event, and the
+// admin who made it ("" for the server's own).
+type PhaseEnding struct {
+	Phase    int       `json:"phase"`
+	At       time.Time `json:"at"`
+	Event    string    `json:"event"`
+	Finished int       `json:"finished"`
+	Actor    string    `json:"actor"`
+}
+
+// Rollout reads task taskID's rollout.
+func (c *Client) Rollout(ctx context.Context, taskID string) (RolloutState, error) {
+	var r RolloutState
+	kind, id, _ := strings.Cut(taskID, ":")
+	err := c.Admin(ctx, http.MethodGet, "/v1/admin/tasks/"+kind+"/"+id+"/rollout", nil, &r)
+	return r, err
+}
+
+// Record is what the checker reads of a dispatch record (GET /v1/admin/dispatches).
+type Record struct {
+	LogID        string     `json:"log_id"`
+	TaskID       string     `json:"task_id"`
+	DueAt        time.Time  `json:"due_at"`
+	State        string     `json:"state"`
+	FinishedAt   *time.Time `json:"finished_at"`
+	Resumed      bool       `json:"resumed"`
+	RolloutPhase *int       `json:"rollout_phase"`
+}
+
+// Records lists every dispatch record of task taskID (at most maxPages of 1000).
+func (c *Client) Records(ctx context.Context, taskID string, maxPages int) ([]Record, error) {
+	return listAll[Record](ctx, c, "/v1/admin/dispatches?task_id="+url.QueryEscape(taskID), "dispatches", maxPages)
 }
 
 // Tasks lists every task (all pages, at most maxPages of 1000), deleted ones apart.
@@ -238,7 +315,11 @@ func listAll[T any](ctx context.Context, c *Client, path, field string, maxPages
 			q.Set("cursor", cursor)
 		}
 		var r map[string]json.RawMessage
-		if err := c.Admin(ctx, http.MethodGet, path+"?"+q.Encode(), nil, &r); err != nil {
+		sep := "?"
+		if strings.Contains(path, "?") {
+			sep = "&"
+		}
+		if err := c.Admin(ctx, http.MethodGet, path+sep+q.Encode(), nil, &r); err != nil {
 			return nil, fmt.Errorf("list %s: %w", field, err)
 		}
 		var items []T

@@ -31,6 +31,11 @@ const (
 	// started after the warm-up, besides only future tasks: the agents' polls that get
 	// work get campaign items, handed out at the rate asked.
 	WorkloadCampaign Workload = "campaign"
+	// WorkloadRollout: the cycles workload's tasks, each group task released through a
+	// rollout (counts or percentages, then the whole quota; an auto gate, a short
+	// bake), so that claims meet phase caps and gates move; the check proves no cap was
+	// exceeded and no gate passed on too few finished dispatches.
+	WorkloadRollout Workload = "rollout"
 )
 
 // maxCampaignRate is the most rate_per_second a campaign may ask (the server's limit).
@@ -129,7 +134,7 @@ func (c *Config) table(dispatchToken *string) config.Table {
 		{Flag: "preset", Default: "small", Usage: "size preset: small, medium or large (the size flags override it)",
 			Value: config.Func(c.setPreset, func() string { return c.Preset })},
 		{Flag: "workload", Default: string(WorkloadMixed), Usage: "mixed, empty (only future tasks: warm empty polls), cycles (a backlog of due work) or campaign (campaign items, one campaign per group, besides future tasks)",
-			Value: config.String(&c.Workload, config.OneOf(WorkloadMixed, WorkloadEmpty, WorkloadCycles, WorkloadCampaign)), Skip: runOnly},
+			Value: config.String(&c.Workload, config.OneOf(WorkloadMixed, WorkloadEmpty, WorkloadCycles, WorkloadCampaign, WorkloadRollout)), Skip: runOnly},
 		{Flag: "users", DefaultNote: presetNote(func(s Size) int { return s.Users }), Usage: "users, each with its own client key",
 			Value: config.Int(&c.Size.Users, config.Between(1, 10_000_000)), Skip: runOnly},
 		{Flag: "groups", DefaultNote: presetNote(func(s Size) int { return s.Groups }), Usage: "groups",
@@ -278,11 +283,11 @@ func (c Config) Validate() error {
 	if s.Agents > s.Users {
 		errs = append(errs, src.Errorf("-agents", "must be at most -users (%d), got %d", s.Users, s.Agents))
 	}
-	if c.Workload == WorkloadCycles && s.Rotate < s.Groups {
+	if (c.Workload == WorkloadCycles || c.Workload == WorkloadRollout) && s.Rotate < s.Groups {
 		// Rotate task n targets group n mod groups: with fewer, some groups have no
 		// work and their users' polls come back empty, which measures misses, not
 		// dispatch.
-		errs = append(errs, src.Errorf("-rotate", "-workload cycles needs a rotate task per group so that every poll finds work: at least -groups (%d), got %d", s.Groups, s.Rotate))
+		errs = append(errs, src.Errorf("-rotate", "-workload cycles and rollout need a rotate task per group so that every poll finds work: at least -groups (%d), got %d", s.Groups, s.Rotate))
 	}
 	if c.Workload == WorkloadCampaign {
 		if s.Items < s.Groups {

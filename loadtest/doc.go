@@ -6,7 +6,8 @@
 //
 //  1. Setup (scenario.go): a scenario generated from the config (users with their own
 //     client keys, groups, templates with params, once and rotate tasks with quotas
-//     and modes; with -workload campaign, a count campaign per group) is created
+//     and modes; with -workload campaign, a count campaign per group; with -workload
+//     rollout, a rollout on every group task) is created
 //     through the admin API with bounded concurrency. Every id carries the run id, so
 //     runs against one server never mix.
 //  2. Warm-up (optional): every user polls once, so the timed phase measures warm
@@ -24,7 +25,9 @@
 //     the live and completed dispatches, every dispatch an agent received durable in
 //     MySQL, every completion an agent saw acknowledged recorded; and for campaigns,
 //     counts that add up, every item an agent had a success acknowledged for counted
-//     done, none counted twice, handouts within the rate. A violation fails the
+//     done, none counted twice, handouts within the rate; and for rollouts, no
+//     occurrence's slots past a phase's cap, no phase ended by the server's gate on
+//     fewer finished dispatches than it wants. A violation fails the
 //     run, and so does a check that cannot be completed: nothing then says the
 //     invariants hold. Report.Verdict is the one source of the PASS or FAIL printed,
 //     the JSON's "passed" and the command's exit status.

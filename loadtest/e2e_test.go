@@ -235,3 +235,29 @@ func TestEndToEndSDK(t *testing.T) {
 			rep.Check.AgentCompleted, r.Cycles, rep.Check.UnseenDispatches)
 	}
 }
+
+// A rollout run: the cycles workload's group tasks released in phases with auto gates;
+// the check reads every rolled-out task's records and history and finds no phase's cap
+// exceeded and no gate passed early, and at least one rollout moved on.
+func TestEndToEndRollout(t *testing.T) {
+	t.Parallel()
+	url, _ := startServer(t)
+	cfg := tinyConfig(url)
+	cfg.Workload, cfg.Cycles = WorkloadRollout, 400
+	cfg.FailRate = 0.05
+	rep, err := Run(t.Context(), cfg, Progress{})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	c := rep.Check
+	if c == nil || !rep.Passed() || c.Rollouts == 0 {
+		t.Fatalf("rollout run: passed %v, check %+v", rep.Passed(), c)
+	}
+	moved := false
+	for _, p := range c.RolloutPhases {
+		moved = moved || !strings.HasSuffix(p, "running, phase 1")
+	}
+	if !moved {
+		t.Errorf("no rollout left its first phase: %v", c.RolloutPhases)
+	}
+}

@@ -284,10 +284,16 @@ func (r *Report) WriteTable(w io.Writer) error {
 		for _, n := range c.Notes {
 			fmt.Fprintf(w, "  note: %s\n", n)
 		}
+		for _, p := range c.RolloutPhases {
+			fmt.Fprintf(w, "  rollout %s\n", p)
+		}
 		if c.OK() {
 			fmt.Fprintln(w, "  invariants hold: quotas, once_per_user, claimed counters, durable dispatches, recorded completes")
 			if c.Campaigns > 0 {
 				fmt.Fprintln(w, "  and campaigns: counts that add up, every item acknowledged done counted once, handouts within the rate")
+			}
+			if c.Rollouts > 0 {
+				fmt.Fprintf(w, "  and %d rollouts: no phase's cap exceeded, no gate passed on too few finished dispatches\n", c.Rollouts)
 			}
 		} else {
 			kinds := make([]string, 0, len(c.ByKind))

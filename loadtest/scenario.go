@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	mrand "math/rand/v2"
+	"strings"
 	"time"
 )
 
@@ -44,6 +45,8 @@ type TaskSpec struct {
 	Priority      int
 	LeaseSeconds  int
 	MaxAttempts   int
+	// Rollout, when set, is the task's rollout (the rollout workload's group tasks).
+	Rollout map[string]any
 }
 
 // Body is the task's create request, with the template's server id.
@@ -62,8 +65,42 @@ func (t TaskSpec) Body(templateID int64) map[string]any {
 	if t.Kind == "rotate" {
 		b["space_minutes"] = t.SpaceMinutes
 	}
+	if t.Rollout != nil {
+		b["rollout"] = t.Rollout
+	}
 	return b
 }
+
+// rolloutFor is the rollout workload's rollout of a task of quota dispatchTimes: up to
+// three phases (counts 3 and 10 of an unlimited quota; 10% and 50% of a limited one,
+// those whose caps rise), the last the whole quota; an auto gate on 20 finished
+// dispatches (8 of 10 successes pass, half failed aborts), a two-second bake. nil for
+// a quota too small for two phases.
+func rolloutFor(dispatchTimes int) map[string]any {
+	phases := []any{map[string]any{"count": 3}, map[string]any{"count": 10}, map[string]any{"percent": 100}}
+	minFinished := rolloutMinFinished
+	if dispatchTimes != -1 {
+		phases = nil
+		last := 0
+		for _, p := range []int{10, 50} {
+			if c := (p*dispatchTimes + 99) / 100; c > last && c < dispatchTimes {
+				phases, last = append(phases, map[string]any{"percent": p}), c
+				if len(phases) == 1 {
+					minFinished = min(minFinished, c) // a once task's first phase can finish no more
+				}
+			}
+		}
+		if len(phases) == 0 {
+			return nil
+		}
+		phases = append(phases, map[string]any{"percent": 100})
+	}
+	return map[string]any{"phases": phases, "advance": "auto", "bake_seconds": 2,
+		"gate": map[string]any{"min_finished": minFinished, "success_ratio": 0.8, "failure_ratio": 0.5}}
+}
+
+// rolloutMinFinished is the rollout workload's gate's min_finished.
+const rolloutMinFinished = 20
 
 // CampaignSpec is a count campaign to create, its executor a group.
 type CampaignSpec struct {
@@ -196,6 +233,9 @@ func NewScenario(cfg Config, runID string, now time.Time) *Scenario {
 		switch {
 		case cfg.Workload == WorkloadEmpty || cfg.Workload == WorkloadCampaign:
 			t.StartTime = future()
+		case cfg.Workload == WorkloadRollout:
+			// A recent past: within the catch-up, so the once tasks are offered.
+			t.StartTime = now.Add(-time.Duration(rng.Int64N(int64(30 * time.Minute)))).Truncate(time.Second)
 		case cfg.Workload == WorkloadMixed && n%4 == 3:
 			t.StartTime = future()
 		default:
@@ -210,7 +250,7 @@ func NewScenario(cfg Config, runID string, now time.Time) *Scenario {
 			t = task("rotate", n, n, []int{-1, 5})
 			t.SpaceMinutes = 60
 			t.StartTime = future()
-		case WorkloadCycles:
+		case WorkloadCycles, WorkloadRollout:
 			// Task n goes to group n mod groups and takes its quota by n / groups: the
 			// first task of every group is unlimited (work for each of its users),
 			// limited ones come on top, whatever the number of groups.
@@ -227,6 +267,13 @@ func NewScenario(cfg Config, runID string, now time.Time) *Scenario {
 		}
 		t.Executor = executor(n, 0)
 		s.Tasks = append(s.Tasks, t)
+	}
+	if cfg.Workload == WorkloadRollout {
+		for i := range s.Tasks {
+			if t := &s.Tasks[i]; strings.HasPrefix(t.Executor, "gid_") {
+				t.Rollout = rolloutFor(t.DispatchTimes)
+			}
+		}
 	}
 	if cfg.Workload == WorkloadCampaign {
 		// Campaign j works group j; the items are split evenly, the first ones taking

@@ -12,15 +12,17 @@ import (
 
 // The claim transaction against MySQL, without HTTP or Redis: a once task of group g
 // claimed by a new member each time (so no user is busy), quota limited (its counter
-// read locked) or unlimited (only added to); alone, one claim after another, and from
-// 32 goroutines, which the group commit batches.
+// read locked), unlimited (only added to), or limited with a rollout (its state read
+// with the task, its cap checked); alone, one claim after another, and from 32
+// goroutines, which the group commit batches.
 //
 //	go test -run '^$' -bench BenchmarkClaim -benchtime 3000x ./internal/store
 func BenchmarkClaim(b *testing.B) {
 	for _, quota := range []struct {
-		name string
-		n    int
-	}{{"limited", 1 << 30}, {"unlimited", taskd.Unlimited}} {
+		name    string
+		n       int
+		rollout bool
+	}{{"limited", 1 << 30, false}, {"unlimited", taskd.Unlimited, false}, {"rollout", 1 << 30, true}} {
 		for _, parallel := range []bool{false, true} {
 			name := quota.name + "/serial"
 			if parallel {
@@ -42,9 +44,14 @@ func BenchmarkClaim(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				task, err := st.CreateTask(ctx, "test", taskd.Task{Key: taskd.TaskKey{Kind: taskd.KindOnce}, Executor: "gid_g",
+				def := taskd.Task{Key: taskd.TaskKey{Kind: taskd.KindOnce}, Executor: "gid_g",
 					StartTime: batchAt, TemplateID: tpl.ID, Params: []byte(`{}`), DispatchTimes: quota.n,
-					Mode: taskd.ModeOncePerUser, Priority: 5, Status: taskd.StatusActive}, batchAt)
+					Mode: taskd.ModeOncePerUser, Priority: 5, Status: taskd.StatusActive}
+				if quota.rollout { // a first phase that never fills: every claim reads and passes its cap
+					r := taskd.Rollout{Phases: []taskd.Phase{{Count: new(1 << 29)}, {Percent: new(100.0)}}}.WithDefaults()
+					def.Rollout = &r
+				}
+				task, err := st.CreateTask(ctx, "test", def, batchAt)
 				if err != nil {
 					b.Fatal(err)
 				}
