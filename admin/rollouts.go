@@ -77,8 +77,12 @@ func (s *Service) RunRollouts(ctx context.Context) {
 	}
 }
 
-// ActiveRollouts lists the rollouts neither completed nor aborted.
+// ActiveRollouts lists the rollouts neither completed nor aborted, after the server's
+// moves due now (as a rollout's own read does): what it shows holds.
 func (s *Service) ActiveRollouts(ctx context.Context) ([]taskd.RolloutSummary, error) {
+	if err := s.StepRollouts(ctx); err != nil {
+		return nil, err
+	}
 	return s.store.ActiveRollouts(ctx)
 }
 

@@ -111,6 +111,11 @@ func New(api http.Handler, log *slog.Logger, cfg Config) *Console {
 		"list":         func(s ...string) []string { return s },
 		"moves":        campaignMoves,
 		"budgetPaused": budgetPaused,
+		"phaseBar":     phaseBar,
+		"hasPrefix":    strings.HasPrefix,
+		"nonzero":      func(v any) bool { return num(v) != 0 },
+		"split":        func(taskID string) []string { k, id, _ := strings.Cut(taskID, ":"); return []string{k, id} },
+		"rolloutMoves": rolloutMoves,
 		"templateName": func(names map[string]string, id any) string {
 			if name := names[fmt.Sprint(id)]; name != "" {
 				return name + " (" + fmt.Sprint(id) + ")"
@@ -155,6 +160,8 @@ func (c *Console) Routes() http.Handler {
 		r.Get("/tasks/{kind}/{id}/edit", c.editTask)
 		r.Post("/tasks/{kind}/{id}", c.replaceTask)
 		r.Post("/tasks/{kind}/{id}/status", c.setStatus)
+		r.Post("/tasks/{kind}/{id}/rollout", c.setRollout)
+		r.Post("/tasks/{kind}/{id}/rollout/{move}", c.moveRollout)
 		r.Get("/tasks/{kind}/{id}/delete", c.confirmDeleteTask)
 		r.Post("/tasks/{kind}/{id}/delete", c.deleteTask)
 		r.Get("/schedule", c.schedule)

@@ -65,8 +65,13 @@ func (c *Console) dashboard(w http.ResponseWriter, r *http.Request) {
 			active = append(active, cp)
 		}
 	}
+	// The rollouts an operator watches: those neither completed nor aborted.
+	var rollouts struct{ Rollouts []map[string]any }
+	if !c.fetch(w, r, "/v1/admin/rollouts", &rollouts) {
+		return
+	}
 	c.render(w, r, http.StatusOK, "dashboard", "Dashboard", map[string]any{"Hour": hour, "Day": day, "Now": now,
-		"Overview": overview, "Lag": lag, "Nodes": nodes.Nodes, "Campaigns": active})
+		"Overview": overview, "Lag": lag, "Nodes": nodes.Nodes, "Campaigns": active, "Rollouts": rollouts.Rollouts})
 }
 
 // ---- templates ----
@@ -171,7 +176,16 @@ func (c *Console) task(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	data := map[string]any{"Task": t, "TemplateNames": names}
+	ro, ok := c.taskRollout(w, r, t)
+	if !ok {
+		return
+	}
+	rollout := exampleRollout
+	if t["rollout"] != nil {
+		b, _ := json.MarshalIndent(t["rollout"], "", "  ")
+		rollout = string(b)
+	}
+	data := map[string]any{"Task": t, "TemplateNames": names, "Rollout": ro, "RolloutJSON": rollout}
 	if r.URL.Query().Get("saved") == "1" {
 		// Just created or saved: the write's warnings, worked out again by a dry run of
 		// the task as stored (the redirect carries no text a link could forge).

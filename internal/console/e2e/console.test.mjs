@@ -346,6 +346,34 @@ try {
     await shot('campaigns');
   });
 
+  await step('rollouts: set one on a task, its phase bar and gate; the dashboard lists it waiting; advance it', async () => {
+    await api('PUT', '/v1/admin/groups/rg/members', { uids: ['r1', 'r2', 'r3', 'r4'] });
+    const start = new Date(Date.now() - 60000).toISOString().replace(/\.\d+Z$/, 'Z');
+    const task = (await api('POST', '/v1/admin/tasks/once', { executor: 'gid_rg', start_time: start, template_id: templateId,
+      params: { url: 'http://x' }, dispatch_times: 4 })).body;
+    await page.goto(base + '/console/tasks/once/' + task.id);
+    await page.getByLabel(/^Rollout \(JSON/).fill(JSON.stringify({ phases: [{ count: 1 }, { percent: 100 }],
+      gate: { min_finished: 1, success_ratio: 1 }, advance: 'manual' }));
+    await page.getByRole('button', { name: 'Save rollout' }).click();
+    await page.locator('#rollout-state').filter({ hasText: 'running' }).waitFor();
+    assert.equal(await page.locator('.phase-bar .phase.current').innerText(), 'Phase 1: up to 1');
+    const key = (await api('POST', '/v1/admin/clients/r1/keys')).body.client_key;
+    const got = await api('POST', '/v1/fetch', {}, key);
+    assert.equal(got.body.task.task_id, task.task_id);
+    const other = (await api('POST', '/v1/admin/clients/r2/keys')).body.client_key;
+    assert.equal((await api('POST', '/v1/fetch', {}, other)).body.task, null, 'phase 1 gave its one slot');
+    await api('POST', '/v1/complete', { log_id: got.body.task.log_id, result: 'success' }, key);
+    await page.goto(base + '/console/');
+    await page.locator('#active-rollouts').getByRole('cell', { name: /waiting/ }).waitFor();
+    await page.locator('#active-rollouts').getByRole('link', { name: task.task_id }).click();
+    await page.locator('#rollout-gate').filter({ hasText: 'passed' }).waitFor();
+    await shot('rollout');
+    await page.getByRole('button', { name: 'advance' }).click();
+    await page.locator('#rollout-state').filter({ hasText: 'running' }).waitFor();
+    assert.equal(await page.locator('.phase-bar .phase.current').innerText(), 'Phase 2: 100%');
+    assert.equal((await api('POST', '/v1/fetch', {}, other)).body.task.task_id, task.task_id);
+  });
+
   await step('a campaign paused by its error budget stands out on the dashboard; its page shows the failures with their detail', async () => {
     const created = await api('POST', '/v1/admin/campaigns', { name: 'flaky', template_id: templateId, params: { url: 'http://x' },
       executor: 'uid_77', items: { count: 5 }, max_attempts: 3, error_budget: { max_failures: 1, per_seconds: 3600 } });
