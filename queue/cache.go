@@ -128,12 +128,15 @@ type Cache struct {
 	// generation keys up front; a wrong guess costs one more round trip, never a wrong
 	// answer (the script compares against the groups the heap was built from).
 	groups sync.Map // uid -> comma-joined sorted group ids
+	// peeks sends the peeks of concurrent polls in shared round trips.
+	peeks peekPipeline
 }
 
 // NewCache returns a cache over rdb that rebuilds from loader.
 func NewCache(rdb redis.UniversalClient, loader Loader, clk clock.Clock, cfg Config) *Cache {
 	cfg.setDefaults()
 	c := &Cache{rdb: rdb, keys: Keys{Prefix: cfg.Prefix}, loader: loader, clock: clk, cfg: cfg}
+	c.peeks = peekPipeline{flights: peekFlights, send: c.sendPeeks}
 	if cfg.RebuildRate > 0 {
 		c.budget = rate.NewLimiter(rate.Limit(cfg.RebuildRate), cfg.RebuildBurst)
 	}

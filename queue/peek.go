@@ -14,22 +14,28 @@ import (
 	"github.com/taskpull/taskd/schedule"
 )
 
-// peekScript checks the client key, the heap's validity and returns the open dispatch
-// hint and the entries due now plus the next one. It touches the user's slot only: the
-// generations of the user's groups live on other slots, and peek reads them in the same
-// round trip and compares them with the ones the heap names.
+// peekScript is a poll's one look at the user's slot: it checks the client key, counts
+// the poll against the limit, judges the heap and returns what is due. The generations
+// of the user's groups live on other slots: peek reads them in the same round trip and
+// compares them with the ones the heap names.
 //
-// KEYS: user hash, heap, client key set, poll limiter. ARGV: now, horizon (the heap must
-// cover up to it), max entries, the key hash ("" to skip the check), the catch-up floor
-// (an entry older than it makes the heap stale: the cursor never lags more), the poll
-// limit's emission interval in µs (0: no limit), its burst, now in µs. A poll with a
-// valid key is counted against the limit (GCRA: each poll moves the key's theoretical
-// arrival time on by the interval; a poll that would move it more than a burst ahead of
-// now is refused, and changes nothing). Returns {"badkey"}; {"limited", µs to wait};
-// {"nokeys", heap status}; {status, open, groups, ver} with status cold or stale; or
-// {"ok", open, groups, ver, due (member, score, ...), next (member, score), gens, cut},
-// where cut is the window's end of a cut heap holding no entry not yet due (the next
-// due time is then the first entry left out's), else "".
+// KEYS[1] user hash, KEYS[2] heap, KEYS[3] client key set, KEYS[4] poll limiter.
+// ARGV[1] now (Unix s), ARGV[2] horizon (the heap must cover up to it), ARGV[3] max due
+// entries, ARGV[4] the key hash ("" to skip the check and the count), ARGV[5] the
+// catch-up floor (an entry older than it makes the heap stale: the cursor never lags
+// more), ARGV[6] the poll limit's emission interval in µs (0: no limit), ARGV[7] its
+// burst, ARGV[8] now in µs, ARGV[9] the groups the caller believes the heap was built
+// for (comma-joined).
+//
+// A poll with a valid key is counted against the limit (GCRA: each poll moves the key's
+// theoretical arrival time on by the interval; a poll that would move it more than a
+// burst ahead of now is refused, and changes nothing). Returns, flat (decodePeek reads
+// it): {"badkey"}; {"limited", µs to wait}; {"nokeys", heap status}; {status, open,
+// groups, ver} with status cold, stale, or groups (the heap was built for other groups
+// than the caller's); or {"ok", open, ver, gens, cut, next member, next score, then
+// member, score of each due entry}, with next "" for none, and cut the window's end of
+// a cut heap holding no entry not yet due (the next due time is then the first entry
+// left out's), else "".
 var peekScript = redis.NewScript(gcra + `
 -- An occurrence older than the catch-up floor makes the heap stale; a waiting dispatch
 -- of the user (member <p>|d|<log_id>) does not: it stays until taken, however old.
@@ -64,53 +70,145 @@ elseif h[7] == '1' then
 elseif tonumber(h[5]) < tonumber(ARGV[2]) then
   status = 'stale'
 end
-if status == 'ok' and stale_below(KEYS[2], ARGV[5]) then status = 'stale' end
-if nokeys then return {'nokeys', status} end
+if nokeys then
+  if status == 'ok' and stale_below(KEYS[2], ARGV[5]) then status = 'stale' end
+  return {'nokeys', status}
+end
 if ARGV[4] ~= '' then
   local wait = gcra(KEYS[4], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]))
   if wait then return {'limited', wait} end
 end
 if status ~= 'ok' then return {status, open, h[3] or '', ver} end
-local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[3]))
-local nxt = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. ARGV[1], '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-local cut = ''
-if h[7] == '1' and #nxt == 0 then cut = h[5] end
-return {status, open, h[3], ver, due, nxt, h[4], cut}
+if h[3] ~= ARGV[9] then return {'groups', open, h[3], ver} end
+-- The first entries, due or not, in one range: those due (up to max) and the first
+-- one after now. The floor is looked at only when the first entry is older than it.
+local max = tonumber(ARGV[3])
+local now = tonumber(ARGV[1])
+local first = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, max + 1)
+if #first > 0 and tonumber(first[2]) < tonumber(ARGV[5]) and stale_below(KEYS[2], ARGV[5]) then
+  return {'stale', open, h[3], ver}
+end
+local reply = {'ok', open, ver, h[4] or '', '', '', ''}
+local due = 0
+local i = 1
+while i < #first do
+  if tonumber(first[i + 1]) > now then
+    reply[6], reply[7] = first[i], first[i + 1]
+    break
+  end
+  if due < max then
+    local n = #reply
+    reply[n + 1], reply[n + 2] = first[i], first[i + 1]
+    due = due + 1
+  end
+  i = i + 2
+end
+if reply[6] == '' and #first == 2 * (max + 1) then
+  -- More are due than asked for: the next is further on.
+  local nxt = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. ARGV[1], '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if #nxt == 2 then reply[6], reply[7] = nxt[1], nxt[2] end
+end
+if h[7] == '1' and reply[6] == '' then reply[5] = h[5] end
+return reply
 `)
 
+// peekReply is peekScript's answer, decoded, with the generations checked.
+type peekReply struct {
+	status string // ok, badkey, limited, nokeys, cold, stale or groups
+	wait   string // limited: the µs to wait
+	heap   string // nokeys: the heap's status (ok, cold or stale)
+	open   string // the open dispatch hint (ok, cold, stale, groups)
+	groups string // cold, stale, groups: the groups the heap was built for
+	ver    string // cold, stale, groups: the user's version
+	view   schedule.View
+}
+
+// decodePeek reads peekScript's reply res to a caller that believes the user is in
+// groups, gens being the generations read beside it. An ok heap whose generations
+// have moved since it was built is stale.
+func decodePeek(res []any, groups string, gens []*redis.StringCmd) (peekReply, error) {
+	str := func(i int) string {
+		if i < len(res) {
+			s, _ := res[i].(string)
+			return s
+		}
+		return ""
+	}
+	r := peekReply{status: str(0)}
+	switch r.status {
+	case "badkey":
+	case "limited":
+		r.wait = str(1)
+	case "nokeys":
+		r.heap = str(1)
+	case "cold", "stale", "groups":
+		r.open, r.groups, r.ver = str(1), str(2), str(3)
+	case "ok":
+		if len(res) < 7 || len(res)%2 == 0 {
+			return peekReply{}, fmt.Errorf("peek: reply of %d elements", len(res))
+		}
+		r.open, r.ver = str(1), str(2)
+		if str(3) != joinGenerations(gens) {
+			return peekReply{status: "stale", open: r.open, groups: groups, ver: r.ver}, nil
+		}
+		r.view.Open = openHint(r.open)
+		if n := (len(res) - 7) / 2; n > 0 {
+			r.view.Due = make([]schedule.Entry, 0, n)
+		}
+		for i := 7; i+1 < len(res); i += 2 {
+			e, err := parseScored(res[i], res[i+1])
+			if err != nil {
+				return peekReply{}, err
+			}
+			r.view.Due = append(r.view.Due, e)
+		}
+		if next := str(5); next != "" {
+			e, err := parseScored(next, res[6])
+			if err != nil {
+				return peekReply{}, err
+			}
+			r.view.Next = &e
+		} else if cut := str(4); cut != "" {
+			// A cut heap holds nothing not yet due: the next due time is the first
+			// entry left out's (an entry with no task: a time only).
+			win, err := strconv.ParseInt(cut, 10, 64)
+			if err != nil {
+				return peekReply{}, fmt.Errorf("heap window %q: %w", cut, err)
+			}
+			r.view.Next = &schedule.Entry{DueAt: time.Unix(win, 0)}
+		}
+	default:
+		return peekReply{}, fmt.Errorf("peek: unexpected status %q", r.status)
+	}
+	return r, nil
+}
+
 // peek runs peekScript for uid and, in the same round trip, reads the generations of
-// the groups the caller believes uid is in (groups, comma-joined), at now. It answers
-// as the script does, with two more statuses: "groups" when the heap was built for
-// other groups than the caller believed (ask again with the heap's), and "stale" when a
-// generation the heap names has moved.
-func (c *Cache) peek(ctx context.Context, uid, groups, keyHash string, now time.Time, maxDue int) ([]any, error) {
-	keys := []string{c.keys.User(uid), c.keys.Heap(uid), c.keys.ClientKeys(uid), c.keys.Poll(uid)}
+// the groups the caller believes uid is in (groups, comma-joined), at now. The round
+// trip is shared with the peeks of other users waiting at the same moment (pipeline.go).
+func (c *Cache) peek(ctx context.Context, uid, groups, keyHash string, now time.Time, maxDue int) (peekReply, error) {
 	interval, burst := c.pollLimit()
-	args := []any{now.Unix(), now.Add(c.cfg.Horizon).Unix(), maxDue, keyHash, c.floor(now), interval, burst, now.UnixMicro()}
-	gids := splitGroups(groups)
-	var script *redis.Cmd
-	var gens []*redis.StringCmd
-	err := c.roundTrip(ctx, func(p redis.Pipeliner) {
-		script = peekScript.EvalSha(ctx, p, keys, args...)
-		gens = c.readGenerations(ctx, p, uid, gids)
-	}, peekScript)
+	call := &peekCall{
+		ctx:  ctx,
+		keys: []string{c.keys.User(uid), c.keys.Heap(uid), c.keys.ClientKeys(uid), c.keys.Poll(uid)},
+		args: []any{now.Unix(), now.Add(c.cfg.Horizon).Unix(), maxDue, keyHash, c.floor(now), interval, burst,
+			now.UnixMicro(), groups},
+	}
+	if groups != "" {
+		gids := splitGroups(groups)
+		call.gens = make([]string, len(gids))
+		for i, g := range gids {
+			call.gens[i] = c.keys.GenerationOf(g, uid)
+		}
+	}
+	if err := c.peeks.do(call); err != nil {
+		return peekReply{}, unavailable("peek", err)
+	}
+	res, err := call.script.Slice()
 	if err != nil {
-		return nil, unavailable("peek", err)
+		return peekReply{}, unavailable("peek", err)
 	}
-	res, err := script.Slice()
-	if err != nil {
-		return nil, unavailable("peek", err)
-	}
-	if res[0] != "ok" {
-		return res, nil
-	}
-	if res[2] != groups {
-		return []any{"groups", res[1], res[2], res[3]}, nil
-	}
-	if res[6] != joinGenerations(gens) {
-		return []any{"stale", res[1], res[2], res[3]}, nil
-	}
-	return append(res[:6:6], res[7]), nil
+	return decodePeek(res, groups, call.genCmds)
 }
 
 // Peek checks keyHash (unless empty) and returns the user's open dispatch hint and the
@@ -143,22 +241,22 @@ func (c *Cache) PeekN(ctx context.Context, uid, keyHash string, now time.Time, m
 		if err != nil {
 			return schedule.View{}, err
 		}
-		switch status := res[0].(string); status {
+		switch res.status {
 		case "ok":
 			c.cfg.Metrics.HeapLookup(true)
-			return parseView(res)
+			return res.view, nil
 		case "badkey":
 			return schedule.View{}, ErrBadKey
 		case "limited":
-			return schedule.View{}, c.limited(uid, res[1].(string))
+			return schedule.View{}, c.limited(uid, res.wait)
 		case "nokeys":
 			// Only a user whose heap needs a rebuild too is turned away when the
 			// rebuild budget is spent: a warm user's key set expires every KeyTTL.
-			if err := c.loadKeys(ctx, uid, res[1] != "ok"); err != nil {
+			if err := c.loadKeys(ctx, uid, res.heap != "ok"); err != nil {
 				return schedule.View{}, err
 			}
 		case "groups":
-			groups = res[2].(string)
+			groups = res.groups
 			c.groups.Store(uid, groups)
 			keyHash = "" // checked, and the poll counted: not again
 		case "cold", "stale":
@@ -170,28 +268,28 @@ func (c *Cache) PeekN(ctx context.Context, uid, keyHash string, now time.Time, m
 			// than this request: after a few refusals, serve it without caching it.
 			if b != nil && b.written {
 				if refused++; refused >= maxRefusals {
-					return b.view(res[1].(string), now, maxDue), nil
+					return b.view(res.open, now, maxDue), nil
 				}
 			}
 			prev := b
-			b, err = c.rebuild(ctx, uid, res[3].(string))
+			b, err = c.rebuild(ctx, uid, res.ver)
 			if errors.Is(err, ErrOverBudget) && prev != nil {
 				// An offer read from MySQL during this request is in hand.
-				return prev.view(res[1].(string), now, maxDue), nil
+				return prev.view(res.open, now, maxDue), nil
 			}
 			if err != nil {
 				return schedule.View{}, err
 			}
 			if b != nil && !b.written {
 				if refused++; refused >= maxRefusals {
-					return b.view(res[1].(string), now, maxDue), nil
+					return b.view(res.open, now, maxDue), nil
 				}
 			}
 			if g, ok := c.groups.Load(uid); ok {
 				groups = g.(string)
 			}
 		default:
-			return schedule.View{}, fmt.Errorf("peek: unexpected status %q", status)
+			return schedule.View{}, fmt.Errorf("peek: unexpected status %q", res.status)
 		}
 	}
 }
@@ -221,35 +319,6 @@ func (b *built) view(open string, now time.Time, maxDue int) schedule.View {
 		}
 	}
 	return v
-}
-
-func parseView(res []any) (schedule.View, error) {
-	var v schedule.View
-	v.Open = openHint(res[1].(string))
-	due := res[4].([]any)
-	for i := 0; i+1 < len(due); i += 2 {
-		e, err := parseScored(due[i], due[i+1])
-		if err != nil {
-			return schedule.View{}, err
-		}
-		v.Due = append(v.Due, e)
-	}
-	if next := res[5].([]any); len(next) == 2 {
-		e, err := parseScored(next[0], next[1])
-		if err != nil {
-			return schedule.View{}, err
-		}
-		v.Next = &e
-	} else if cut := res[6].(string); cut != "" {
-		// A cut heap holds nothing not yet due: the next due time is the first entry
-		// left out's (an entry with no task: a time only).
-		win, err := strconv.ParseInt(cut, 10, 64)
-		if err != nil {
-			return schedule.View{}, fmt.Errorf("heap window %q: %w", cut, err)
-		}
-		v.Next = &schedule.Entry{DueAt: time.Unix(win, 0)}
-	}
-	return v, nil
 }
 
 func parseScored(member, score any) (schedule.Entry, error) {

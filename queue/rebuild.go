@@ -96,7 +96,7 @@ func (c *Cache) fresh(ctx context.Context, uid string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return res[0] == "ok", nil
+	return res.status == "ok", nil
 }
 
 // Rebuild reads uid's offer from MySQL and writes it to Redis, unless an invalidation

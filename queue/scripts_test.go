@@ -70,13 +70,10 @@ func TestPeekScriptOKReturnsDueUpToMaxAndNext(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(res) != 7 || res[0] != "ok" || res[1] != "L9" || res[2] != "g1,g2" || res[3] != "3" || res[6] != "" {
-			t.Fatalf("max %d: peek = %v, want ok, L9, g1,g2, 3, due, next", tc.max, res)
+		if res.status != "ok" || res.open != "L9" || res.ver != "3" {
+			t.Fatalf("max %d: peek = %+v, want ok, L9, 3, due, next", tc.max, res)
 		}
-		v, err := parseView(res)
-		if err != nil {
-			t.Fatal(err)
-		}
+		v := res.view
 		if got, want := ats(v.Due), ats(tc.due); !slices.Equal(got, want) {
 			t.Errorf("max %d: due\n got %v\nwant %v", tc.max, got, want)
 		}
@@ -93,8 +90,19 @@ func TestPeekScriptOKReturnsDueUpToMaxAndNext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res[0] != "ok" || len(res[4].([]any)) != 2*4 || len(res[5].([]any)) != 0 {
-		t.Fatalf("peek with nothing after now = %v, want 4 entries due and no next", res)
+	if res.status != "ok" || len(res.view.Due) != 4 || res.view.Next != nil {
+		t.Fatalf("peek with nothing after now = %+v, want 4 entries due and no next", res)
+	}
+	// As many due as asked for, and more: next is still the first after now.
+	for _, max := range []int{0, 1, 3} {
+		e.rdb.ZAdd(e.ctx, e.keys.Heap("u1"), redis.Z{Score: float64(heap[5].DueAt.Unix()), Member: Member(heap[5])})
+		res, err := e.c.peek(e.ctx, "u1", "g1,g2", "", e.now, max)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.status != "ok" || len(res.view.Due) != max || res.view.Next == nil || at(*res.view.Next) != at(heap[5]) {
+			t.Fatalf("max %d, more due: peek = %+v, want %d due and next %v", max, res, max, at(heap[5]))
+		}
 	}
 }
 
@@ -179,14 +187,22 @@ func TestPeekScriptStatuses(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if tc.want[0] == "ok" {
-				if res[0] != "ok" || len(res) != 7 {
-					t.Fatalf("peek = %v, want ok", res)
-				}
-				return
+			if res.status != tc.want[0] {
+				t.Fatalf("peek = %+v, want %q", res, tc.want)
 			}
-			if fmt.Sprint(res) != fmt.Sprint(tc.want) {
-				t.Fatalf("peek = %q, want %q", res, tc.want)
+			var got []any
+			switch res.status {
+			case "ok":
+				return
+			case "badkey":
+				got = []any{res.status}
+			case "nokeys":
+				got = []any{res.status, res.heap}
+			default:
+				got = []any{res.status, res.open, res.groups, res.ver}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("peek = %q, want %q", got, tc.want)
 			}
 		})
 	}
@@ -662,7 +678,7 @@ func TestRebuildRefusesWhenVersionsMoved(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if want := map[bool]string{true: "stale", false: "ok"}[tc.stale]; res[0] != want {
+				if want := map[bool]string{true: "stale", false: "ok"}[tc.stale]; res.status != want {
 					t.Fatalf("peek after the rebuild: %v, want %s", res, want)
 				}
 				return

@@ -1,0 +1,211 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Shared round trips. Concurrent peeks (most of them empty polls) share Redis round
+// trips, as concurrent claims share a MySQL commit (internal/store/batch.go): a peek
+// that finds fewer than peekFlights round trips in flight sends its own at once, alone;
+// one that finds them all in flight waits, and when a round trip lands, the peeks that
+// waited meanwhile go out together in the next, one pipeline. No peek waits for company
+// (there is no timer): batches form only while Redis is busy, and grow with the load.
+// Each peek keeps its own script call (its own key check, its own poll counted, its own
+// reads) and gets its own reply; only the round trip is shared.
+
+// peekFlights is how many peek round trips may be in flight at once: two, so that one
+// batch's replies are decoded while Redis runs the next.
+const peekFlights = 2
+
+// maxPeekBatch bounds how many peeks share one round trip.
+const maxPeekBatch = 256
+
+// A waiting peek's state: still waiting, taken into a batch (it is answered, or handed
+// the batch to send, soon), or given up by its caller.
+const (
+	callWaiting int32 = iota
+	callTaken
+	callGone
+)
+
+// peekCall is one peek: what to send, and its commands once sent.
+type peekCall struct {
+	ctx  context.Context
+	keys []string // peekScript's
+	args []any
+	gens []string // the generation keys read in the same round trip
+
+	script  *redis.Cmd
+	genCmds []*redis.StringCmd
+	err     error // of this call's commands, or of the round trip
+
+	state atomic.Int32
+	done  chan struct{} // closed when answered, or handed lead
+	lead  []*peekCall   // the batch this call sends (lead[0] is itself)
+}
+
+// peekPipeline sends peeks in shared round trips.
+type peekPipeline struct {
+	mu      sync.Mutex
+	flying  int // round trips in flight
+	waiting []*peekCall
+	flights int
+	// send runs one round trip for calls, setting each one's commands and error.
+	send func(calls []*peekCall)
+}
+
+// do sends c, alone at once or in the next shared round trip, and returns once c has
+// its reply (c.err nil) or its round trip failed. A caller whose ctx ends before its
+// peek is taken into a batch stops waiting; one taken waits for the round trip.
+func (p *peekPipeline) do(c *peekCall) error {
+	p.mu.Lock()
+	if p.flying < p.flights {
+		p.flying++
+		p.mu.Unlock()
+		p.fly([]*peekCall{c})
+		return c.err
+	}
+	c.done = make(chan struct{})
+	p.waiting = append(p.waiting, c)
+	p.mu.Unlock()
+	select {
+	case <-c.done:
+	case <-c.ctx.Done():
+		if c.state.CompareAndSwap(callWaiting, callGone) {
+			return c.ctx.Err()
+		}
+		<-c.done
+	}
+	if c.lead != nil {
+		p.fly(c.lead)
+	}
+	return c.err
+}
+
+// fly sends calls (calls[0] is the caller's own) in one round trip and answers the
+// others; then it hands the peeks that waited meanwhile to the first of them, who sends
+// them as the next round trip, or, when none waits, ends the flight.
+func (p *peekPipeline) fly(calls []*peekCall) {
+	p.send(calls)
+	for _, c := range calls[1:] {
+		close(c.done)
+	}
+	p.mu.Lock()
+	next := p.take()
+	if len(next) == 0 {
+		p.flying--
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	next[0].lead = next
+	close(next[0].done)
+}
+
+// take removes from the queue, and returns, up to maxPeekBatch peeks whose callers
+// still wait (p.mu held).
+func (p *peekPipeline) take() []*peekCall {
+	var batch []*peekCall
+	i := 0
+	for ; i < len(p.waiting) && len(batch) < maxPeekBatch; i++ {
+		if c := p.waiting[i]; c.state.CompareAndSwap(callWaiting, callTaken) {
+			batch = append(batch, c)
+		}
+	}
+	n := copy(p.waiting, p.waiting[i:])
+	clear(p.waiting[n:])
+	p.waiting = p.waiting[:n]
+	return batch
+}
+
+// sendPeeks is the pipeline's round trip: every call's script and generation reads in
+// one pipeline (on a cluster, one per node concerned, in parallel). A call whose
+// script Redis does not know (NOSCRIPT: after a restart or a failover, or on a new
+// node) is sent once more after the script is loaded on every node; only those calls,
+// so that no other call's poll is counted twice.
+func (c *Cache) sendPeeks(calls []*peekCall) {
+	ctx, cancel := tripContext(calls)
+	defer cancel()
+	pending := calls
+	for attempt := 0; ; attempt++ {
+		cmds, failed := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, call := range pending {
+				call.script = peekScript.EvalSha(ctx, p, call.keys, call.args...)
+				call.genCmds = call.genCmds[:0]
+				for _, k := range call.gens {
+					call.genCmds = append(call.genCmds, p.Get(ctx, k))
+				}
+			}
+			return nil
+		})
+		// A round trip that failed as a whole (no connection) leaves its commands
+		// without an error of their own.
+		if failed != nil && !errors.Is(failed, redis.Nil) {
+			for _, cmd := range cmds {
+				if e := cmd.Err(); e != nil && !errors.Is(e, redis.Nil) {
+					failed = nil
+					break
+				}
+			}
+		} else {
+			failed = nil
+		}
+		var again []*peekCall
+		for _, call := range pending {
+			call.err = call.firstErr(failed)
+			if attempt == 0 && call.err != nil && redis.HasErrorPrefix(call.err, "NOSCRIPT") {
+				again = append(again, call)
+			}
+		}
+		if len(again) == 0 {
+			return
+		}
+		if err := peekScript.Load(ctx, c.rdb).Err(); err != nil {
+			for _, call := range again {
+				call.err = err
+			}
+			return
+		}
+		pending = again
+	}
+}
+
+// firstErr is the first error of the call's commands (a missing key is none), or
+// failed, the round trip's own, when they have none.
+func (call *peekCall) firstErr(failed error) error {
+	if e := call.script.Err(); e != nil && !errors.Is(e, redis.Nil) {
+		return e
+	}
+	for _, g := range call.genCmds {
+		if e := g.Err(); e != nil && !errors.Is(e, redis.Nil) {
+			return e
+		}
+	}
+	return failed
+}
+
+// tripContext is the context of a shared round trip: a lone call's own; for a batch,
+// one that no caller's leaving cuts short (the others wait for the replies) and that
+// ends at the latest of the callers' deadlines (none if one has none).
+func tripContext(calls []*peekCall) (context.Context, context.CancelFunc) {
+	if len(calls) == 1 {
+		return calls[0].ctx, func() {}
+	}
+	var latest time.Time
+	for _, call := range calls {
+		d, ok := call.ctx.Deadline()
+		if !ok {
+			return context.WithoutCancel(calls[0].ctx), func() {}
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	return context.WithDeadline(context.WithoutCancel(calls[0].ctx), latest)
+}
