@@ -80,31 +80,20 @@ if ARGV[4] ~= '' then
 end
 if status ~= 'ok' then return {status, open, h[3] or '', ver} end
 if h[3] ~= ARGV[9] then return {'groups', open, h[3], ver} end
--- The first entries, due or not, in one range: those due (up to max) and the first
--- one after now. The floor is looked at only when the first entry is older than it.
-local max = tonumber(ARGV[3])
+-- The first entry alone says most polls' answer: if it is not due, nothing is, and it
+-- is the next. Only a heap whose first entry is older than the floor is looked at
+-- further for staleness.
 local now = tonumber(ARGV[1])
-local first = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, max + 1)
+local first = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
 if #first > 0 and tonumber(first[2]) < tonumber(ARGV[5]) and stale_below(KEYS[2], ARGV[5]) then
   return {'stale', open, h[3], ver}
 end
 local reply = {'ok', open, ver, h[4] or '', '', '', ''}
-local due = 0
-local i = 1
-while i < #first do
-  if tonumber(first[i + 1]) > now then
-    reply[6], reply[7] = first[i], first[i + 1]
-    break
-  end
-  if due < max then
-    local n = #reply
-    reply[n + 1], reply[n + 2] = first[i], first[i + 1]
-    due = due + 1
-  end
-  i = i + 2
-end
-if reply[6] == '' and #first == 2 * (max + 1) then
-  -- More are due than asked for: the next is further on.
+if #first > 0 and tonumber(first[2]) > now then
+  reply[6], reply[7] = first[1], first[2]
+elseif #first > 0 then
+  local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[3]))
+  for i = 1, #due do reply[7 + i] = due[i] end
   local nxt = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. ARGV[1], '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if #nxt == 2 then reply[6], reply[7] = nxt[1], nxt[2] end
 end
