@@ -2,6 +2,7 @@ package dispatch_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/taskpull/taskd"
 	"github.com/taskpull/taskd/dispatch"
+	"github.com/taskpull/taskd/internal/web"
 )
 
 // post sends body to h as the holder of bearer (none when empty) and decodes the
@@ -84,6 +86,37 @@ func TestHTTPFetchAndCompleteMapping(t *testing.T) {
 	code, out = post(t, h.Fetch(), a.key, `{"wait_ms":0}`)
 	if code != 200 || out["task"] != nil {
 		t.Fatalf("fetch after complete: %d %v", code, out)
+	}
+}
+
+// An empty fetch's reply, built without reflection, is byte for byte what the JSON
+// encoder writes for it, headers included: with a next due time and without one.
+func TestHTTPEmptyFetchReply(t *testing.T) {
+	t.Parallel()
+	svc, b := setup(t)
+	h := dispatch.NewHandlers(svc, b.log)
+	none := b.agent("1")
+	b.task("uid_2", t0.Add(90*time.Minute))
+	later := b.agent("2")
+	next := t0.Add(90 * time.Minute)
+	for _, c := range []struct {
+		key  string
+		want dispatch.FetchResult
+	}{
+		{none.key, dispatch.FetchResult{}},
+		{later.key, dispatch.FetchResult{NextDueAt: &next}},
+	} {
+		req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/", http.NoBody)
+		req.Header.Set("Authorization", "Bearer "+c.key)
+		got := httptest.NewRecorder()
+		h.Fetch().ServeHTTP(got, req)
+		want := httptest.NewRecorder()
+		web.Encode(want, http.StatusOK, c.want)
+		if got.Code != want.Code || got.Body.String() != want.Body.String() ||
+			fmt.Sprint(got.Header()) != fmt.Sprint(want.Header()) {
+			t.Errorf("empty fetch reply: %d %v %q, want %d %v %q", got.Code, got.Header(), got.Body,
+				want.Code, want.Header(), want.Body)
+		}
 	}
 }
 

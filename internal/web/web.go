@@ -50,14 +50,35 @@ func Status(code taskd.Code) int {
 
 // Encode writes v as JSON with status.
 func Encode(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	// A reply is JSON and nothing else, whatever a browser would sniff in it.
-	w.Header().Set("X-Content-Type-Options", "nosniff")
+	setJSONHeaders(w)
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	// JSON replies are read by programs, not embedded in HTML: "<" stays "<".
 	enc.SetEscapeHTML(false)
 	enc.Encode(v)
+}
+
+// EncodeRaw writes body, JSON already encoded as Encode would (a newline at its end),
+// with status and Encode's headers: for the replies sent most often, built without
+// reflection.
+func EncodeRaw(w http.ResponseWriter, status int, body []byte) {
+	setJSONHeaders(w)
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+// The headers of every JSON reply, shared: Header().Set would make their values anew
+// for every reply. (Header values are replaced, never changed in place.)
+var (
+	jsonContentType = []string{"application/json"}
+	noSniff         = []string{"nosniff"}
+)
+
+func setJSONHeaders(w http.ResponseWriter) {
+	h := w.Header()
+	h["Content-Type"] = jsonContentType
+	// A reply is JSON and nothing else, whatever a browser would sniff in it.
+	h["X-Content-Type-Options"] = noSniff
 }
 
 type errorBody struct {
@@ -106,6 +127,13 @@ func retryAfterSeconds(d time.Duration) int {
 // unknown fields and trailing data. An empty body is allowed when optional is true and
 // leaves v untouched.
 func Decode(w http.ResponseWriter, r *http.Request, limit int64, optional bool, v any) error {
+	if r.Body == nil || r.Body == http.NoBody {
+		// The server's body of a request without one: nothing to read.
+		if optional {
+			return nil
+		}
+		return taskd.Errorf(taskd.CodeInvalid, "request body: required")
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, limit)
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
