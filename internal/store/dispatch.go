@@ -225,23 +225,9 @@ func (s *Store) cancel(ctx context.Context, tx *sql.Tx, ds []*taskd.Dispatch, no
 
 // cancelTask cancels every open or waiting dispatch of a task being deleted.
 func (s *Store) cancelTask(ctx context.Context, tx *sql.Tx, key taskd.TaskKey, now time.Time) error {
-	rows, err := tx.QueryContext(ctx, "SELECT "+dispatchColumns+` FROM dispatch
-		WHERE task_kind = ? AND task_id = ? AND (state IN (?, ?) OR (state = ? AND waiting_uid IS NOT NULL)) FOR UPDATE`,
+	ds, err := lockedDispatches(ctx, tx, "task_kind = ? AND task_id = ? AND (state IN (?, ?) OR (state = ? AND waiting_uid IS NOT NULL))",
 		key.Kind, key.ID, taskd.StateOpen, taskd.StateRetryWait, taskd.StateStaged)
 	if err != nil {
-		return err
-	}
-	var ds []*taskd.Dispatch
-	for rows.Next() {
-		d, err := scanDispatch(rows)
-		if err != nil {
-			rows.Close()
-			return err
-		}
-		ds = append(ds, d)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return err
 	}
 	// Expired attempts waiting to be taken again, and dead ones waiting for an admin's
@@ -252,6 +238,24 @@ func (s *Store) cancelTask(ctx context.Context, tx *sql.Tx, key taskd.TaskKey, n
 		return err
 	}
 	return s.cancel(ctx, tx, ds, now)
+}
+
+// lockedDispatches reads the records matching where (with args) for update.
+func lockedDispatches(ctx context.Context, tx *sql.Tx, where string, args ...any) ([]*taskd.Dispatch, error) {
+	rows, err := tx.QueryContext(ctx, "SELECT "+dispatchColumns+" FROM dispatch WHERE "+where+" FOR UPDATE", args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ds []*taskd.Dispatch
+	for rows.Next() {
+		d, err := scanDispatch(rows)
+		if err != nil {
+			return nil, err
+		}
+		ds = append(ds, d)
+	}
+	return ds, rows.Err()
 }
 
 // parkTask moves the open dispatches of a task being paused out of their users' open

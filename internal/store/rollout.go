@@ -269,22 +269,8 @@ func (s *Store) applyRollout(ctx context.Context, tx *sql.Tx, v taskd.RolloutVie
 // cancelOpen cancels task k's open dispatches (an abort that cancels them): ended for
 // good, a late complete gets stale_lease.
 func (s *Store) cancelOpen(ctx context.Context, tx *sql.Tx, k taskd.TaskKey, now time.Time) error {
-	rows, err := tx.QueryContext(ctx, "SELECT "+dispatchColumns+" FROM dispatch WHERE task_kind = ? AND task_id = ? AND state = ? FOR UPDATE",
-		k.Kind, k.ID, taskd.StateOpen)
+	ds, err := lockedDispatches(ctx, tx, "task_kind = ? AND task_id = ? AND state = ?", k.Kind, k.ID, taskd.StateOpen)
 	if err != nil {
-		return err
-	}
-	var ds []*taskd.Dispatch
-	for rows.Next() {
-		d, err := scanDispatch(rows)
-		if err != nil {
-			rows.Close()
-			return err
-		}
-		ds = append(ds, d)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return err
 	}
 	return s.cancel(ctx, tx, ds, now)
