@@ -91,7 +91,7 @@ func snapshotMembers(ctx context.Context, tx *sql.Tx, t taskd.Task) error {
 
 // lockedRollout reads task key's rollout, its state row locked for update; not_found
 // when the task has none.
-func lockedRollout(ctx context.Context, tx *sql.Tx, key taskd.TaskKey) (taskd.RolloutView, taskd.Task, error) {
+func lockedRollout(ctx context.Context, tx *sql.Tx, key taskd.TaskKey, now time.Time) (taskd.RolloutView, taskd.Task, error) {
 	var v taskd.RolloutView
 	var bake sql.NullTime
 	var state string
@@ -126,7 +126,7 @@ func lockedRollout(ctx context.Context, tx *sql.Tx, key taskd.TaskKey) (taskd.Ro
 	}
 	v.TaskID, v.Rollout, v.Quota = key.String(), *t.Rollout, t.DispatchTimes
 	v.Cap = v.Rollout.Cap(v.Status, v.Quota)
-	if v.Figures, err = phaseFigures(ctx, tx, key, v.Status.Phase+1); err != nil {
+	if v.Figures, err = phaseFigures(ctx, tx, key, v.Status.Phase+1, now); err != nil {
 		return v, t, err
 	}
 	// The occurrence the cap bounds now: a once task's, or the latest due of a
@@ -140,17 +140,19 @@ func lockedRollout(ctx context.Context, tx *sql.Tx, key taskd.TaskKey) (taskd.Ro
 }
 
 // phaseFigures counts the dispatches of task key claimed in phase (1-based): claimed
-// (those not resumed from a waiting one), and the finished ones: successes (done with
-// success) and failures (a failed attempt, waiting for its retry, retried or dead; an
-// expired one; one that died expiring). Open ones, waiting ones that did not fail, and
-// cancelled ones are not finished.
-func phaseFigures(ctx context.Context, q rowQuerier, key taskd.TaskKey, phase int) (taskd.PhaseFigures, error) {
+// (those not resumed from a waiting one), and those finished by now: successes (done
+// with success) and failures (a failed attempt, waiting for its retry, retried or dead;
+// an expired one; one that died expiring). Open ones, waiting ones that did not fail,
+// and cancelled ones are not finished. "By now" makes a move's figures the records
+// finished by its time, as an outside check counts them (a complete whose time is
+// later, committed before this read, waits for the next step).
+func phaseFigures(ctx context.Context, q rowQuerier, key taskd.TaskKey, phase int, now time.Time) (taskd.PhaseFigures, error) {
 	var f taskd.PhaseFigures
 	err := q.QueryRowContext(ctx, `SELECT COALESCE(SUM(NOT resumed), 0),
-		COALESCE(SUM(cancelled_at IS NULL AND state = ? AND result = ?), 0),
-		COALESCE(SUM(cancelled_at IS NULL AND (result = ? OR state = ? OR (state = ? AND result IS NULL))), 0)
+		COALESCE(SUM(cancelled_at IS NULL AND finished_at <= ? AND state = ? AND result = ?), 0),
+		COALESCE(SUM(cancelled_at IS NULL AND finished_at <= ? AND (result = ? OR state = ? OR (state = ? AND result IS NULL))), 0)
 		FROM dispatch WHERE task_kind = ? AND task_id = ? AND rollout_phase = ?`,
-		taskd.StateDone, taskd.ResultSuccess, taskd.ResultFailure, taskd.StateExpired, taskd.StateDead,
+		now, taskd.StateDone, taskd.ResultSuccess, now, taskd.ResultFailure, taskd.StateExpired, taskd.StateDead,
 		key.Kind, key.ID, phase).Scan(&f.Claimed, &f.Succeeded, &f.Failed)
 	f.Finished = f.Succeeded + f.Failed
 	return f, err
@@ -171,7 +173,7 @@ func (s *Store) TaskRollout(ctx context.Context, key taskd.TaskKey, now time.Tim
 // stepRollout makes the server's move of task key's rollout due at now, holding its
 // row, and returns the rollout after it and whether it moved.
 func (s *Store) stepRollout(ctx context.Context, tx *sql.Tx, key taskd.TaskKey, now time.Time) (taskd.RolloutView, bool, error) {
-	v, t, err := lockedRollout(ctx, tx, key)
+	v, t, err := lockedRollout(ctx, tx, key, now)
 	if err != nil {
 		return v, false, err
 	}
@@ -247,7 +249,7 @@ func (s *Store) applyRollout(ctx context.Context, tx *sql.Tx, v taskd.RolloutVie
 	v.Cap = v.Rollout.Cap(to, v.Quota)
 	if to.Phase != c.From.Phase {
 		var err error
-		if v.Figures, err = phaseFigures(ctx, tx, k, to.Phase+1); err != nil {
+		if v.Figures, err = phaseFigures(ctx, tx, k, to.Phase+1, now); err != nil {
 			return v, err
 		}
 	}
