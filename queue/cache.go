@@ -130,6 +130,8 @@ type Cache struct {
 	groups sync.Map // uid -> comma-joined sorted group ids
 	// peeks sends the peeks of concurrent polls in shared round trips.
 	peeks peekPipeline
+	// pollArgs is pollLimit's answer as peekScript's arguments, made once.
+	pollArgs [2]any
 }
 
 // NewCache returns a cache over rdb that rebuilds from loader.
@@ -137,6 +139,8 @@ func NewCache(rdb redis.UniversalClient, loader Loader, clk clock.Clock, cfg Con
 	cfg.setDefaults()
 	c := &Cache{rdb: rdb, keys: Keys{Prefix: cfg.Prefix}, loader: loader, clock: clk, cfg: cfg}
 	c.peeks = peekPipeline{flights: peekFlights, send: c.sendPeeks}
+	interval, burst := c.pollLimit()
+	c.pollArgs = [2]any{interval, burst}
 	if cfg.RebuildRate > 0 {
 		c.budget = rate.NewLimiter(rate.Limit(cfg.RebuildRate), cfg.RebuildBurst)
 	}
@@ -264,21 +268,4 @@ func (c *Cache) readGenerations(ctx context.Context, p redis.Pipeliner, uid stri
 		cmds[i] = p.Get(ctx, c.keys.GenerationOf(g, uid))
 	}
 	return cmds
-}
-
-// joinGenerations is the comma-joined generations the reads found ("0" for none), the
-// form the user hash keeps them in.
-func joinGenerations(cmds []*redis.StringCmd) string {
-	var b strings.Builder
-	for i, cmd := range cmds {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		if v, err := cmd.Result(); err == nil {
-			b.WriteString(v)
-		} else {
-			b.WriteByte('0')
-		}
-	}
-	return b.String()
 }

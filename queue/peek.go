@@ -137,7 +137,7 @@ func decodePeek(res []any, groups string, gens []*redis.StringCmd) (peekReply, e
 			return peekReply{}, fmt.Errorf("peek: reply of %d elements", len(res))
 		}
 		r.open, r.ver = str(1), str(2)
-		if str(3) != joinGenerations(gens) {
+		if !sameGenerations(str(3), gens) {
 			return peekReply{status: "stale", open: r.open, groups: groups, ver: r.ver}, nil
 		}
 		r.view.Open = openHint(r.open)
@@ -176,18 +176,18 @@ func decodePeek(res []any, groups string, gens []*redis.StringCmd) (peekReply, e
 // the groups the caller believes uid is in (groups, comma-joined), at now. The round
 // trip is shared with the peeks of other users waiting at the same moment (pipeline.go).
 func (c *Cache) peek(ctx context.Context, uid, groups, keyHash string, now time.Time, maxDue int) (peekReply, error) {
-	interval, burst := c.pollLimit()
-	call := &peekCall{
-		ctx:  ctx,
-		keys: []string{c.keys.User(uid), c.keys.Heap(uid), c.keys.ClientKeys(uid), c.keys.Poll(uid)},
-		args: []any{now.Unix(), now.Add(c.cfg.Horizon).Unix(), maxDue, keyHash, c.floor(now), interval, burst,
-			now.UnixMicro(), groups},
-	}
+	call := &peekCall{ctx: ctx}
+	call.keysBuf = [4]string{c.keys.User(uid), c.keys.Heap(uid), c.keys.ClientKeys(uid), c.keys.Poll(uid)}
+	call.keys = call.keysBuf[:]
+	call.argsBuf = [9]any{now.Unix(), now.Add(c.cfg.Horizon).Unix(), maxDue, keyHash, c.floor(now),
+		c.pollArgs[0], c.pollArgs[1], now.UnixMicro(), groups}
+	call.args = call.argsBuf[:]
 	if groups != "" {
-		gids := splitGroups(groups)
-		call.gens = make([]string, len(gids))
-		for i, g := range gids {
-			call.gens[i] = c.keys.GenerationOf(g, uid)
+		call.gens = call.gensBuf[:0]
+		for rest, more := groups, true; more; {
+			var g string
+			g, rest, more = strings.Cut(rest, ",")
+			call.gens = append(call.gens, c.keys.GenerationOf(g, uid))
 		}
 	}
 	if err := c.peeks.do(call); err != nil {
@@ -318,9 +318,22 @@ func parseScored(member, score any) (schedule.Entry, error) {
 	return ParseMember(member.(string), s)
 }
 
-func splitGroups(s string) []string {
-	if s == "" {
-		return nil
+// sameGenerations reports whether the generations the reads found (a missing one is
+// "0") are joined, the comma-joined ones the heap was built with.
+func sameGenerations(joined string, cmds []*redis.StringCmd) bool {
+	for i, cmd := range cmds {
+		var g string
+		g, joined, _ = strings.Cut(joined, ",")
+		if i == len(cmds)-1 && joined != "" {
+			return false // the heap names more
+		}
+		v, err := cmd.Result()
+		if err != nil {
+			v = "0"
+		}
+		if g != v {
+			return false
+		}
 	}
-	return strings.Split(s, ",")
+	return len(cmds) > 0 || joined == ""
 }

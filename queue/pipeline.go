@@ -48,6 +48,13 @@ type peekCall struct {
 	state atomic.Int32
 	done  chan struct{} // closed when answered, or handed lead
 	lead  []*peekCall   // the batch this call sends (lead[0] is itself)
+
+	// Room for a typical call's slices, so that a peek allocates less.
+	keysBuf [4]string
+	argsBuf [9]any
+	gensBuf [2]string
+	cmdsBuf [2]*redis.StringCmd
+	alone   [1]*peekCall
 }
 
 // peekPipeline sends peeks in shared round trips.
@@ -68,7 +75,8 @@ func (p *peekPipeline) do(c *peekCall) error {
 	if p.flying < p.flights {
 		p.flying++
 		p.mu.Unlock()
-		p.fly([]*peekCall{c})
+		c.alone[0] = c
+		p.fly(c.alone[:])
 		return c.err
 	}
 	c.done = make(chan struct{})
@@ -137,7 +145,7 @@ func (c *Cache) sendPeeks(calls []*peekCall) {
 		cmds, failed := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, call := range pending {
 				call.script = peekScript.EvalSha(ctx, p, call.keys, call.args...)
-				call.genCmds = call.genCmds[:0]
+				call.genCmds = call.cmdsBuf[:0]
 				for _, k := range call.gens {
 					call.genCmds = append(call.genCmds, p.Get(ctx, k))
 				}
