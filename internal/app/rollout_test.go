@@ -203,6 +203,48 @@ func TestRolloutAdvancesAfterBakeAndAbortsOnFailure(t *testing.T) {
 	if n := e.count("SELECT COUNT(*) FROM audit_log WHERE action LIKE 'task.rollout.%'"); n != 0 {
 		t.Errorf("the server's own moves are not an admin's: %d audited", n)
 	}
+	// Resumed by hand, the task stays held by its aborted rollout; without the rollout
+	// its whole quota is released.
+	// (The two dispatches the abort kept come back to their users, as a paused task's
+	// do on its resume; nothing new is claimed.)
+	e.admin("PATCH", "/v1/admin/tasks/"+taskPath(id), map[string]any{"status": "active"})
+	kept := e.fetchAll(keys)
+	for i, logID := range kept {
+		if second[i] != logID {
+			t.Fatalf("resumed under an aborted rollout: member %d got %s, not a dispatch the abort kept", i, logID)
+		}
+	}
+	if len(kept) != 2 {
+		t.Fatalf("resumed under an aborted rollout: %d of the 2 kept dispatches handed out again", len(kept))
+	}
+	e.admin("PATCH", "/v1/admin/tasks/"+taskPath(id), map[string]any{"rollout": nil})
+	if code, _ := e.do(0, "GET", "/v1/admin/tasks/"+taskPath(id)+"/rollout", adminToken, nil); code != 404 {
+		t.Errorf("the removed rollout: %d, want 404", code)
+	}
+	fresh := 0
+	for i := range e.fetchAll(keys) {
+		if _, had := got[i]; !had && second[i] == "" {
+			fresh++
+		}
+	}
+	if fresh != 4 {
+		t.Errorf("the rollout removed: %d new members dispatched, want the 4 left of the quota", fresh)
+	}
+	e.admin("DELETE", "/v1/admin/tasks/"+taskPath(id), nil)
+}
+
+// A deleted task's rollout ends with it: nothing steps or lists it any more.
+func TestRolloutEndsWithItsTask(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	_, id := rolloutFleet(e, 2, 2, map[string]any{"phases": []any{map[string]any{"count": 1}, map[string]any{"percent": 100}}}, nil)
+	e.admin("DELETE", "/v1/admin/tasks/"+taskPath(id), nil)
+	if n := e.count("SELECT COUNT(*) FROM task_rollout"); n != 0 {
+		t.Errorf("%d rollout rows after the task's delete", n)
+	}
+	if out := e.admin("GET", "/v1/admin/rollouts", nil); len(out["rollouts"].([]any)) != 0 {
+		t.Errorf("a deleted task's rollout is listed: %v", out)
+	}
 }
 
 // Pause holds a rollout where it is (no automatic move); resume lets the gate decide

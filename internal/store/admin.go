@@ -368,6 +368,10 @@ func (s *Store) DeleteTask(ctx context.Context, actor string, key taskd.TaskKey,
 		if err := s.cancelTask(ctx, tx, key, now); err != nil {
 			return err
 		}
+		// A deleted task's rollout ends with it (nothing steps or lists it any more).
+		if err := syncRollout(ctx, tx, before.Rollout, taskd.Task{Key: key}, now); err != nil {
+			return err
+		}
 		return audit(ctx, tx, actor, "task.delete", key.String(), taskAudit(before), nil, now)
 	})
 	return before, mysqlErr("delete task", err)
