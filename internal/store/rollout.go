@@ -92,12 +92,19 @@ func snapshotMembers(ctx context.Context, tx *sql.Tx, t taskd.Task) error {
 // lockedRollout reads task key's rollout, its state row locked for update; not_found
 // when the task has none.
 func lockedRollout(ctx context.Context, tx *sql.Tx, key taskd.TaskKey, now time.Time) (taskd.RolloutView, taskd.Task, error) {
+	return readRollout(ctx, tx, key, now, " FOR UPDATE")
+}
+
+// readRollout reads task key's rollout with lock (" FOR UPDATE", or "" for a read
+// that locks nothing): its state, its declaration and its current phase's figures at
+// now; not_found when the task has none.
+func readRollout(ctx context.Context, tx *sql.Tx, key taskd.TaskKey, now time.Time, lock string) (taskd.RolloutView, taskd.Task, error) {
 	var v taskd.RolloutView
 	var bake sql.NullTime
 	var state string
 	var history sql.NullString
 	err := tx.QueryRowContext(ctx, `SELECT state, phase, phase_started_at, bake_until, gate_failed, history FROM task_rollout
-		WHERE task_kind = ? AND task_id = ? FOR UPDATE`, key.Kind, key.ID).
+		WHERE task_kind = ? AND task_id = ?`+lock, key.Kind, key.ID).
 		Scan(&state, &v.Status.Phase, &v.Status.PhaseStartedAt, &bake, &v.Status.GateFailed, &history)
 	if errors.Is(err, sql.ErrNoRows) {
 		return v, taskd.Task{}, taskd.Errorf(taskd.CodeNotFound, "task %s has no rollout", key)
@@ -171,8 +178,18 @@ func (s *Store) TaskRollout(ctx context.Context, key taskd.TaskKey, now time.Tim
 }
 
 // stepRollout makes the server's move of task key's rollout due at now, holding its
-// row, and returns the rollout after it and whether it moved.
+// row, and returns the rollout after it and whether it moved. Whether a move is due is
+// read first without a lock (most steps find none, and every node steps every rollout
+// each second: they must not hold the row the task's claims read); a move due is
+// decided again on the row locked.
 func (s *Store) stepRollout(ctx context.Context, tx *sql.Tx, key taskd.TaskKey, now time.Time) (taskd.RolloutView, bool, error) {
+	v, _, err := readRollout(ctx, tx, key, now, "")
+	if err != nil {
+		return v, false, err
+	}
+	if c := v.Rollout.Step(v.Status, v.Figures, now); c.Event == "" {
+		return v, false, nil
+	}
 	v, t, err := lockedRollout(ctx, tx, key, now)
 	if err != nil {
 		return v, false, err
@@ -190,11 +207,11 @@ func (s *Store) MoveRollout(ctx context.Context, actor string, key taskd.TaskKey
 	var v taskd.RolloutView
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		if v, _, err = s.stepRollout(ctx, tx, key, now); err != nil {
+		if _, _, err = s.stepRollout(ctx, tx, key, now); err != nil {
 			return err
 		}
-		t, err := getTask(ctx, tx, key)
-		if err != nil {
+		var t taskd.Task
+		if v, t, err = lockedRollout(ctx, tx, key, now); err != nil {
 			return err
 		}
 		c, err := v.Rollout.Move(v.Status, move, now)
