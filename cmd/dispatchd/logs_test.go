@@ -93,9 +93,10 @@ func TestOutageWarningsAreCollapsed(t *testing.T) {
 // cuttableProxy forwards TCP connections to a target until cut, when it closes its
 // listener and every connection: the target looks down.
 type cuttableProxy struct {
-	ln    net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
+	ln     net.Listener
+	mu     sync.Mutex
+	conns  []net.Conn
+	closed bool // cut: a connection accepted just before is closed, not forwarded
 }
 
 func newCuttableProxy(t *testing.T, target string) *cuttableProxy {
@@ -118,6 +119,12 @@ func newCuttableProxy(t *testing.T, target string) *cuttableProxy {
 				continue
 			}
 			p.mu.Lock()
+			if p.closed {
+				p.mu.Unlock()
+				c.Close()
+				u.Close()
+				continue
+			}
 			p.conns = append(p.conns, c, u)
 			p.mu.Unlock()
 			go io.Copy(u, c)
@@ -133,6 +140,7 @@ func (p *cuttableProxy) cut() {
 	p.ln.Close()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.closed = true
 	for _, c := range p.conns {
 		c.Close()
 	}
