@@ -125,6 +125,9 @@ func (r Rollout) Validate(quota int) error {
 		prev = c
 	}
 	if last := len(r.Phases) - 1; r.phaseCap(last, quota) != -1 && (quota == Unlimited || r.phaseCap(last, quota) < quota) {
+		if quota == Unlimited {
+			return bad("phases[%d]: the last phase releases the whole quota (percent 100)", last)
+		}
 		return bad("phases[%d]: the last phase releases the whole quota (percent 100, or count %d)", last, quota)
 	}
 	g := r.Gate
