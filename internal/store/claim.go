@@ -28,7 +28,8 @@ import (
 // edit's commit sees it), the group memberships (share mode), the once_per_user holds
 // (inserted, or locked where they exist), the users' records of until_exhausted
 // occurrences (share mode), the limited occurrences' counters and the rate rows (for
-// update). An unlimited task's counter is only added to, never read.
+// update). The counter of a task neither a quota nor a rollout bounds is only added
+// to, never read.
 
 // loadClaimTasks reads the tasks of keys, with their templates' settings and stages,
 // in share mode. Missing tasks are absent from the map.
@@ -510,7 +511,7 @@ func parseLatest(s string) (taskd.DispatchState, int, error) {
 
 // lockCounters locks and reads the claim counters of the open claims' counted
 // occurrences (a limited quota, or a rollout's cap); an occurrence without a counter
-// row has none claimed yet. An unlimited task's counter is not read: no rule needs it.
+// row has none claimed yet. Another task's counter is not read: no rule needs it.
 func (c *claimRun) lockCounters(ctx context.Context) error {
 	c.counts.Claimed = map[taskd.Occurrence]int{}
 	occs := c.occurrences(c.openWhere(func(cl *taskd.Claim) bool { return cl.Task.Counted() && cl.Task.Quota != 0 }))
@@ -769,9 +770,9 @@ func (c *claimRun) writeRates(ctx context.Context) error {
 var errConflict = errors.New("conflict with a concurrent transaction")
 
 // writeCounters adds the granted claims to the occurrences' counters: to a row the
-// batch holds locked, or an unlimited task's (never read), an increment; a limited
-// occurrence's row it found missing is inserted, and if a concurrent claim inserted it
-// meanwhile the batch runs again, since its decision read none.
+// batch holds locked, or one no rule reads (no quota, no rollout cap), an increment; a
+// counted occurrence's row it found missing is inserted, and if a concurrent claim
+// inserted it meanwhile the batch runs again, since its decision read none.
 func (c *claimRun) writeCounters(ctx context.Context) error {
 	type counter struct {
 		occ     taskd.Occurrence
