@@ -65,3 +65,10 @@ func (t Take) Allows(templateID int64) bool {
 	}
 	return false
 }
+
+// KeyChange says that a client's keys changed at At (a key issued, enrolled or
+// revoked): whatever a cache holds of them from before is to be dropped.
+type KeyChange struct {
+	UID string
+	At  time.Time
+}

@@ -36,6 +36,9 @@ type Store interface {
 	EnrollClientKey(ctx context.Context, uid, hash string, keep int, now time.Time) (replaced int, err error)
 	// RevokeClientKeys revokes every key of uid and reports how many.
 	RevokeClientKeys(ctx context.Context, actor, uid string, now time.Time) (int, error)
+	// KeyChanges returns the changes of keys noted after (at, uid), in that order, at
+	// most limit of them.
+	KeyChanges(ctx context.Context, at time.Time, uid string, limit int) ([]taskd.KeyChange, error)
 }
 
 // Cache holds each uid's valid key set (Redis).
@@ -67,9 +70,6 @@ type Config struct {
 	// with Retry-After. A rate of 0 is no limit.
 	EnrollRate  float64
 	EnrollBurst int
-	// KeyRecheck is how long the cache trusts a key set: the longest a revoked key may
-	// keep working when the cache could not be told (default 1m).
-	KeyRecheck time.Duration
 }
 
 // Service issues, revokes and checks client keys.
@@ -95,9 +95,6 @@ func New(st Store, cache Cache, clk clock.Clock, log *slog.Logger, cfg Config) *
 	}
 	if cfg.EnrollBurst <= 0 {
 		cfg.EnrollBurst = max(1, int(cfg.EnrollRate))
-	}
-	if cfg.KeyRecheck <= 0 {
-		cfg.KeyRecheck = time.Minute
 	}
 	return &Service{store: st, cache: cache, clock: clk, log: log.With("component", "clientkey"), cfg: cfg}
 }
@@ -175,39 +172,16 @@ func (s *Service) Revoke(ctx context.Context, actor, uid string) (int, error) {
 }
 
 // keysChanged drops uid's cached key set after a change in the Store. When the cache
-// cannot be told, it keeps trying in the background for as long as the cached set may
-// live, and reports the failure.
+// cannot be told, it reports the failure: the change reaches the cache through every
+// node's reading of the recent changes (RunChanges) once Redis answers again.
 func (s *Service) keysChanged(ctx context.Context, uid string) error {
 	err := s.cache.KeysChanged(ctx, uid)
 	if err == nil {
 		return nil
 	}
-	go s.retryKeysChanged(context.WithoutCancel(ctx), uid)
 	return &taskd.Error{Code: taskd.CodeUnavailable, Err: err, Message: fmt.Sprintf(
-		"the change is saved, but the cache could not be told: cached copies of uid %s's keys work for at most %s more "+
-			"(retrying in the background); repeat the call to make sure", uid, s.cfg.KeyRecheck)}
-}
-
-// retryKeysChanged retries KeysChanged with backoff until it succeeds or the cached set
-// it targets has expired on its own.
-func (s *Service) retryKeysChanged(ctx context.Context, uid string) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.KeyRecheck)
-	defer cancel()
-	wait := 50 * time.Millisecond
-	for {
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		if err := s.cache.KeysChanged(ctx, uid); err == nil {
-			s.log.InfoContext(ctx, "client key change reached the cache", "uid", uid)
-			return
-		}
-		wait = min(2*wait, 5*time.Second)
-	}
+		"the change is saved, but the cache could not be told: cached copies of uid %s's keys work until a node "+
+			"reaches it (every node applies the key changes it has not seen each second); repeat the call to make sure", uid)}
 }
 
 // Enroll issues a key to an agent that knows the enrollment secret, if uid may enroll

@@ -24,7 +24,7 @@ func TestUnknownUIDIsCachedAsAKnownOne(t *testing.T) {
 	rdb, prefix := testenv.Redis(t)
 	clk := clock.NewFake(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
 	cache := queue.NewCache(rdb, st, clk, queue.Config{Prefix: prefix, KeyTTL: 30 * time.Second})
-	svc := clientkey.New(st, cache, clk, slog.New(slog.NewTextHandler(io.Discard, nil)), clientkey.Config{KeyRecheck: 30 * time.Second})
+	svc := clientkey.New(st, cache, clk, slog.New(slog.NewTextHandler(io.Discard, nil)), clientkey.Config{})
 	ctx := context.Background()
 	known, err := svc.Issue(ctx, "admin", "known")
 	if err != nil {

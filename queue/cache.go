@@ -53,9 +53,9 @@ type Config struct {
 	LockTTL time.Duration
 	// TTL is how long an idle user's heap stays in Redis.
 	TTL time.Duration
-	// KeyTTL is how long a user's key set (or the answer that it has none) is trusted
-	// before it is read from MySQL again: the bound on a revoked key working when the
-	// revocation could not reach Redis.
+	// KeyTTL is how long a user's key set stays in Redis before it is read from MySQL
+	// again, if no change of the keys dropped it sooner (the answer that a user has no
+	// key stays a minute at most).
 	KeyTTL time.Duration
 	// RebuildRate and RebuildBurst bound this node's heap rebuilds (MySQL reads), a
 	// token bucket: so many a second, so many at once. A poll that needs a rebuild
@@ -96,7 +96,7 @@ func (c *Config) setDefaults() {
 		c.TTL = 48 * time.Hour
 	}
 	if c.KeyTTL <= 0 {
-		c.KeyTTL = time.Minute
+		c.KeyTTL = 24 * time.Hour
 	}
 	if c.RebuildBurst <= 0 {
 		c.RebuildBurst = max(1, int(c.RebuildRate))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -33,8 +34,9 @@ func (c *Cache) VerifyKey(ctx context.Context, uid, keyHash string) error {
 
 // loadKeysScript installs the user's client key hashes read from MySQL, unless a key
 // was created or revoked since the read began (kver moved). "-" marks the set as loaded
-// even when the user has no key. The set lives only as long as it may be trusted: a
-// revocation that could not reach Redis is honoured when it expires.
+// even when the user has no key. A change of the keys drops the set (KeysChanged, told
+// by the change's request and by every node's reading of the changes), so the set may
+// live long: its TTL is a backstop, and keeps Redis clear of idle users.
 //
 // KEYS: user hash, key set. ARGV: kver, ttl milliseconds, hashes...
 var loadKeysScript = redis.NewScript(`
@@ -45,9 +47,12 @@ redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return 1
 `)
 
+// noKeysTTL bounds how long the answer that a uid has no key stays in Redis.
+const noKeysTTL = time.Minute
+
 // loadKeys installs uid's key hashes from the Loader in Redis. It takes nothing from
-// the rebuild budget (a key set is one indexed read, reloaded every KeyTTL by every
-// active user), but with bounded, for a user whose heap needs a rebuild too, it is
+// the rebuild budget (a key set is one indexed read, made again only after a change of
+// the keys or KeyTTL), but with bounded, for a user whose heap needs a rebuild too, it is
 // refused while the budget is spent: after Redis lost its data, a poll turned away
 // costs MySQL nothing.
 func (c *Cache) loadKeys(ctx context.Context, uid string, bounded bool) error {
@@ -65,8 +70,14 @@ func (c *Cache) loadKeys(ctx context.Context, uid string, bounded bool) error {
 	if err != nil {
 		return fmt.Errorf("load keys of %s: %w", uid, err)
 	}
+	ttl := c.cfg.KeyTTL
+	if len(hashes) == 0 {
+		// A uid without keys is most often a probe: its answer is kept briefly, so that
+		// made-up uids cannot fill Redis for long.
+		ttl = min(ttl, noKeysTTL)
+	}
 	args := make([]any, 0, 2+len(hashes))
-	args = append(args, kver, c.cfg.KeyTTL.Milliseconds())
+	args = append(args, kver, ttl.Milliseconds())
 	for _, h := range hashes {
 		args = append(args, h)
 	}

@@ -240,7 +240,7 @@ func (c *Cache) PeekN(ctx context.Context, uid, keyHash string, now time.Time, m
 			return schedule.View{}, c.limited(uid, res.wait)
 		case "nokeys":
 			// Only a user whose heap needs a rebuild too is turned away when the
-			// rebuild budget is spent: a warm user's key set expires every KeyTTL.
+			// rebuild budget is spent: a warm user's key set goes after a change of its keys.
 			if err := c.loadKeys(ctx, uid, res.heap != "ok"); err != nil {
 				return schedule.View{}, err
 			}

@@ -89,7 +89,7 @@ func New(cfg Config, deps Deps) *App {
 			Metrics: a.metrics})
 	a.Keys = clientkey.New(deps.Store, a.Cache, deps.Clock, deps.Log,
 		clientkey.Config{EnrollSecret: cfg.EnrollSecret, EnrolledKeysPerUID: cfg.KeysPerUID, AdminKeysPerUID: cfg.AdminKeysPerUID,
-			EnrollUIDs: cfg.EnrollUIDs, EnrollRate: cfg.EnrollRate, EnrollBurst: cfg.EnrollBurst, KeyRecheck: cfg.KeyRecheck})
+			EnrollUIDs: cfg.EnrollUIDs, EnrollRate: cfg.EnrollRate, EnrollBurst: cfg.EnrollBurst})
 	a.Dispatch = dispatch.NewService(deps.Store, a.Cache, deps.Clock, deps.Log,
 		dispatch.Config{MaxWait: cfg.MaxWait, RequestTimeout: cfg.RequestTimeout, Metrics: a.metrics})
 	a.Admin = admin.NewService(deps.Store, a.Cache, a.Keys, deps.Clock, deps.Log).WithCatchUp(cfg.CatchUp)
@@ -130,6 +130,7 @@ func (a *App) RunBackground(ctx context.Context) {
 	wg.Go(func() { a.Fleet.Run(ctx, fleetFlush, a.cfg.RequestTimeout) })
 	wg.Go(func() { a.Campaigns.Run(ctx) })
 	wg.Go(func() { a.Admin.RunRollouts(ctx) })
+	wg.Go(func() { a.Keys.RunChanges(ctx) })
 	wg.Go(func() { a.divideSweeps(ctx) })
 	a.Dispatch.RunSweeper(ctx, a.cfg.SweepInterval, a.sweepShards)
 	wg.Wait()
@@ -193,7 +194,7 @@ func (c *Config) setDefaults() {
 		c.KeysPerUID = 5
 	}
 	if c.KeyRecheck <= 0 {
-		c.KeyRecheck = time.Minute
+		c.KeyRecheck = 24 * time.Hour
 	}
 	if c.RebuildRate <= 0 {
 		c.RebuildRate = 1000

@@ -79,8 +79,9 @@ type Config struct {
 	// checked in the poll's own round trip); past it a poll answers 429. Zero: no limit.
 	PollRate  float64
 	PollBurst int
-	// KeyRecheck is how long a cached client key set (or the answer that a uid has no
-	// key) is trusted before it is read from MySQL again.
+	// KeyRecheck is how long a cached client key set stays before it is read from
+	// MySQL again, if no change of the keys dropped it sooner (a uid's having no key:
+	// a minute at most). Changes reach the cache through clientkey's feed.
 	KeyRecheck time.Duration
 
 	// sources says where LoadConfig took each setting that is not its default: the env
@@ -169,7 +170,7 @@ func (c *Config) table() config.Table {
 			Value: config.Int(&c.KeysPerUID, config.Between(1, 1000))},
 		{Env: "DISPATCH_ADMIN_KEYS_PER_UID", Flag: "admin-keys-per-uid", Default: "5", Usage: "live admin-issued client keys one uid may hold (apart from its enrolled keys); issuing one more revokes the oldest admin-issued key",
 			Value: config.Int(&c.AdminKeysPerUID, config.Between(1, 1000))},
-		{Env: "DISPATCH_KEY_RECHECK", Flag: "key-recheck", Default: "1m", Usage: "how long a cached client key set (or a uid's having none) is trusted before MySQL is asked again: the bound on a revoked key working when Redis could not be told",
+		{Env: "DISPATCH_KEY_RECHECK", Flag: "key-recheck", Default: "24h", Usage: "how long a cached client key set stays before MySQL is asked again, if no change of the uid's keys dropped it sooner (a uid's having none: a minute at most); a change reaches the cache at once, or within a second of Redis answering again",
 			Value: config.Duration(&c.KeyRecheck, config.Positive)},
 	}
 }

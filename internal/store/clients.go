@@ -169,7 +169,7 @@ func (s *Store) createClientKey(ctx context.Context, actor, uid, hash string, en
 	var revoked int64
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		revoked = 0 // a try that met a concurrent transaction counted for nothing
-		if err := lockClient(ctx, tx, uid, now); err != nil {
+		if err := lockClientKeys(ctx, tx, uid, now); err != nil {
 			return err
 		}
 		res, err := tx.ExecContext(ctx,
@@ -209,6 +209,14 @@ func lockClient(ctx context.Context, tx *sql.Tx, uid string, now time.Time) erro
 	return err
 }
 
+// lockClientKeys is lockClient for a change of uid's keys: it also notes the change's
+// time, which KeyChanges reports to every node, in the same statement.
+func lockClientKeys(ctx context.Context, tx *sql.Tx, uid string, now time.Time) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO client (uid, created_at, keys_at) VALUES (?, ?, ?)
+		ON DUPLICATE KEY UPDATE keys_at = VALUES(keys_at)`, uid, now, now)
+	return err
+}
+
 // int64s reads a one-column list of integers.
 func int64s(ctx context.Context, q querier, query string, args ...any) ([]int64, error) {
 	rows, err := q.QueryContext(ctx, query, args...)
@@ -232,7 +240,7 @@ func int64s(ctx context.Context, q querier, query string, args ...any) ([]int64,
 func (s *Store) RevokeClientKeys(ctx context.Context, actor, uid string, now time.Time) (int, error) {
 	var n int64
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		if err := lockClient(ctx, tx, uid, now); err != nil {
+		if err := lockClientKeys(ctx, tx, uid, now); err != nil {
 			return err
 		}
 		res, err := tx.ExecContext(ctx,
@@ -263,4 +271,24 @@ func (s *Store) ClientKeyHashes(ctx context.Context, uid string) ([]string, erro
 		out = append(out, h)
 	}
 	return out, mysqlErr("client keys", rows.Err())
+}
+
+// KeyChanges returns the changes of client keys noted after (at, uid), in that order,
+// at most limit of them: a caller pages through them by passing the last one back.
+func (s *Store) KeyChanges(ctx context.Context, at time.Time, uid string, limit int) ([]taskd.KeyChange, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT uid, keys_at FROM client FORCE INDEX (idx_keys_at)
+		WHERE keys_at >= ? AND (keys_at > ? OR uid > ?) ORDER BY keys_at, uid LIMIT ?`, at, at, uid, limit)
+	if err != nil {
+		return nil, mysqlErr("key changes", err)
+	}
+	defer rows.Close()
+	var out []taskd.KeyChange
+	for rows.Next() {
+		var c taskd.KeyChange
+		if err := rows.Scan(&c.UID, &c.At); err != nil {
+			return nil, mysqlErr("key changes", err)
+		}
+		out = append(out, c)
+	}
+	return out, mysqlErr("key changes", rows.Err())
 }
