@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -231,6 +232,48 @@ func TestRolloutAdvancesAfterBakeAndAbortsOnFailure(t *testing.T) {
 		t.Errorf("the rollout removed: %d new members dispatched, want the 4 left of the quota", fresh)
 	}
 	e.admin("DELETE", "/v1/admin/tasks/"+taskPath(id), nil)
+}
+
+// A rollout declared without a gate does not advance on failures (issue 42): its gate
+// needs successes (success_ratio 1, shown in the task), and a phase whose only dispatch
+// failed stays where it is. (Before, it moved to phase 2.)
+func TestRolloutWithoutGateHoldsOnFailure(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	keys, id := rolloutFleet(e, 2, 2, map[string]any{"phases": []any{map[string]any{"count": 1}, map[string]any{"percent": 100}}}, nil)
+	got := e.fetchAll(keys)
+	if len(got) != 1 {
+		t.Fatalf("phase 1 (count 1): %d dispatched", len(got))
+	}
+	for i, logID := range got {
+		if code, out := e.complete(0, keys[i], logID, "failure"); code != 200 {
+			t.Fatalf("complete: %d %v", code, out)
+		}
+	}
+	if r := e.rollout(id); num(r["phase"]) != 1 || r["state"] != "running" || r["gate"] == "passed" || num(r["failed"]) != 1 {
+		t.Fatalf("phase 1's only dispatch failed, no gate declared: %v", r)
+	}
+	gate := e.admin("GET", "/v1/admin/tasks/"+taskPath(id), nil)["rollout"].(map[string]any)["gate"].(map[string]any)
+	if num(gate["success_ratio"]) != 1 || num(gate["min_finished"]) != 1 {
+		t.Fatalf("the task shows the default gate as %v, want min_finished 1 and success_ratio 1", gate)
+	}
+}
+
+// A gate's min_finished is bounded (issue 42): 2^63-1 was taken, read back as a float,
+// and a PATCH of the task then refused its own value.
+func TestRolloutMinFinishedBounded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	phases := []any{map[string]any{"count": 1}, map[string]any{"percent": 100}}
+	for _, n := range []any{json.Number("9223372036854775807"), 1_000_001} {
+		e.expectMsg("POST", "/v1/admin/tasks/once", map[string]any{"executor": "gid_g", "start_time": ts(t0), "dispatch_times": 2,
+			"template_id": e.template(), "params": map[string]any{},
+			"rollout": map[string]any{"phases": phases, "gate": map[string]any{"min_finished": n}}}, 400, "invalid_argument",
+			"gate.min_finished", "1000000")
+	}
+	id := e.task("once", map[string]any{"executor": "gid_g", "start_time": ts(t0), "dispatch_times": 2,
+		"rollout": map[string]any{"phases": phases, "gate": map[string]any{"min_finished": 1_000_000}}})
+	e.admin("PATCH", "/v1/admin/tasks/"+taskPath(id), map[string]any{"priority": 7})
 }
 
 // A deleted task's rollout ends with it: nothing steps or lists it any more.
