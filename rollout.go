@@ -3,6 +3,7 @@ package taskd
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 )
 
@@ -407,15 +408,27 @@ type RolloutSummary struct {
 // occurrence it bounds now (a once task's; a rotating task's latest), and the
 // figures of the current phase its gate decides on.
 type RolloutView struct {
-	TaskID  string
-	Rollout Rollout
-	Status  RolloutStatus
-	Quota   int
-	Cap     int
-	Claimed int
-	Figures PhaseFigures
+	TaskID string
+	// TaskVersion is the task's version, Moves the rollout's (it counts its moves):
+	// together the rollout's version (Version).
+	TaskVersion int64
+	Moves       int64
+	Rollout     Rollout
+	Status      RolloutStatus
+	Quota       int
+	Cap         int
+	Claimed     int
+	Figures     PhaseFigures
 	// History are the moves that ended phases (or the rollout), oldest first.
 	History []RolloutMoveRecord
+}
+
+// Version is v's version, the ETag of its reads and moves: the task's version (an
+// edit of the rollout is one of the task) and the count of its moves, the server's
+// and the admins' (its figures move on their own and are nobody's edit, as a
+// campaign's progress). An admin's move made against another is refused.
+func (v RolloutView) Version() Version {
+	return Version(strconv.FormatInt(v.TaskVersion, 10) + "-" + strconv.FormatInt(v.Moves, 10))
 }
 
 // RolloutMoveRecord is a move that ended a phase, or the rollout: the phase (1-based),
