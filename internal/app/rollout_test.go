@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/taskpull/taskd/internal/app"
 )
 
 // Rollouts over HTTP, two instances, real MySQL and Redis.
@@ -450,5 +452,76 @@ func TestResultSchemaJudgesSuccesses(t *testing.T) {
 	}
 	if reasons != 1 {
 		t.Errorf("%d complete events of the refused success, want 1: %v", reasons, evs)
+	}
+}
+
+// explodingSchema doubles its validation's work at every level of {"a": {"a": ...}}: an
+// anyOf whose two branches both recurse into "a" (the first then fails on required).
+const explodingSchema = `{"$defs":{"n":{"anyOf":[{"required":["z"],"properties":{"a":{"$ref":"#/$defs/n"}}},` +
+	`{"properties":{"a":{"$ref":"#/$defs/n"}}}]}},"$ref":"#/$defs/n"}`
+
+// nested is {"a": {"a": ... {}}} depth levels deep.
+func nested(depth int) any {
+	var v any = map[string]any{}
+	for range depth {
+		v = map[string]any{"a": v}
+	}
+	return v
+}
+
+// A result schema's cost is bounded (issue 42): creating a template whose result schema
+// explodes is refused naming result_schema; one already stored judges a deep detail
+// under a step budget, before the complete's transaction: the complete answers 200 and
+// is recorded a failure saying the budget ran out, and a complete of another task at
+// the same time answers 200. (Before, the complete answered 503 after the request's
+// deadline with the dispatch left open, and two of them held both group-commit lanes.)
+func TestResultSchemaCostIsBounded(t *testing.T) {
+	t.Parallel()
+	// The request's deadline is the harness's minute, less: a complete that ran into it
+	// is a 503.
+	e := newEnvWith(t, 1, func(c *app.Config) { c.RequestTimeout = 10 * time.Second })
+	var schema map[string]any
+	if err := json.Unmarshal([]byte(explodingSchema), &schema); err != nil {
+		t.Fatal(err)
+	}
+	e.expectMsg("POST", "/v1/admin/templates", map[string]any{"name": "boom", "schema": map[string]any{"type": "object"},
+		"result_schema": schema}, 400, "invalid_argument", "result_schema")
+	// One stored before the check existed.
+	tpl := e.admin("POST", "/v1/admin/templates", map[string]any{"name": "old", "schema": map[string]any{"type": "object"},
+		"result_schema": map[string]any{"type": "object"}})
+	if _, err := e.store.DB().Exec("UPDATE task_params_template SET result_schema = ? WHERE id = ?", explodingSchema, tpl["id"]); err != nil {
+		t.Fatal(err)
+	}
+	e.admin("PUT", "/v1/admin/groups/g/members", map[string]any{"uids": []string{"a", "b"}})
+	e.task("once", map[string]any{"executor": "gid_g", "start_time": ts(t0), "template_id": tpl["id"], "params": map[string]any{},
+		"dispatch_times": 2})
+	e.task("once", map[string]any{"executor": "uid_c", "start_time": ts(t0)})
+	ka, kb, kc := e.key("a"), e.key("b"), e.key("c")
+	la, lb, lc := e.fetch(0, ka).Task, e.fetch(0, kb).Task, e.fetch(0, kc).Task
+	if la == nil || lb == nil || lc == nil {
+		t.Fatal("the tasks were not handed out")
+	}
+	var wg sync.WaitGroup
+	for _, c := range []struct {
+		key, logID string
+		detail     any
+	}{{ka, la.LogID, nested(30)}, {kb, lb.LogID, nested(30)}, {kc, lc.LogID, nil}} {
+		wg.Go(func() {
+			if code, out := e.do(0, "POST", "/v1/complete", c.key, map[string]any{"log_id": c.logID, "result": "success",
+				"detail": c.detail}); code != 200 {
+				t.Errorf("complete of %s: %d %v (want 200)", c.logID, code, out)
+			}
+		})
+	}
+	wg.Wait()
+	for _, l := range []string{la.LogID, lb.LogID} {
+		var reason string
+		if n := e.count("SELECT COUNT(*) FROM dispatch WHERE log_id = ? AND result = 2 AND reason LIKE '%result_schema%budget%'", l); n != 1 {
+			e.store.DB().QueryRow("SELECT COALESCE(reason, '') FROM dispatch WHERE log_id = ?", l).Scan(&reason)
+			t.Errorf("the deep detail of %s is not recorded a failure saying the budget ran out: reason %q", l, reason)
+		}
+	}
+	if n := e.count("SELECT COUNT(*) FROM dispatch WHERE log_id = ? AND result = 1", lc.LogID); n != 1 {
+		t.Errorf("the other task's complete is not recorded a success")
 	}
 }
