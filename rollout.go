@@ -3,6 +3,7 @@ package taskd
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 )
 
@@ -59,6 +60,11 @@ type Gate struct {
 const (
 	MaxRolloutPhases = 20
 	MaxBakeSeconds   = 30 * 24 * 60 * 60
+	// MaxGateMinFinished bounds a gate's min_finished: a million finished dispatches
+	// is more than any phase needs, and a bound keeps the value an integer that reads
+	// back as one (2^63-1 was taken, and a PATCH of the task then refused its own
+	// value, read back through JSON as a float).
+	MaxGateMinFinished = 1_000_000
 )
 
 // The values of Rollout's enumerations.
@@ -74,7 +80,11 @@ const (
 
 // WithDefaults fills what the declaration left out: auto advance, continuous
 // targeting, open dispatches kept on abort, a rate factor of 2, at least one finished
-// dispatch per gate.
+// dispatch per gate, and a gate that needs successes: one that sets neither ratio
+// (or no gate at all) gets success_ratio 1. Without it, 0/n reaches a success_ratio
+// of 0, and a phase whose dispatches all failed passed its gate and opened the next
+// phase (issue 42). A gate with a failure_ratio keeps a success_ratio of 0: a phase
+// of failures only fails it.
 func (r Rollout) WithDefaults() Rollout {
 	if r.Advance == "" {
 		r.Advance = AdvanceAuto
@@ -89,6 +99,9 @@ func (r Rollout) WithDefaults() Rollout {
 		r.RateFactor = defaultRolloutFactor
 	}
 	r.Gate.MinFinished = max(r.Gate.MinFinished, 1)
+	if r.Gate.SuccessRatio == 0 && r.Gate.FailureRatio == 0 {
+		r.Gate.SuccessRatio = 1
+	}
 	return r
 }
 
@@ -132,8 +145,8 @@ func (r Rollout) Validate(quota int) error {
 	}
 	g := r.Gate
 	switch {
-	case g.MinFinished < 0:
-		return bad("gate.min_finished: at least 0, got %d", g.MinFinished)
+	case g.MinFinished < 0 || g.MinFinished > MaxGateMinFinished:
+		return bad("gate.min_finished: between 0 and %d, got %d", MaxGateMinFinished, g.MinFinished)
 	case g.SuccessRatio < 0 || g.SuccessRatio > 1 || math.IsNaN(g.SuccessRatio):
 		return bad("gate.success_ratio: between 0 and 1, got %v", g.SuccessRatio)
 	case g.FailureRatio < 0 || g.FailureRatio > 1 || math.IsNaN(g.FailureRatio):
@@ -395,15 +408,27 @@ type RolloutSummary struct {
 // occurrence it bounds now (a once task's; a rotating task's latest), and the
 // figures of the current phase its gate decides on.
 type RolloutView struct {
-	TaskID  string
-	Rollout Rollout
-	Status  RolloutStatus
-	Quota   int
-	Cap     int
-	Claimed int
-	Figures PhaseFigures
+	TaskID string
+	// TaskVersion is the task's version, Moves the rollout's (it counts its moves):
+	// together the rollout's version (Version).
+	TaskVersion int64
+	Moves       int64
+	Rollout     Rollout
+	Status      RolloutStatus
+	Quota       int
+	Cap         int
+	Claimed     int
+	Figures     PhaseFigures
 	// History are the moves that ended phases (or the rollout), oldest first.
 	History []RolloutMoveRecord
+}
+
+// Version is v's version, the ETag of its reads and moves: the task's version (an
+// edit of the rollout is one of the task) and the count of its moves, the server's
+// and the admins' (its figures move on their own and are nobody's edit, as a
+// campaign's progress). An admin's move made against another is refused.
+func (v RolloutView) Version() Version {
+	return Version(strconv.FormatInt(v.TaskVersion, 10) + "-" + strconv.FormatInt(v.Moves, 10))
 }
 
 // RolloutMoveRecord is a move that ended a phase, or the rollout: the phase (1-based),

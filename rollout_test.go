@@ -33,11 +33,38 @@ func TestRolloutValidate(t *testing.T) {
 		{"ratio", taskd.Rollout{Phases: []taskd.Phase{pct(100)}, Gate: taskd.Gate{SuccessRatio: 1.5}}, 20, "gate.success_ratio"},
 		{"advance", taskd.Rollout{Phases: []taskd.Phase{pct(100)}, Advance: "soon"}, 20, "advance"},
 		{"targeting", taskd.Rollout{Phases: []taskd.Phase{pct(100)}, Targeting: "all"}, 20, "targeting"},
+		{"min_finished", taskd.Rollout{Phases: []taskd.Phase{pct(100)}, Gate: taskd.Gate{MinFinished: 1<<63 - 1}}, 20, "gate.min_finished"},
+		{"min_finished past the bound", taskd.Rollout{Phases: []taskd.Phase{pct(100)}, Gate: taskd.Gate{MinFinished: 1_000_001}}, 20, "gate.min_finished"},
 	} {
 		err := tc.r.WithDefaults().Validate(tc.quota)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || taskd.ErrorCode(err) != taskd.CodeInvalid {
 			t.Errorf("%s: %v; want invalid naming %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// A gate that sets neither ratio needs successes: a phase of failures only never
+// passes it (success_ratio defaults to 1); one that sets either keeps what it says.
+func TestGateDefaultNeedsSuccesses(t *testing.T) {
+	r := taskd.Rollout{Phases: []taskd.Phase{cnt(1), pct(100)}}.WithDefaults()
+	if r.Gate.SuccessRatio != 1 || r.Gate.MinFinished != 1 {
+		t.Fatalf("the default gate: %+v", r.Gate)
+	}
+	if v := r.Gate.Verdict(taskd.PhaseFigures{Finished: 1, Failed: 1}); v == taskd.GatePassed {
+		t.Fatalf("a phase of one failure passes the default gate")
+	}
+	if v := r.Gate.Verdict(taskd.PhaseFigures{Finished: 1, Succeeded: 1}); v != taskd.GatePassed {
+		t.Fatalf("a phase of one success: %v", v)
+	}
+	set := taskd.Rollout{Phases: []taskd.Phase{pct(100)}, Gate: taskd.Gate{FailureRatio: 0.5}}.WithDefaults()
+	if set.Gate.SuccessRatio != 0 {
+		t.Fatalf("a gate with a failure_ratio keeps its success_ratio 0: %+v", set.Gate)
+	}
+	if v := set.Gate.Verdict(taskd.PhaseFigures{Finished: 1, Failed: 1}); v != taskd.GateFailed {
+		t.Fatalf("a phase of one failure, failure_ratio 0.5: %v", v)
+	}
+	if err := r.Validate(2); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -62,7 +62,7 @@ type Store interface {
 	// MoveRollout applies an admin's move (audited; conflict for a move the state does
 	// not allow); ActiveRollouts lists those neither completed nor aborted.
 	TaskRollout(ctx context.Context, key taskd.TaskKey, now time.Time) (taskd.RolloutView, error)
-	MoveRollout(ctx context.Context, actor string, key taskd.TaskKey, move taskd.RolloutMove, now time.Time) (taskd.RolloutView, error)
+	MoveRollout(ctx context.Context, actor string, key taskd.TaskKey, move taskd.RolloutMove, ifMatch taskd.IfMatch, now time.Time) (taskd.RolloutView, error)
 	ActiveRollouts(ctx context.Context) ([]taskd.RolloutSummary, error)
 	// StepRollouts makes the server's moves due at now and returns the rollouts moved.
 	StepRollouts(ctx context.Context, now time.Time) ([]taskd.RolloutView, error)

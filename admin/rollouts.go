@@ -23,9 +23,9 @@ func (s *Service) Rollout(ctx context.Context, key taskd.TaskKey) (taskd.Rollout
 }
 
 // MoveRollout applies an admin's move (advance, pause, resume, abort) to task key's
-// rollout.
-func (s *Service) MoveRollout(ctx context.Context, key taskd.TaskKey, move taskd.RolloutMove) (taskd.RolloutView, error) {
-	v, err := s.store.MoveRollout(ctx, ActorFrom(ctx), key, move, s.now())
+// rollout, at a version ifMatch matches.
+func (s *Service) MoveRollout(ctx context.Context, key taskd.TaskKey, move taskd.RolloutMove, ifMatch taskd.IfMatch) (taskd.RolloutView, error) {
+	v, err := s.store.MoveRollout(ctx, ActorFrom(ctx), key, move, ifMatch, s.now())
 	if err != nil {
 		return v, err
 	}
@@ -140,12 +140,15 @@ func (h *Handlers) GetRollout() http.Handler {
 			return 0, nil, err
 		}
 		v, err := h.svc.Rollout(r.Context(), key)
-		return http.StatusOK, viewRollout(v), err
+		return http.StatusOK, viewRollout(v), tagged(w, v.Version(), err)
 	})
 }
 
 // MoveRollout is POST /v1/admin/tasks/{kind}/{id}/rollout/{move}: advance, pause,
-// resume or abort (409 conflict for a move the rollout's state does not allow).
+// resume or abort (409 conflict for a move the rollout's state does not allow; 412
+// precondition_failed, with the current ETag, for one made against a version the
+// rollout no longer has: it moved, by the server or another admin, or its task was
+// edited).
 func (h *Handlers) MoveRollout() http.Handler {
 	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
 		key, err := pathTaskKey(r)
@@ -158,8 +161,8 @@ func (h *Handlers) MoveRollout() http.Handler {
 		default:
 			return 0, nil, taskd.Errorf(taskd.CodeNotFound, "no such rollout move %q: advance, pause, resume or abort", move)
 		}
-		v, err := h.svc.MoveRollout(r.Context(), key, move)
-		return http.StatusOK, viewRollout(v), err
+		v, err := h.svc.MoveRollout(r.Context(), key, move, ifMatch(r))
+		return http.StatusOK, viewRollout(v), tagged(w, v.Version(), err)
 	})
 }
 

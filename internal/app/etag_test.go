@@ -62,6 +62,9 @@ func TestETagsGuardEdits(t *testing.T) {
 	tpl := e.template()
 	taskID := e.task("once", map[string]any{"executor": "gid_g", "start_time": ts(t0)})
 	_, campaign := e.campaign(nil)
+	rolloutID := e.task("once", map[string]any{"executor": "gid_g", "start_time": ts(t0), "dispatch_times": 2,
+		"rollout": map[string]any{"phases": []any{map[string]any{"count": 1}, map[string]any{"percent": 100}}}})
+	rollout := "/v1/admin/tasks/once/" + rolloutID[len("once:"):] + "/rollout"
 	type write struct {
 		method, path string
 		body         any
@@ -89,6 +92,10 @@ func TestETagsGuardEdits(t *testing.T) {
 		{"campaign", campaign, []write{
 			{"POST", campaign + "/start", nil},
 			{"POST", campaign + "/pause", nil},
+		}, "state"},
+		{"rollout", rollout, []write{
+			{"POST", rollout + "/pause", nil},
+			{"POST", rollout + "/resume", nil},
 		}, "state"},
 	}
 	for _, c := range cases {

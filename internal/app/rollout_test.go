@@ -1,11 +1,14 @@
 package app_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/taskpull/taskd/internal/app"
 )
 
 // Rollouts over HTTP, two instances, real MySQL and Redis.
@@ -233,6 +236,48 @@ func TestRolloutAdvancesAfterBakeAndAbortsOnFailure(t *testing.T) {
 	e.admin("DELETE", "/v1/admin/tasks/"+taskPath(id), nil)
 }
 
+// A rollout declared without a gate does not advance on failures (issue 42): its gate
+// needs successes (success_ratio 1, shown in the task), and a phase whose only dispatch
+// failed stays where it is. (Before, it moved to phase 2.)
+func TestRolloutWithoutGateHoldsOnFailure(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	keys, id := rolloutFleet(e, 2, 2, map[string]any{"phases": []any{map[string]any{"count": 1}, map[string]any{"percent": 100}}}, nil)
+	got := e.fetchAll(keys)
+	if len(got) != 1 {
+		t.Fatalf("phase 1 (count 1): %d dispatched", len(got))
+	}
+	for i, logID := range got {
+		if code, out := e.complete(0, keys[i], logID, "failure"); code != 200 {
+			t.Fatalf("complete: %d %v", code, out)
+		}
+	}
+	if r := e.rollout(id); num(r["phase"]) != 1 || r["state"] != "running" || r["gate"] == "passed" || num(r["failed"]) != 1 {
+		t.Fatalf("phase 1's only dispatch failed, no gate declared: %v", r)
+	}
+	gate := e.admin("GET", "/v1/admin/tasks/"+taskPath(id), nil)["rollout"].(map[string]any)["gate"].(map[string]any)
+	if num(gate["success_ratio"]) != 1 || num(gate["min_finished"]) != 1 {
+		t.Fatalf("the task shows the default gate as %v, want min_finished 1 and success_ratio 1", gate)
+	}
+}
+
+// A gate's min_finished is bounded (issue 42): 2^63-1 was taken, read back as a float,
+// and a PATCH of the task then refused its own value.
+func TestRolloutMinFinishedBounded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	phases := []any{map[string]any{"count": 1}, map[string]any{"percent": 100}}
+	for _, n := range []any{json.Number("9223372036854775807"), 1_000_001} {
+		e.expectMsg("POST", "/v1/admin/tasks/once", map[string]any{"executor": "gid_g", "start_time": ts(t0), "dispatch_times": 2,
+			"template_id": e.template(), "params": map[string]any{},
+			"rollout": map[string]any{"phases": phases, "gate": map[string]any{"min_finished": n}}}, 400, "invalid_argument",
+			"gate.min_finished", "1000000")
+	}
+	id := e.task("once", map[string]any{"executor": "gid_g", "start_time": ts(t0), "dispatch_times": 2,
+		"rollout": map[string]any{"phases": phases, "gate": map[string]any{"min_finished": 1_000_000}}})
+	e.admin("PATCH", "/v1/admin/tasks/"+taskPath(id), map[string]any{"priority": 7})
+}
+
 // A deleted task's rollout ends with it: nothing steps or lists it any more.
 func TestRolloutEndsWithItsTask(t *testing.T) {
 	t.Parallel()
@@ -407,5 +452,76 @@ func TestResultSchemaJudgesSuccesses(t *testing.T) {
 	}
 	if reasons != 1 {
 		t.Errorf("%d complete events of the refused success, want 1: %v", reasons, evs)
+	}
+}
+
+// explodingSchema doubles its validation's work at every level of {"a": {"a": ...}}: an
+// anyOf whose two branches both recurse into "a" (the first then fails on required).
+const explodingSchema = `{"$defs":{"n":{"anyOf":[{"required":["z"],"properties":{"a":{"$ref":"#/$defs/n"}}},` +
+	`{"properties":{"a":{"$ref":"#/$defs/n"}}}]}},"$ref":"#/$defs/n"}`
+
+// nested is {"a": {"a": ... {}}} depth levels deep.
+func nested(depth int) any {
+	var v any = map[string]any{}
+	for range depth {
+		v = map[string]any{"a": v}
+	}
+	return v
+}
+
+// A result schema's cost is bounded (issue 42): creating a template whose result schema
+// explodes is refused naming result_schema; one already stored judges a deep detail
+// under a step budget, before the complete's transaction: the complete answers 200 and
+// is recorded a failure saying the budget ran out, and a complete of another task at
+// the same time answers 200. (Before, the complete answered 503 after the request's
+// deadline with the dispatch left open, and two of them held both group-commit lanes.)
+func TestResultSchemaCostIsBounded(t *testing.T) {
+	t.Parallel()
+	// The request's deadline is the harness's minute, less: a complete that ran into it
+	// is a 503.
+	e := newEnvWith(t, 1, func(c *app.Config) { c.RequestTimeout = 10 * time.Second })
+	var schema map[string]any
+	if err := json.Unmarshal([]byte(explodingSchema), &schema); err != nil {
+		t.Fatal(err)
+	}
+	e.expectMsg("POST", "/v1/admin/templates", map[string]any{"name": "boom", "schema": map[string]any{"type": "object"},
+		"result_schema": schema}, 400, "invalid_argument", "result_schema")
+	// One stored before the check existed.
+	tpl := e.admin("POST", "/v1/admin/templates", map[string]any{"name": "old", "schema": map[string]any{"type": "object"},
+		"result_schema": map[string]any{"type": "object"}})
+	if _, err := e.store.DB().Exec("UPDATE task_params_template SET result_schema = ? WHERE id = ?", explodingSchema, tpl["id"]); err != nil {
+		t.Fatal(err)
+	}
+	e.admin("PUT", "/v1/admin/groups/g/members", map[string]any{"uids": []string{"a", "b"}})
+	e.task("once", map[string]any{"executor": "gid_g", "start_time": ts(t0), "template_id": tpl["id"], "params": map[string]any{},
+		"dispatch_times": 2})
+	e.task("once", map[string]any{"executor": "uid_c", "start_time": ts(t0)})
+	ka, kb, kc := e.key("a"), e.key("b"), e.key("c")
+	la, lb, lc := e.fetch(0, ka).Task, e.fetch(0, kb).Task, e.fetch(0, kc).Task
+	if la == nil || lb == nil || lc == nil {
+		t.Fatal("the tasks were not handed out")
+	}
+	var wg sync.WaitGroup
+	for _, c := range []struct {
+		key, logID string
+		detail     any
+	}{{ka, la.LogID, nested(30)}, {kb, lb.LogID, nested(30)}, {kc, lc.LogID, nil}} {
+		wg.Go(func() {
+			if code, out := e.do(0, "POST", "/v1/complete", c.key, map[string]any{"log_id": c.logID, "result": "success",
+				"detail": c.detail}); code != 200 {
+				t.Errorf("complete of %s: %d %v (want 200)", c.logID, code, out)
+			}
+		})
+	}
+	wg.Wait()
+	for _, l := range []string{la.LogID, lb.LogID} {
+		var reason string
+		if n := e.count("SELECT COUNT(*) FROM dispatch WHERE log_id = ? AND result = 2 AND reason LIKE '%result_schema%budget%'", l); n != 1 {
+			e.store.DB().QueryRow("SELECT COALESCE(reason, '') FROM dispatch WHERE log_id = ?", l).Scan(&reason)
+			t.Errorf("the deep detail of %s is not recorded a failure saying the budget ran out: reason %q", l, reason)
+		}
+	}
+	if n := e.count("SELECT COUNT(*) FROM dispatch WHERE log_id = ? AND result = 1", lc.LogID); n != 1 {
+		t.Errorf("the other task's complete is not recorded a success")
 	}
 }

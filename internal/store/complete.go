@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -24,10 +25,14 @@ import (
 // Complete finishes uid's dispatch logID with result at now. It waits for the commit of
 // the batch it joins.
 func (s *Store) Complete(ctx context.Context, uid, logID string, result taskd.Result, detail json.RawMessage, now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
-	if s.completes == nil {
-		return s.completeOne(ctx, uid, logID, result, detail, now)
+	refused, err := s.judgeResult(ctx, uid, logID, result, detail)
+	if err != nil {
+		return 0, nil, mysqlErr("complete", err)
 	}
-	out, err := s.completes.do(ctx, completeIn{uid: uid, logID: logID, result: result, detail: detail, now: now})
+	if s.completes == nil {
+		return s.completeOne(ctx, uid, logID, result, detail, refused, now)
+	}
+	out, err := s.completes.do(ctx, completeIn{uid: uid, logID: logID, result: result, detail: detail, refused: refused, now: now})
 	return out.outcome, out.d, mysqlErr("complete", err)
 }
 
@@ -36,7 +41,10 @@ type completeIn struct {
 	logID  string
 	result taskd.Result
 	detail json.RawMessage
-	now    time.Time
+	// refused is why the detail fails the result schema ("" when it validates or is
+	// not judged), decided before the transaction (judgeResult).
+	refused string
+	now     time.Time
 }
 
 type completeOut struct {
@@ -51,7 +59,7 @@ type completeJob = job[completeIn, completeOut]
 func (s *Store) runCompletes(jobs []*completeJob) {
 	runBatch(jobs, func(err error) { s.observed("complete", len(jobs), err) }, s.completeBatch,
 		func(j *completeJob) (completeOut, error) {
-			outcome, d, err := s.completeOne(j.ctx, j.in.uid, j.in.logID, j.in.result, j.in.detail, j.in.now)
+			outcome, d, err := s.completeOne(j.ctx, j.in.uid, j.in.logID, j.in.result, j.in.detail, j.in.refused, j.in.now)
 			return completeOut{outcome, d}, err
 		},
 		func(o completeOut) bool { return o.outcome != 0 })
@@ -80,16 +88,6 @@ func (s *Store) completeBatch(ctx context.Context, jobs []*completeJob) ([]compl
 		if err != nil {
 			return err
 		}
-		var judging []finishing
-		for i, j := range jobs {
-			if d := records[j.in.logID]; !alone[i] && d != nil && d.UID == j.in.uid && d.Stage == "" && j.in.result == taskd.ResultSuccess {
-				judging = append(judging, finishing{d, j.in.detail})
-			}
-		}
-		refused, err := s.refusedResults(ctx, tx, judging)
-		if err != nil {
-			return err
-		}
 		var done []finishing
 		for i, j := range jobs {
 			if alone[i] {
@@ -106,8 +104,8 @@ func (s *Store) completeBatch(ctx context.Context, jobs []*completeJob) ([]compl
 				d = nil // someone else's: not the caller's to see
 			case ok:
 				result := j.in.result
-				if why := refused[d.LogID]; why != "" {
-					result, d.Reason = taskd.ResultFailure, why
+				if result == taskd.ResultSuccess && d.Judged && j.in.refused != "" {
+					result, d.Reason = taskd.ResultFailure, j.in.refused
 				}
 				outcome = d.Finish(result, j.in.now)
 				done = append(done, finishing{d, j.in.detail})
@@ -271,7 +269,7 @@ func (u *caseUpdate) statement(table string) (string, []any) {
 
 // completeOne is a complete in a transaction of its own; a record whose lease has run
 // out expires instead (ExpiredNow).
-func (s *Store) completeOne(ctx context.Context, uid, logID string, result taskd.Result, detail json.RawMessage, now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
+func (s *Store) completeOne(ctx context.Context, uid, logID string, result taskd.Result, detail json.RawMessage, refused string, now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
 	return s.completeAlone(ctx, "complete", uid, logID, now, func(tx *sql.Tx, d *taskd.Dispatch) (taskd.CompleteOutcome, error) {
 		if d.Stage != "" && result == taskd.ResultSuccess {
 			// Only the last stage's success completes the occurrence: an earlier one
@@ -284,14 +282,8 @@ func (s *Store) completeOne(ctx context.Context, uid, logID string, result taskd
 				return taskd.StageDone, s.stageOn(ctx, tx, d, detail, next, nil, 0, now)
 			}
 		}
-		if result == taskd.ResultSuccess {
-			refused, err := s.refusedResults(ctx, tx, []finishing{{d, detail}})
-			if err != nil {
-				return 0, err
-			}
-			if why := refused[d.LogID]; why != "" {
-				result, d.Reason = taskd.ResultFailure, why
-			}
+		if result == taskd.ResultSuccess && d.Judged && refused != "" {
+			result, d.Reason = taskd.ResultFailure, refused
 		}
 		outcome := d.Finish(result, now)
 		return outcome, s.finish(ctx, tx, []finishing{{d, detail}})
@@ -384,56 +376,50 @@ func advanceCursors(ctx context.Context, tx *sql.Tx, ds []*taskd.Dispatch) error
 }
 
 // SetResultJudge sets what checks a success's detail against its template's result
-// schema: it returns why the detail fails it ("" when it validates). Without one,
-// successes are recorded as the agents say. Call before serving.
-func (s *Store) SetResultJudge(judge func(schema, detail json.RawMessage) string) { s.judge = judge }
+// schema: it returns why the detail fails it ("" when it validates), within a budget
+// of its own (a detail that exhausts it fails). Without one, successes are recorded as
+// the agents say. Call before serving.
+func (s *Store) SetResultJudge(judge func(schema, detail json.RawMessage) string) {
+	s.judge = judge
+	s.judging = make(chan struct{}, runtime.GOMAXPROCS(0))
+}
 
-// refusedResults returns, for the records of fs (about to be completed with a success)
-// whose template had a result schema when they were claimed, why their detail fails it
-// (absent: it validates). The schemas are read without a lock: a template's result
-// schema never changes once set.
-func (s *Store) refusedResults(ctx context.Context, tx *sql.Tx, fs []finishing) (map[string]string, error) {
-	var ids []any
-	for _, f := range fs {
-		if f.d.Judged && !slices.Contains(ids, any(f.d.TemplateID)) {
-			ids = append(ids, f.d.TemplateID)
-		}
+// judgeResult returns why a success's detail fails the result schema of logID's
+// template, when uid's record logID was claimed while its template had one ("" when it
+// validates, or is not judged). It runs before the complete's transaction (issue 42):
+// a validation, even one that uses its whole budget, holds no lock and no group-commit
+// lane, and at most GOMAXPROCS run at once (others wait, within ctx), so that judged
+// completes cannot take every core. The record and the schema are read without a
+// lock: whether a record is judged is set at its claim and never changes, and a
+// template's result schema never changes once set (UpdateTemplate keeps it), so the
+// verdict is the one the transaction would reach; the transaction applies it only to
+// a record it finds judged, of uid, open.
+func (s *Store) judgeResult(ctx context.Context, uid, logID string, result taskd.Result, detail json.RawMessage) (string, error) {
+	if result != taskd.ResultSuccess || s.judge == nil {
+		return "", nil
 	}
-	if len(ids) == 0 || s.judge == nil {
-		return nil, nil
+	var schema string
+	err := s.db.QueryRowContext(ctx, `SELECT p.result_schema FROM dispatch d JOIN task_params_template p ON p.id = d.template_id
+		WHERE d.log_id = ? AND d.uid = ? AND d.judged AND p.result_schema IS NOT NULL`, logID, uid).Scan(&schema)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
 	}
-	rows, err := tx.QueryContext(ctx, "SELECT id, result_schema FROM task_params_template WHERE id IN ("+marks(len(ids))+
-		") AND result_schema IS NOT NULL", ids...)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
-	schemas := map[int64]json.RawMessage{}
-	for rows.Next() {
-		var id int64
-		var schema string
-		if err := rows.Scan(&id, &schema); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		schemas[id] = json.RawMessage(schema)
+	select {
+	case s.judging <- struct{}{}:
+		defer func() { <-s.judging }()
+	case <-ctx.Done():
+		return "", ctx.Err()
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
+	if len(detail) == 0 {
+		detail = json.RawMessage("null") // no detail: what the schema says of null
 	}
-	out := map[string]string{}
-	for _, f := range fs {
-		if schema, ok := schemas[f.d.TemplateID]; ok && f.d.Judged {
-			detail := f.detail
-			if len(detail) == 0 {
-				detail = json.RawMessage("null") // no detail: what the schema says of null
-			}
-			if why := s.judge(schema, detail); why != "" {
-				out[f.d.LogID] = truncate("result_schema: "+why, 512)
-			}
-		}
+	if why := s.judge(json.RawMessage(schema), detail); why != "" {
+		return truncate("result_schema: "+why, 512), nil
 	}
-	return out, nil
+	return "", nil
 }
 
 // truncate cuts s to at most n bytes, on a rune boundary.

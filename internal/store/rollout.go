@@ -103,9 +103,9 @@ func readRollout(ctx context.Context, tx *sql.Tx, key taskd.TaskKey, now time.Ti
 	var bake sql.NullTime
 	var state string
 	var history sql.NullString
-	err := tx.QueryRowContext(ctx, `SELECT state, phase, phase_started_at, bake_until, gate_failed, history FROM task_rollout
+	err := tx.QueryRowContext(ctx, `SELECT state, phase, phase_started_at, bake_until, gate_failed, history, version FROM task_rollout
 		WHERE task_kind = ? AND task_id = ?`+lock, key.Kind, key.ID).
-		Scan(&state, &v.Status.Phase, &v.Status.PhaseStartedAt, &bake, &v.Status.GateFailed, &history)
+		Scan(&state, &v.Status.Phase, &v.Status.PhaseStartedAt, &bake, &v.Status.GateFailed, &history, &v.Moves)
 	if errors.Is(err, sql.ErrNoRows) {
 		return v, taskd.Task{}, taskd.Errorf(taskd.CodeNotFound, "task %s has no rollout", key)
 	}
@@ -131,7 +131,7 @@ func readRollout(ctx context.Context, tx *sql.Tx, key taskd.TaskKey, now time.Ti
 	if t.Rollout == nil {
 		return v, t, taskd.Errorf(taskd.CodeNotFound, "task %s has no rollout", key)
 	}
-	v.TaskID, v.Rollout, v.Quota = key.String(), *t.Rollout, t.DispatchTimes
+	v.TaskID, v.Rollout, v.Quota, v.TaskVersion = key.String(), *t.Rollout, t.DispatchTimes, t.Version
 	v.Cap = v.Rollout.Cap(v.Status, v.Quota)
 	if v.Figures, err = phaseFigures(ctx, tx, key, v.Status.Phase+1, now); err != nil {
 		return v, t, err
@@ -202,8 +202,9 @@ func (s *Store) stepRollout(ctx context.Context, tx *sql.Tx, key taskd.TaskKey, 
 	return v, true, err
 }
 
-// MoveRollout applies an admin's move to task key's rollout at now (audited).
-func (s *Store) MoveRollout(ctx context.Context, actor string, key taskd.TaskKey, move taskd.RolloutMove, now time.Time) (taskd.RolloutView, error) {
+// MoveRollout applies an admin's move to task key's rollout at now (audited), at a
+// version ifMatch matches (precondition_failed otherwise).
+func (s *Store) MoveRollout(ctx context.Context, actor string, key taskd.TaskKey, move taskd.RolloutMove, ifMatch taskd.IfMatch, now time.Time) (taskd.RolloutView, error) {
 	var v taskd.RolloutView
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
@@ -212,6 +213,11 @@ func (s *Store) MoveRollout(ctx context.Context, actor string, key taskd.TaskKey
 		}
 		var t taskd.Task
 		if v, t, err = lockedRollout(ctx, tx, key, now); err != nil {
+			return err
+		}
+		// Checked after the server's own move due now: a rollout that moved by itself
+		// since the admin read it is not the one the move was meant for.
+		if err := ifMatch.Check("rollout of task "+key.String(), v.Version()); err != nil {
 			return err
 		}
 		c, err := v.Rollout.Move(v.Status, move, now)
@@ -243,7 +249,7 @@ func (s *Store) applyRollout(ctx context.Context, tx *sql.Tx, v taskd.RolloutVie
 		return v, err
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE task_rollout SET state = ?, phase = ?, phase_started_at = ?, bake_until = ?,
-		gate_failed = ?, updated_at = ?, history = ? WHERE task_kind = ? AND task_id = ?`,
+		gate_failed = ?, updated_at = ?, history = ?, version = version + 1 WHERE task_kind = ? AND task_id = ?`,
 		to.State, to.Phase, to.PhaseStartedAt, to.BakeUntil, to.GateFailed, now, string(history), k.Kind, k.ID); err != nil {
 		return v, err
 	}
@@ -252,6 +258,7 @@ func (s *Store) applyRollout(ctx context.Context, tx *sql.Tx, v taskd.RolloutVie
 			taskd.StatusPaused, now, k.ID); err != nil {
 			return v, err
 		}
+		v.TaskVersion++
 		if v.Rollout.OnAbort == taskd.OnAbortCancel {
 			if err := s.cancelOpen(ctx, tx, k, now); err != nil {
 				return v, err
@@ -263,6 +270,7 @@ func (s *Store) applyRollout(ctx context.Context, tx *sql.Tx, v taskd.RolloutVie
 	}
 	figures := v.Figures
 	v.Status = to
+	v.Moves++
 	v.Cap = v.Rollout.Cap(to, v.Quota)
 	if to.Phase != c.From.Phase {
 		var err error

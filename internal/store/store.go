@@ -26,7 +26,9 @@ import (
 // Store is the MySQL-backed system of record.
 type Store struct {
 	// judge checks successes against result schemas (SetResultJudge); nil: none.
-	judge     func(schema, detail json.RawMessage) string
+	judge func(schema, detail json.RawMessage) string
+	// judging bounds the judgements running at once (SetResultJudge).
+	judging   chan struct{}
 	db        *sql.DB
 	events    EventsConfig
 	claims    *batcher[claimIn, claimOut]       // nil: each claim its own transaction

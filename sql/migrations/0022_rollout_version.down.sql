@@ -1,0 +1,1 @@
+ALTER TABLE task_rollout DROP COLUMN version;
