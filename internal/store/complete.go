@@ -24,16 +24,31 @@ import (
 
 // Complete finishes uid's dispatch logID with result at now. It waits for the commit of
 // the batch it joins.
+//
+// A success of a record whose template had a result schema when it was claimed is
+// judged outside the transaction (issue 42): the first try finds the record judged and
+// writes nothing for it, the detail is judged (judgeResult), and the complete comes
+// again with the verdict. Other completes pay nothing for it.
 func (s *Store) Complete(ctx context.Context, uid, logID string, result taskd.Result, detail json.RawMessage, now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
-	refused, err := s.judgeResult(ctx, uid, logID, result, detail)
-	if err != nil {
-		return 0, nil, mysqlErr("complete", err)
+	in := completeIn{uid: uid, logID: logID, result: result, detail: detail, now: now}
+	for {
+		out, err := s.complete(ctx, in)
+		if err != nil || !out.judge || in.verdict != nil {
+			return out.outcome, out.d, mysqlErr("complete", err)
+		}
+		why, err := s.judgeResult(ctx, out.d.TemplateID, detail)
+		if err != nil {
+			return 0, nil, mysqlErr("complete", err)
+		}
+		in.verdict = &why
 	}
+}
+
+func (s *Store) complete(ctx context.Context, in completeIn) (completeOut, error) {
 	if s.completes == nil {
-		return s.completeOne(ctx, uid, logID, result, detail, refused, now)
+		return s.completeOne(ctx, in)
 	}
-	out, err := s.completes.do(ctx, completeIn{uid: uid, logID: logID, result: result, detail: detail, refused: refused, now: now})
-	return out.outcome, out.d, mysqlErr("complete", err)
+	return s.completes.do(ctx, in)
 }
 
 type completeIn struct {
@@ -41,15 +56,35 @@ type completeIn struct {
 	logID  string
 	result taskd.Result
 	detail json.RawMessage
-	// refused is why the detail fails the result schema ("" when it validates or is
-	// not judged), decided before the transaction (judgeResult).
-	refused string
+	// verdict is why a success's detail fails its record's result schema ("" when it
+	// validates), judged outside the transaction; nil: not judged.
+	verdict *string
 	now     time.Time
 }
 
 type completeOut struct {
 	outcome taskd.CompleteOutcome
 	d       *taskd.Dispatch
+	// judge: the success's detail is to be judged against d's result schema first;
+	// nothing was written.
+	judge bool
+}
+
+// mustJudge reports whether in, a complete of d, waits for the judgement of its
+// detail: a success of a record claimed while its template had a result schema, not
+// judged yet.
+func (s *Store) mustJudge(in completeIn, d *taskd.Dispatch) bool {
+	return in.result == taskd.ResultSuccess && d.Judged && in.verdict == nil && s.judge != nil
+}
+
+// judged is in's result with its verdict applied to d: a success whose detail fails
+// the schema is a failure, with the reason.
+func judged(in completeIn, d *taskd.Dispatch) taskd.Result {
+	if in.result == taskd.ResultSuccess && d.Judged && in.verdict != nil && *in.verdict != "" {
+		d.Reason = *in.verdict
+		return taskd.ResultFailure
+	}
+	return in.result
 }
 
 type completeJob = job[completeIn, completeOut]
@@ -59,10 +94,9 @@ type completeJob = job[completeIn, completeOut]
 func (s *Store) runCompletes(jobs []*completeJob) {
 	runBatch(jobs, func(err error) { s.observed("complete", len(jobs), err) }, s.completeBatch,
 		func(j *completeJob) (completeOut, error) {
-			outcome, d, err := s.completeOne(j.ctx, j.in.uid, j.in.logID, j.in.result, j.in.detail, j.in.refused, j.in.now)
-			return completeOut{outcome, d}, err
+			return s.completeOne(j.ctx, j.in)
 		},
-		func(o completeOut) bool { return o.outcome != 0 })
+		func(o completeOut) bool { return o.outcome != 0 || o.judge })
 }
 
 // completeBatch decides and records a batch of completes in one transaction and
@@ -102,15 +136,14 @@ func (s *Store) completeBatch(ctx context.Context, jobs []*completeJob) ([]compl
 				continue
 			case !ok && d != nil && d.UID != j.in.uid:
 				d = nil // someone else's: not the caller's to see
+			case ok && s.mustJudge(j.in, d):
+				outs[i] = completeOut{d: d, judge: true}
+				continue
 			case ok:
-				result := j.in.result
-				if result == taskd.ResultSuccess && d.Judged && j.in.refused != "" {
-					result, d.Reason = taskd.ResultFailure, j.in.refused
-				}
-				outcome = d.Finish(result, j.in.now)
+				outcome = d.Finish(judged(j.in, d), j.in.now)
 				done = append(done, finishing{d, j.in.detail})
 			}
-			outs[i] = completeOut{outcome, d}
+			outs[i] = completeOut{outcome: outcome, d: d}
 		}
 		return s.finish(ctx, tx, done)
 	})
@@ -269,9 +302,11 @@ func (u *caseUpdate) statement(table string) (string, []any) {
 
 // completeOne is a complete in a transaction of its own; a record whose lease has run
 // out expires instead (ExpiredNow).
-func (s *Store) completeOne(ctx context.Context, uid, logID string, result taskd.Result, detail json.RawMessage, refused string, now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
-	return s.completeAlone(ctx, "complete", uid, logID, now, func(tx *sql.Tx, d *taskd.Dispatch) (taskd.CompleteOutcome, error) {
-		if d.Stage != "" && result == taskd.ResultSuccess {
+func (s *Store) completeOne(ctx context.Context, in completeIn) (completeOut, error) {
+	judge := false
+	outcome, d, err := s.completeAlone(ctx, "complete", in.uid, in.logID, in.now, func(tx *sql.Tx, d *taskd.Dispatch) (taskd.CompleteOutcome, error) {
+		detail, now := in.detail, in.now
+		if d.Stage != "" && in.result == taskd.ResultSuccess {
 			// Only the last stage's success completes the occurrence: an earlier one
 			// hands it on to the stage that follows.
 			stages, err := templateStages(ctx, tx, d.TemplateID)
@@ -282,12 +317,14 @@ func (s *Store) completeOne(ctx context.Context, uid, logID string, result taskd
 				return taskd.StageDone, s.stageOn(ctx, tx, d, detail, next, nil, 0, now)
 			}
 		}
-		if result == taskd.ResultSuccess && d.Judged && refused != "" {
-			result, d.Reason = taskd.ResultFailure, refused
+		if s.mustJudge(in, d) {
+			judge = true
+			return 0, errAbort
 		}
-		outcome := d.Finish(result, now)
+		outcome := d.Finish(judged(in, d), now)
 		return outcome, s.finish(ctx, tx, []finishing{{d, detail}})
 	})
+	return completeOut{outcome: outcome, d: d, judge: judge}, err
 }
 
 // completeAlone runs a complete of uid's logID at now in a transaction of its own: the
@@ -384,24 +421,16 @@ func (s *Store) SetResultJudge(judge func(schema, detail json.RawMessage) string
 	s.judging = make(chan struct{}, runtime.GOMAXPROCS(0))
 }
 
-// judgeResult returns why a success's detail fails the result schema of logID's
-// template, when uid's record logID was claimed while its template had one ("" when it
-// validates, or is not judged). It runs before the complete's transaction (issue 42):
-// a validation, even one that uses its whole budget, holds no lock and no group-commit
-// lane, and at most GOMAXPROCS run at once (others wait, within ctx), so that judged
-// completes cannot take every core. The record and the schema are read without a
-// lock: whether a record is judged is set at its claim and never changes, and a
-// template's result schema never changes once set (UpdateTemplate keeps it), so the
-// verdict is the one the transaction would reach; the transaction applies it only to
-// a record it finds judged, of uid, open.
-func (s *Store) judgeResult(ctx context.Context, uid, logID string, result taskd.Result, detail json.RawMessage) (string, error) {
-	if result != taskd.ResultSuccess || s.judge == nil {
-		return "", nil
-	}
-	var schema string
-	err := s.db.QueryRowContext(ctx, `SELECT p.result_schema FROM dispatch d JOIN task_params_template p ON p.id = d.template_id
-		WHERE d.log_id = ? AND d.uid = ? AND d.judged AND p.result_schema IS NOT NULL`, logID, uid).Scan(&schema)
-	if errors.Is(err, sql.ErrNoRows) {
+// judgeResult returns why detail fails the result schema of template templateID (""
+// when it validates). It runs outside any transaction, so a validation, even one that
+// uses its whole budget, holds no lock and no group-commit lane; at most GOMAXPROCS run
+// at once (others wait, within ctx), so that judged completes cannot take every core.
+// The schema is read without a lock: a template's result schema never changes once set
+// (UpdateTemplate keeps it), so the verdict is the one a transaction would reach.
+func (s *Store) judgeResult(ctx context.Context, templateID int64, detail json.RawMessage) (string, error) {
+	var schema sql.NullString
+	err := s.db.QueryRowContext(ctx, "SELECT result_schema FROM task_params_template WHERE id = ?", templateID).Scan(&schema)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && !schema.Valid) {
 		return "", nil
 	}
 	if err != nil {
@@ -416,7 +445,7 @@ func (s *Store) judgeResult(ctx context.Context, uid, logID string, result taskd
 	if len(detail) == 0 {
 		detail = json.RawMessage("null") // no detail: what the schema says of null
 	}
-	if why := s.judge(json.RawMessage(schema), detail); why != "" {
+	if why := s.judge(json.RawMessage(schema.String), detail); why != "" {
 		return truncate("result_schema: "+why, 512), nil
 	}
 	return "", nil
