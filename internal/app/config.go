@@ -35,8 +35,11 @@ type Config struct {
 	SweepInterval time.Duration
 	// RetainDispatches and RetainOutbox are how long finished dispatch records and
 	// outbox rows are kept (0: for ever); the janitor looks every RetentionInterval.
-	RetainDispatches  time.Duration
-	RetainOutbox      time.Duration
+	RetainDispatches time.Duration
+	RetainOutbox     time.Duration
+	// RetainAgents is how long a uid's last poll and agent report (client_agent) are
+	// kept after its last poll (0: for ever).
+	RetainAgents      time.Duration
 	RetentionInterval time.Duration
 	// NodeHeartbeat is how often the node reports itself alive in Redis; a node unseen
 	// for NodeTimeout is gone from GET /v1/admin/nodes.
@@ -139,6 +142,8 @@ func (c *Config) table() config.Table {
 			Value: config.Duration(&c.RetainDispatches, config.NotNegative)},
 		{Env: "DISPATCH_RETAIN_OUTBOX", Flag: "retain-outbox", Default: "168h", Usage: "how long an event may wait in the outbox for Kafka before it is deleted undelivered (a warning is logged); 0: for ever",
 			Value: config.Duration(&c.RetainOutbox, config.NotNegative)},
+		{Env: "DISPATCH_RETAIN_AGENTS", Flag: "retain-agents", Default: "720h", Usage: "how long a uid's last poll and the agent it reported (version, hostname, labels: the clients list's last_seen and agent) are kept after its last poll; older ones are deleted by the retention janitor; 0: for ever",
+			Value: config.Duration(&c.RetainAgents, config.NotNegative)},
 		{Env: "DISPATCH_RETENTION_INTERVAL", Flag: "retention-interval", Default: "10m", Usage: "how often the retention janitor looks",
 			Value: config.Duration(&c.RetentionInterval, config.Positive)},
 		{Env: "DISPATCH_NODE_HEARTBEAT", Flag: "node-heartbeat", Default: "2s", Usage: "how often this node reports itself alive (and the background work it holds) in Redis",
