@@ -82,6 +82,10 @@ type Config struct {
 	// checked in the poll's own round trip); past it a poll answers 429. Zero: no limit.
 	PollRate  float64
 	PollBurst int
+	// UploadsPerNode caps the campaign uploads this node reads at once (each may spool
+	// up to 512 MiB to disk); UploadTimeout bounds one upload's reading in all.
+	UploadsPerNode int
+	UploadTimeout  time.Duration
 	// KeyRecheck is how long a cached client key set (or the answer that a uid has no
 	// key) is trusted before it is read from MySQL again.
 	KeyRecheck time.Duration
@@ -174,6 +178,10 @@ func (c *Config) table() config.Table {
 			Value: config.Int(&c.KeysPerUID, config.Between(1, 1000))},
 		{Env: "DISPATCH_ADMIN_KEYS_PER_UID", Flag: "admin-keys-per-uid", Default: "5", Usage: "live admin-issued client keys one uid may hold (apart from its enrolled keys); issuing one more revokes the oldest admin-issued key",
 			Value: config.Int(&c.AdminKeysPerUID, config.Between(1, 1000))},
+		{Env: "DISPATCH_UPLOADS", Flag: "uploads", Default: "4", Usage: "campaign uploads (POST /v1/admin/campaigns/{id}/items) this node reads at once, each spooled to a temporary file of up to 512 MiB; one more answers 429 rate_limited with Retry-After",
+			Value: config.Int(&c.UploadsPerNode, config.Between(1, 1000))},
+		{Env: "DISPATCH_UPLOAD_TIMEOUT", Flag: "upload-timeout", Default: "10m", Usage: "how long one campaign upload may take to arrive in all, however steadily it comes (apart from the 30 s it may send nothing); past it the upload is refused and nothing of it added",
+			Value: config.Duration(&c.UploadTimeout, config.Positive)},
 		{Env: "DISPATCH_KEY_RECHECK", Flag: "key-recheck", Default: "1m", Usage: "how long a cached client key set (or a uid's having none) is trusted before MySQL is asked again: the bound on a revoked key working when Redis could not be told",
 			Value: config.Duration(&c.KeyRecheck, config.Positive)},
 	}
