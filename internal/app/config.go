@@ -1,6 +1,7 @@
 package app
 
 import (
+	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
@@ -166,7 +167,7 @@ func (c *Config) table() config.Table {
 			Value: config.Int(&c.MySQLBatch, config.Between(1, 1000))},
 		{Env: "DISPATCH_MYSQL_LANES", Flag: "mysql-lanes", Default: "2", Usage: "group-commit batches of each kind running at once (at most half of DISPATCH_MYSQL_CONNS)",
 			Value: config.Int(&c.MySQLLanes, config.Between(1, 64))},
-		{Env: "DISPATCH_NODE", Flag: "node", Usage: "this process's name among the nodes (membership, the leases on background work) and in its events; every process needs its own; empty: the host name",
+		{Env: "DISPATCH_NODE", Flag: "node", Usage: "this process's name among the nodes (membership, the leases on background work) and in its events; every process needs its own, and one named as a live node refuses to start; empty: the host name, the process id and 4 random hex digits (host-4711-9f3c), new at each start",
 			Value: config.String(&c.Node)},
 		{Env: "DISPATCH_REQUEST_TIMEOUT", Flag: "request-timeout", Default: "5s", Usage: "bound on one request's MySQL and Redis work (a long poll's wait is apart from it); past it the request answers 503 with Retry-After",
 			Value: config.Duration(&c.RequestTimeout, config.Positive)},
@@ -299,9 +300,23 @@ func LoadConfig(args []string, getenv func(string) string, help io.Writer, more 
 		return c, fmt.Errorf("%w (dispatchd -h lists the settings)", err)
 	}
 	if c.Node == "" {
-		c.Node, _ = os.Hostname()
+		c.Node = defaultNode()
 	}
 	return c, c.Validate()
+}
+
+// defaultNode is the node's name when DISPATCH_NODE is unset: the host name, the
+// process id and four random hex digits (web1-4711-9f3c). Two processes on one host
+// are two nodes; a restart is a new node (its pid may be the same, 1 in a container),
+// never refused for the name its crashed self held until DISPATCH_NODE_TIMEOUT.
+func defaultNode() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "dispatchd"
+	}
+	var b [2]byte
+	rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%x", host, os.Getpid(), b)
 }
 
 // Source says where the setting named env got its value: "flag -<name>", the
