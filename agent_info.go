@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -88,16 +89,20 @@ func (a AgentInfo) Equal(b AgentInfo) bool {
 	return a.Version == b.Version && a.Hostname == b.Hostname && maps.Equal(a.Labels, b.Labels)
 }
 
-// LabelsJSON is the labels as a JSON object ({} for none), as MySQL stores them.
+// LabelsJSON is the labels as a JSON object ({} for none), as MySQL stores them:
+// without HTML escaping (json.Marshal's \u003c for a "<" is six bytes of one, and
+// nothing stored here is ever written into HTML unescaped).
 func (a AgentInfo) LabelsJSON() string {
 	if len(a.Labels) == 0 {
 		return "{}"
 	}
-	b, err := json.Marshal(a.Labels)
-	if err != nil { // a map of strings always encodes
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(a.Labels); err != nil { // a map of strings always encodes
 		panic(fmt.Sprintf("labels: %v", err))
 	}
-	return string(b)
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // Sighting is a uid's poll as the fleet records it: when, and the agent it reported

@@ -21,6 +21,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/internal/config"
 	"github.com/taskpull/taskd/internal/web"
 )
 
@@ -50,11 +51,36 @@ type Campaigns struct {
 	engine CampaignEngine
 	svc    *Service
 	h      *Handlers
+	// uploads holds a token per upload being read (its capacity is the node's limit);
+	// uploadTotal bounds one upload's reading in all.
+	uploads     chan struct{}
+	uploadTotal time.Duration
 }
+
+// The upload limits when WithUploadLimits is not called: DISPATCH_UPLOADS' and
+// DISPATCH_UPLOAD_TIMEOUT's defaults.
+const (
+	DefaultUploads       = 4
+	DefaultUploadTimeout = 10 * time.Minute
+)
 
 // NewCampaigns returns the campaign endpoints; svc checks templates and params.
 func NewCampaigns(st CampaignStore, engine CampaignEngine, h *Handlers) *Campaigns {
-	return &Campaigns{store: st, engine: engine, svc: h.svc, h: h}
+	return &Campaigns{store: st, engine: engine, svc: h.svc, h: h,
+		uploads: make(chan struct{}, DefaultUploads), uploadTotal: DefaultUploadTimeout}
+}
+
+// WithUploadLimits bounds the uploads of items: at most concurrent read at once on
+// this node (each may spool maxUpload bytes to disk), each read within total.
+// Zero or less keeps the default.
+func (cs *Campaigns) WithUploadLimits(concurrent int, total time.Duration) *Campaigns {
+	if concurrent > 0 {
+		cs.uploads = make(chan struct{}, concurrent)
+	}
+	if total > 0 {
+		cs.uploadTotal = total
+	}
+	return cs
 }
 
 // Campaign defaults.
@@ -215,6 +241,8 @@ const maxUpload = 512 << 20
 const (
 	uploadIdle   = 30 * time.Second
 	uploadCommit = 2 * time.Minute
+	// uploadRetry is the Retry-After of an upload refused for want of a slot.
+	uploadRetry = 10 * time.Second
 )
 
 // UploadItems is POST /v1/admin/campaigns/{id}/items: uids appended to a uid-list
@@ -231,7 +259,8 @@ func (cs *Campaigns) UploadItems() http.Handler {
 			return 0, nil, err
 		}
 		mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-		body := &idleReader{r: http.MaxBytesReader(w, r.Body, maxUpload), rc: http.NewResponseController(w)}
+		body := &idleReader{r: http.MaxBytesReader(w, r.Body, maxUpload), rc: http.NewResponseController(w),
+			end: time.Now().Add(cs.uploadTotal)}
 		var next func() (string, bool, error)
 		switch mt {
 		case "application/x-ndjson", "application/jsonl":
@@ -250,6 +279,15 @@ func (cs *Campaigns) UploadItems() http.Handler {
 		if err := uploadable(c); err != nil {
 			return 0, nil, err
 		}
+		// A slot of this node's uploads, held until the reply (the spooled file
+		// lives until then); none free: refused at once, before any byte is read.
+		select {
+		case cs.uploads <- struct{}{}:
+			defer func() { <-cs.uploads }()
+		default:
+			return 0, nil, &taskd.Error{Code: taskd.CodeRateLimited, RetryAfter: uploadRetry,
+				Message: fmt.Sprintf("upload: this node is reading %d uploads already (DISPATCH_UPLOADS); retry after Retry-After seconds", cap(cs.uploads))}
+		}
 		spooled, err := spool(next)
 		if spooled != nil {
 			defer spooled.close()
@@ -258,6 +296,9 @@ func (cs *Campaigns) UploadItems() http.Handler {
 		switch {
 		case errors.As(err, &tooBig):
 			return 0, nil, taskd.Errorf(taskd.CodeTooLarge, "upload: over %d bytes; split it into several uploads", maxUpload)
+		case errors.Is(err, os.ErrDeadlineExceeded) && !time.Now().Before(body.end):
+			return 0, nil, taskd.Errorf(taskd.CodeInvalid, "upload: not received within %s (DISPATCH_UPLOAD_TIMEOUT); nothing was added; split it into smaller uploads",
+				config.FormatDuration(cs.uploadTotal))
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			return 0, nil, taskd.Errorf(taskd.CodeInvalid, "upload: nothing came for %s; nothing was added", uploadIdle)
 		case err != nil:
@@ -286,14 +327,20 @@ func uploadable(c taskd.Campaign) error {
 	return nil
 }
 
-// idleReader reads a request body, giving up when nothing came for uploadIdle.
+// idleReader reads a request body, giving up when nothing came for uploadIdle, and at
+// end whatever comes (a steady trickle would otherwise push the deadline on for ever).
 type idleReader struct {
-	r  io.Reader
-	rc *http.ResponseController
+	r   io.Reader
+	rc  *http.ResponseController
+	end time.Time
 }
 
 func (b *idleReader) Read(p []byte) (int, error) {
-	b.rc.SetReadDeadline(time.Now().Add(uploadIdle)) // not every server supports it (tests' recorders); then none
+	deadline := time.Now().Add(uploadIdle)
+	if b.end.Before(deadline) {
+		deadline = b.end
+	}
+	b.rc.SetReadDeadline(deadline) // not every server supports it (tests' recorders); then none
 	return b.r.Read(p)
 }
 

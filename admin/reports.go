@@ -89,8 +89,20 @@ func queryTime(q url.Values, name string, def time.Time) (time.Time, error) {
 	if err != nil {
 		return t, taskd.Errorf(taskd.CodeInvalid, "%s: want %s, got %q", name, reqTime{}.Want(), v)
 	}
-	return t.UTC(), nil
+	// MySQL's DATETIME holds these years only: a time outside reached MySQL and
+	// answered 500.
+	if t = t.UTC(); t.Year() < minQueryYear || t.Year() > maxQueryYear {
+		return t, taskd.Errorf(taskd.CodeInvalid, "%s: must be from %d-01-01T00:00:00Z to %d-12-31T23:59:59Z, got %q",
+			name, minQueryYear, maxQueryYear, v)
+	}
+	return t, nil
 }
+
+// The years a time parameter may name (in UTC): those of MySQL's DATETIME.
+const (
+	minQueryYear = 1000
+	maxQueryYear = 9999
+)
 
 func queryRange(q url.Values, defFrom, defTo time.Time) (time.Time, time.Time, error) {
 	from, err := queryTime(q, "from", defFrom)

@@ -38,10 +38,16 @@ func (h *Handlers) RecognizeAdminTokens(isAdminToken func(token string) bool) *H
 // body that does not decode is answered 401 when the key is not valid either. A valid
 // request's key is checked later, in the same Redis round trip as its work.
 func (h *Handlers) decodeAuthenticated(w http.ResponseWriter, r *http.Request, uid, hash string, optional bool, v any) error {
-	err := web.Decode(w, r, clientBodyLimit, optional, v)
-	if err == nil {
-		return nil
+	if err := web.Decode(w, r, clientBodyLimit, optional, v); err != nil {
+		return h.refusal(r, uid, hash, err)
 	}
+	return nil
+}
+
+// refusal is what a request refused for its body or fields (err) is answered:
+// authentication comes first, so a wrong key is a 401 whatever the body holds, and a
+// caller without a valid key learns nothing of how the body is checked.
+func (h *Handlers) refusal(r *http.Request, uid, hash string, err error) error {
 	if kerr := h.svc.cache.VerifyKey(r.Context(), uid, hash); kerr != nil {
 		return kerr
 	}
@@ -78,7 +84,7 @@ func (h *Handlers) Fetch() http.Handler {
 		var wait time.Duration
 		if req.WaitMS != nil {
 			if *req.WaitMS < 0 {
-				web.Error(w, r, h.log, taskd.Errorf(taskd.CodeInvalid, "wait_ms: must be >= 0"))
+				web.Error(w, r, h.log, h.refusal(r, uid, hash, taskd.Errorf(taskd.CodeInvalid, "wait_ms: must be >= 0")))
 				return
 			}
 			wait = time.Duration(min(*req.WaitMS, 3_600_000)) * time.Millisecond
@@ -88,7 +94,7 @@ func (h *Handlers) Fetch() http.Handler {
 			err = req.Agent.Check()
 		}
 		if err != nil {
-			web.Error(w, r, h.log, err)
+			web.Error(w, r, h.log, h.refusal(r, uid, hash, err))
 			return
 		}
 		fetch := func() (FetchResult, error) {
@@ -106,7 +112,7 @@ func (h *Handlers) Fetch() http.Handler {
 			// complete is the request's 409, and nothing is fetched.
 			c, cerr := parseComplete(*req.Complete, "complete.")
 			if cerr != nil {
-				web.Error(w, r, h.log, cerr)
+				web.Error(w, r, h.log, h.refusal(r, uid, hash, cerr))
 				return
 			}
 			switch {
@@ -227,6 +233,7 @@ func (h *Handlers) Complete() http.Handler {
 		c, err := parseComplete(req, "")
 		switch {
 		case err != nil:
+			err = h.refusal(r, uid, hash, err)
 		case c.move != nil:
 			err = h.svc.CompleteStage(r.Context(), uid, hash, c.logID, c.detail, *c.move)
 		default:
@@ -271,6 +278,8 @@ func (h *Handlers) Progress() http.Handler {
 		var lease *time.Time
 		if err == nil {
 			lease, err = h.svc.Progress(r.Context(), uid, hash, req.LogID, req.Checkpoint, req.ExtendLease)
+		} else {
+			err = h.refusal(r, uid, hash, err)
 		}
 		if err != nil {
 			web.Error(w, r, h.log, err)

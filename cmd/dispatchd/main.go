@@ -67,6 +67,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer closeDeps()
 	a := app.New(cfg, deps)
+	// A second process under a live node's name would be listed as that node and hold
+	// its leases: it does not start.
+	if err := a.Join(ctx); err != nil {
+		return err
+	}
 	if len(cfg.AdminTokens) == 0 {
 		log.Warn("DISPATCH_ADMIN_TOKEN is not set: the admin API refuses every request")
 	}

@@ -100,7 +100,7 @@ func New(cfg Config, deps Deps) *App {
 	a.Fleet = fleet.New(deps.Store, deps.Clock, deps.Log, fleet.Config{})
 	a.Dispatch.SetFleet(a.Fleet)
 	a.sweeps = queue.NewShares(deps.Redis, a.Cache.Keys(), cfg.Node, cfg.NodeTimeout)
-	if cfg.RetainDispatches > 0 || cfg.RetainOutbox > 0 {
+	if cfg.RetainDispatches > 0 || cfg.RetainOutbox > 0 || cfg.RetainAgents > 0 {
 		a.roles.static = append(a.roles.static, "janitor")
 	}
 	a.Members = queue.NewMembers(deps.Redis, a.Cache.Keys(), deps.Clock, cfg.Node, cfg.NodeTimeout, a.currentRoles)

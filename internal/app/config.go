@@ -1,6 +1,7 @@
 package app
 
 import (
+	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
@@ -35,8 +36,11 @@ type Config struct {
 	SweepInterval time.Duration
 	// RetainDispatches and RetainOutbox are how long finished dispatch records and
 	// outbox rows are kept (0: for ever); the janitor looks every RetentionInterval.
-	RetainDispatches  time.Duration
-	RetainOutbox      time.Duration
+	RetainDispatches time.Duration
+	RetainOutbox     time.Duration
+	// RetainAgents is how long a uid's last poll and agent report (client_agent) are
+	// kept after its last poll (0: for ever).
+	RetainAgents      time.Duration
 	RetentionInterval time.Duration
 	// NodeHeartbeat is how often the node reports itself alive in Redis; a node unseen
 	// for NodeTimeout is gone from GET /v1/admin/nodes.
@@ -79,6 +83,10 @@ type Config struct {
 	// checked in the poll's own round trip); past it a poll answers 429. Zero: no limit.
 	PollRate  float64
 	PollBurst int
+	// UploadsPerNode caps the campaign uploads this node reads at once (each may spool
+	// up to 512 MiB to disk); UploadTimeout bounds one upload's reading in all.
+	UploadsPerNode int
+	UploadTimeout  time.Duration
 	// KeyRecheck is how long a cached client key set stays before it is read from
 	// MySQL again, if no change of the keys dropped it sooner (a uid's having no key:
 	// a minute at most). Changes reach the cache through clientkey's feed.
@@ -140,6 +148,8 @@ func (c *Config) table() config.Table {
 			Value: config.Duration(&c.RetainDispatches, config.NotNegative)},
 		{Env: "DISPATCH_RETAIN_OUTBOX", Flag: "retain-outbox", Default: "168h", Usage: "how long an event may wait in the outbox for Kafka before it is deleted undelivered (a warning is logged); 0: for ever",
 			Value: config.Duration(&c.RetainOutbox, config.NotNegative)},
+		{Env: "DISPATCH_RETAIN_AGENTS", Flag: "retain-agents", Default: "720h", Usage: "how long a uid's last poll and the agent it reported (version, hostname, labels: the clients list's last_seen and agent) are kept after its last poll; older ones are deleted by the retention janitor; 0: for ever",
+			Value: config.Duration(&c.RetainAgents, config.NotNegative)},
 		{Env: "DISPATCH_RETENTION_INTERVAL", Flag: "retention-interval", Default: "10m", Usage: "how often the retention janitor looks",
 			Value: config.Duration(&c.RetentionInterval, config.Positive)},
 		{Env: "DISPATCH_NODE_HEARTBEAT", Flag: "node-heartbeat", Default: "2s", Usage: "how often this node reports itself alive (and the background work it holds) in Redis",
@@ -158,7 +168,7 @@ func (c *Config) table() config.Table {
 			Value: config.Int(&c.MySQLBatch, config.Between(1, 1000))},
 		{Env: "DISPATCH_MYSQL_LANES", Flag: "mysql-lanes", Default: "2", Usage: "group-commit batches of each kind running at once (at most half of DISPATCH_MYSQL_CONNS)",
 			Value: config.Int(&c.MySQLLanes, config.Between(1, 64))},
-		{Env: "DISPATCH_NODE", Flag: "node", Usage: "this process's name among the nodes (membership, the leases on background work) and in its events; every process needs its own; empty: the host name",
+		{Env: "DISPATCH_NODE", Flag: "node", Usage: "this process's name among the nodes (membership, the leases on background work) and in its events; every process needs its own, and one named as a live node refuses to start; empty: the host name, the process id and 4 random hex digits (host-4711-9f3c), new at each start",
 			Value: config.String(&c.Node)},
 		{Env: "DISPATCH_REQUEST_TIMEOUT", Flag: "request-timeout", Default: "5s", Usage: "bound on one request's MySQL and Redis work (a long poll's wait is apart from it); past it the request answers 503 with Retry-After",
 			Value: config.Duration(&c.RequestTimeout, config.Positive)},
@@ -170,6 +180,10 @@ func (c *Config) table() config.Table {
 			Value: config.Int(&c.KeysPerUID, config.Between(1, 1000))},
 		{Env: "DISPATCH_ADMIN_KEYS_PER_UID", Flag: "admin-keys-per-uid", Default: "5", Usage: "live admin-issued client keys one uid may hold (apart from its enrolled keys); issuing one more revokes the oldest admin-issued key",
 			Value: config.Int(&c.AdminKeysPerUID, config.Between(1, 1000))},
+		{Env: "DISPATCH_UPLOADS", Flag: "uploads", Default: "4", Usage: "campaign uploads (POST /v1/admin/campaigns/{id}/items) this node reads at once, each spooled to a temporary file of up to 512 MiB; one more answers 429 rate_limited with Retry-After",
+			Value: config.Int(&c.UploadsPerNode, config.Between(1, 1000))},
+		{Env: "DISPATCH_UPLOAD_TIMEOUT", Flag: "upload-timeout", Default: "10m", Usage: "how long one campaign upload may take to arrive in all, however steadily it comes (apart from the 30 s it may send nothing); past it the upload is refused and nothing of it added",
+			Value: config.Duration(&c.UploadTimeout, config.Positive)},
 		{Env: "DISPATCH_KEY_RECHECK", Flag: "key-recheck", Default: "24h", Usage: "how long a cached client key set stays before MySQL is asked again, if no change of the uid's keys dropped it sooner (a uid's having none: a minute at most); a change reaches the cache at once, or within a second of Redis answering again",
 			Value: config.Duration(&c.KeyRecheck, config.Positive)},
 	}
@@ -287,9 +301,23 @@ func LoadConfig(args []string, getenv func(string) string, help io.Writer, more 
 		return c, fmt.Errorf("%w (dispatchd -h lists the settings)", err)
 	}
 	if c.Node == "" {
-		c.Node, _ = os.Hostname()
+		c.Node = defaultNode()
 	}
 	return c, c.Validate()
+}
+
+// defaultNode is the node's name when DISPATCH_NODE is unset: the host name, the
+// process id and four random hex digits (web1-4711-9f3c). Two processes on one host
+// are two nodes; a restart is a new node (its pid may be the same, 1 in a container),
+// never refused for the name its crashed self held until DISPATCH_NODE_TIMEOUT.
+func defaultNode() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "dispatchd"
+	}
+	var b [2]byte
+	rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%x", host, os.Getpid(), b)
 }
 
 // Source says where the setting named env got its value: "flag -<name>", the

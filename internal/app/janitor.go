@@ -7,8 +7,9 @@ import (
 	"github.com/taskpull/taskd/internal/store"
 )
 
-// The retention janitor: finished dispatch records older than DISPATCH_RETAIN_DISPATCHES
-// and outbox rows older than DISPATCH_RETAIN_OUTBOX are deleted every
+// The retention janitor: finished dispatch records older than DISPATCH_RETAIN_DISPATCHES,
+// outbox rows older than DISPATCH_RETAIN_OUTBOX and the client_agent rows of uids that
+// have not polled for DISPATCH_RETAIN_AGENTS are deleted every
 // DISPATCH_RETENTION_INTERVAL, in batches of pruneBatch rows, each its own short
 // statement with a pause between (no long locks, no long transactions), by one node at
 // a time (the janitor lease, a MySQL advisory lock).
@@ -18,7 +19,7 @@ const pruneBatch = 500
 
 // runJanitor prunes every interval until ctx is done.
 func (a *App) runJanitor(ctx context.Context) {
-	if a.cfg.RetentionInterval <= 0 || (a.cfg.RetainDispatches <= 0 && a.cfg.RetainOutbox <= 0) {
+	if a.cfg.RetentionInterval <= 0 || (a.cfg.RetainDispatches <= 0 && a.cfg.RetainOutbox <= 0 && a.cfg.RetainAgents <= 0) {
 		return
 	}
 	t := time.NewTicker(a.cfg.RetentionInterval)
@@ -37,8 +38,8 @@ func (a *App) runJanitor(ctx context.Context) {
 
 // Pruned is what one Prune deleted; Skipped says another node holds the janitor lease.
 type Pruned struct {
-	Dispatches, Outbox int64
-	Skipped            bool
+	Dispatches, Outbox, Agents int64
+	Skipped                    bool
 }
 
 // Prune deletes what is past its retention now, if this node gets the janitor lease.
@@ -77,6 +78,11 @@ func (a *App) Prune(ctx context.Context) (Pruned, error) {
 		case <-t.C:
 		}
 	}
+	if a.cfg.RetainAgents > 0 {
+		if err := a.pruneAgents(ctx, now.Add(-a.cfg.RetainAgents), &p); err != nil {
+			return p, err
+		}
+	}
 	if p.Outbox > 0 {
 		a.deps.Log.WarnContext(ctx, "retention: outbox rows older than DISPATCH_RETAIN_OUTBOX deleted before Kafka took them",
 			"count", p.Outbox)
@@ -84,5 +90,28 @@ func (a *App) Prune(ctx context.Context) (Pruned, error) {
 	if p.Dispatches > 0 {
 		a.deps.Log.InfoContext(ctx, "retention: finished dispatch records deleted", "count", p.Dispatches)
 	}
+	if p.Agents > 0 {
+		a.deps.Log.InfoContext(ctx, "retention: client_agent rows of quiet uids deleted", "count", p.Agents)
+	}
 	return p, nil
+}
+
+// pruneAgents deletes, in batches, the client_agent rows of uids that last polled
+// before cutoff. A uid that polls again gets a row again at the next flush.
+func (a *App) pruneAgents(ctx context.Context, cutoff time.Time, p *Pruned) error {
+	for {
+		n, err := a.deps.Store.PruneAgents(ctx, cutoff, pruneBatch)
+		p.Agents += n
+		a.metrics.Pruned("client_agent", n)
+		if err != nil || n < pruneBatch {
+			return err
+		}
+		t := time.NewTimer(10 * time.Millisecond) // let other work at the rows in between
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
 }

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -42,6 +43,15 @@ func (a *App) currentRoles() []string {
 		}
 	}
 	return append(out, a.Campaigns.Roles()...)
+}
+
+// Join takes this node's name (DISPATCH_NODE) in the membership before it serves or
+// runs background work, and refuses while a live node holds the name.
+func (a *App) Join(ctx context.Context) error {
+	if err := a.Members.Join(ctx); err != nil {
+		return fmt.Errorf("DISPATCH_NODE: %w", err)
+	}
+	return nil
 }
 
 // beat reports this node alive every NodeHeartbeat until ctx is done. A beat in

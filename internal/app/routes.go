@@ -113,7 +113,7 @@ func (a *App) routes() http.Handler {
 		r.Method(http.MethodPost, "/dispatches/{log_id}/expire", h.ExpireDispatch())
 		r.Method(http.MethodPost, "/dispatches/{log_id}/retry", h.RetryDispatch())
 		r.Method(http.MethodPost, "/dispatches/{log_id}/cancel", h.CancelDispatch())
-		campaigns := admin.NewCampaigns(a.deps.Store, a.Campaigns, h)
+		campaigns := admin.NewCampaigns(a.deps.Store, a.Campaigns, h).WithUploadLimits(a.cfg.UploadsPerNode, a.cfg.UploadTimeout)
 		r.Method(http.MethodPost, "/campaigns", campaigns.CreateCampaign())
 		r.Method(http.MethodGet, "/campaigns", campaigns.ListCampaigns())
 		r.Method(http.MethodGet, "/campaigns/{id}", campaigns.GetCampaign())

@@ -112,3 +112,14 @@ func (s *Store) PruneBatch(ctx context.Context, c Cutoffs, limit int) (dispatche
 	}
 	return dispatches, outbox, nil
 }
+
+// PruneAgents deletes up to limit client_agent rows of uids that last polled before
+// cutoff (by idx_last_seen) and says how many it deleted.
+func (s *Store) PruneAgents(ctx context.Context, cutoff time.Time, limit int) (int64, error) {
+	res, err := s.db.ExecContext(ctx, "DELETE FROM client_agent WHERE last_seen < ? ORDER BY last_seen LIMIT ?", cutoff.UTC(), limit)
+	if err != nil {
+		return 0, mysqlErr("prune client agents", err)
+	}
+	n, _ := res.RowsAffected()
+	return n, nil
+}
