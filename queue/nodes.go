@@ -45,17 +45,19 @@ type nodeInfo struct {
 }
 
 // joinScript takes a node's name unless a live node holds it: a beat within the
-// timeout. One script, so two processes joining at once cannot both take it.
+// timeout, other than the one the caller saw and judged dead. One script, so two
+// processes joining at once cannot both take it.
 //
 //	KEYS[1] the nodes' sorted set
 //	ARGV[1] the node's name
 //	ARGV[2] now, in Unix milliseconds
 //	ARGV[3] the oldest beat that is still live, in Unix milliseconds
+//	ARGV[4] the holder's beat the caller saw not move (Unix milliseconds), or -1
 //
 // It replies -1 when the name was taken, else the holder's last beat.
 var joinScript = redis.NewScript(`
 local last = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if last and tonumber(last) >= tonumber(ARGV[3]) then
+if last and tonumber(last) >= tonumber(ARGV[3]) and tonumber(last) ~= tonumber(ARGV[4]) then
 	return tonumber(last)
 end
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
@@ -64,18 +66,36 @@ return -1
 
 // Join takes the node's name in the membership, and refuses (a conflict) while a live
 // node holds it: two processes under one name would be listed as one node and hold
-// each other's leases on background work.
-func (m *Members) Join(ctx context.Context) error {
-	now := m.clock.Now()
-	last, err := joinScript.Run(ctx, m.rdb, []string{m.keys.nodes()}, m.node, now.UnixMilli(), now.Add(-m.timeout).UnixMilli()).Int64()
-	if err != nil {
-		return unavailable("node join", err)
+// each other's leases on background work. A name held by a beat within the timeout is
+// watched for a little longer than a heartbeat: a live twin beats again and is
+// refused; this node's own predecessor, killed a moment ago, does not, and the name
+// is taken over (a restart after kill -9 under a set DISPATCH_NODE starts at once
+// rather than failing).
+func (m *Members) Join(ctx context.Context, heartbeat time.Duration) error {
+	seen := int64(-1)
+	for try := 0; ; try++ {
+		now := m.clock.Now()
+		last, err := joinScript.Run(ctx, m.rdb, []string{m.keys.nodes()}, m.node, now.UnixMilli(),
+			now.Add(-m.timeout).UnixMilli(), seen).Int64()
+		if err != nil {
+			return unavailable("node join", err)
+		}
+		if last < 0 {
+			return m.Beat(ctx)
+		}
+		if try > 0 {
+			return taskd.Errorf(taskd.CodeConflict, "node %q is held by a live node (it beat %s ago); every process needs a name of its own",
+				m.node, now.Sub(time.UnixMilli(last)).Round(time.Millisecond))
+		}
+		seen = last
+		t := time.NewTimer(heartbeat + heartbeat/2)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
 	}
-	if last >= 0 {
-		return taskd.Errorf(taskd.CodeConflict, "node %q is held by a live node (last beat %s ago); every process needs a name of its own, and a node's name is free %s after its last beat",
-			m.node, now.Sub(time.UnixMilli(last)).Round(time.Millisecond), m.timeout)
-	}
-	return m.Beat(ctx)
 }
 
 // Beat records that the node is alive now, with its roles, and drops the nodes unseen

@@ -35,8 +35,9 @@ func TestDefaultNodeNamesDifferPerProcess(t *testing.T) {
 }
 
 // Issue 42: a node refuses to join under a name a live node holds (two processes
-// with one DISPATCH_NODE would hold each other's leases silently); once the holder
-// leaves, or is unseen for DISPATCH_NODE_TIMEOUT, the name is free.
+// with one DISPATCH_NODE would hold each other's leases silently); a name whose holder
+// stopped beating (a process killed a moment ago, restarted under its DISPATCH_NODE) is
+// taken over at once, without waiting for DISPATCH_NODE_TIMEOUT.
 func TestJoinRefusesALiveNodesName(t *testing.T) {
 	t.Parallel()
 	st := testenv.Store(t)
@@ -44,23 +45,38 @@ func TestJoinRefusesALiveNodesName(t *testing.T) {
 	clk := clock.NewFake(t0)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	start := func(node string) *app.App {
-		return app.New(app.Config{RedisPrefix: prefix, Node: node, NodeTimeout: 10 * time.Second},
+		return app.New(app.Config{RedisPrefix: prefix, Node: node, NodeTimeout: 10 * time.Second, NodeHeartbeat: 100 * time.Millisecond},
 			app.Deps{Store: st, Redis: rdb, Clock: clk, Log: log})
 	}
 	first := start("n1")
 	if err := first.Join(t.Context()); err != nil {
 		t.Fatalf("first join: %v", err)
 	}
+	// The first node is alive: it beats while the second one joins.
+	beating, stop := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(beating)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+				clk.Advance(20 * time.Millisecond)
+				first.Members.Beat(t.Context())
+			}
+		}
+	}()
 	err := start("n1").Join(t.Context())
+	close(stop)
+	<-beating
 	if taskd.ErrorCode(err) != taskd.CodeConflict || !strings.Contains(err.Error(), "DISPATCH_NODE") {
-		t.Fatalf("a second node named n1: %v, want a conflict naming DISPATCH_NODE", err)
+		t.Fatalf("a second node named n1 while the first beats: %v, want a conflict naming DISPATCH_NODE", err)
 	}
 	if err := start("n2").Join(t.Context()); err != nil {
 		t.Fatalf("another name: %v", err)
 	}
-	// The holder dies (no more beats): its name is free after the timeout.
-	clk.Advance(11 * time.Second)
+	// The holder is killed (no more beats), and restarted under its name at once.
 	if err := start("n1").Join(t.Context()); err != nil {
-		t.Fatalf("after the holder's timeout: %v", err)
+		t.Fatalf("a restart under the name of a node that stopped beating: %v", err)
 	}
 }

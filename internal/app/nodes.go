@@ -46,9 +46,10 @@ func (a *App) currentRoles() []string {
 }
 
 // Join takes this node's name (DISPATCH_NODE) in the membership before it serves or
-// runs background work, and refuses while a live node holds the name.
+// runs background work, and refuses while a live node holds the name (one that beats
+// again within a heartbeat and a half; a name left by a killed process is taken over).
 func (a *App) Join(ctx context.Context) error {
-	if err := a.Members.Join(ctx); err != nil {
+	if err := a.Members.Join(ctx, a.cfg.NodeHeartbeat); err != nil {
 		return fmt.Errorf("DISPATCH_NODE: %w", err)
 	}
 	return nil
