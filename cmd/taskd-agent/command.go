@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -24,7 +25,7 @@ const tailBytes = 4 << 10
 type execSpec struct {
 	argv    []string
 	stdin   []byte
-	env     []string      // added to the agent's own
+	env     []string      // added to the agent's own, less its credentials (commandEnviron)
 	dir     string        // where TASKD_RESULT is written (a directory of the run's own)
 	timeout time.Duration // 0: none
 	grace   time.Duration // from SIGTERM to SIGKILL
@@ -75,6 +76,30 @@ func (t *tail) String() string {
 	return string(bytes.ToValidUTF8(t.buf, []byte("\uFFFD")))
 }
 
+// agentOnly are the agent's own variables, which a command does not inherit: its
+// credentials (a command that prints its environment would put the fleet's enroll
+// secret into its task's detail), and the task variables of a run of an agent that
+// runs this one, which the run's own replace.
+var agentOnly = map[string]bool{
+	"TASKD_KEY": true, "TASKD_KEY_FILE": true, "TASKD_ENROLL_SECRET": true, "TASKD_ENROLL_SECRET_FILE": true,
+	"TASKD_LOG_ID": true, "TASKD_TASK_ID": true, "TASKD_KIND": true, "TASKD_ATTEMPT": true, "TASKD_DUE_AT": true,
+	"TASKD_TEMPLATE_ID": true, "TASKD_STAGE": true, "TASKD_CONTEXT": true, "TASKD_CHECKPOINT": true,
+	"TASKD_LEASE_EXPIRES_AT": true, "TASKD_RESULT": true, "TASKD_AGENT_SOCKET": true, "TASKD_RUN_TOKEN": true,
+}
+
+// commandEnviron is the agent's environment as its commands inherit it: without
+// agentOnly's variables.
+func commandEnviron(environ []string) []string {
+	var env []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !agentOnly[name] {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
 // execute runs spec to its end. It returns early with an error only when the command
 // could not be started. stop ends the run as the agent's shutdown does (SIGTERM, the
 // grace, SIGKILL); so does the timeout.
@@ -84,7 +109,7 @@ func execute(stop <-chan struct{}, spec execSpec) (execResult, error) {
 	cmd := exec.Command(spec.argv[0], spec.argv[1:]...)
 	cmd.Stdin = bytes.NewReader(spec.stdin)
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	cmd.Env = append(append(os.Environ(), spec.env...), "TASKD_RESULT="+resultPath)
+	cmd.Env = append(append(commandEnviron(os.Environ()), spec.env...), "TASKD_RESULT="+resultPath)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// A process the command left behind may hold its stdout open: the run ends with
 	// the command, and its output is what came until then.
