@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -165,14 +166,65 @@ func terminate(pgid int, grace time.Duration, done <-chan error) error {
 	}
 }
 
-// readResult reads $TASKD_RESULT: nil when the command wrote nothing there.
+// maxResultBytes bounds what is read of $TASKD_RESULT: the server takes a request
+// body of 64 KiB at most, so a larger result could not be sent anyway.
+const maxResultBytes = 64 << 10
+
+// resultReadTimeout bounds reading $TASKD_RESULT (a regular file of at most
+// maxResultBytes: only a stuck file system takes longer).
+const resultReadTimeout = 10 * time.Second
+
+// readResult reads $TASKD_RESULT: nil when the command wrote nothing there. The
+// command owns the path, so nothing in it is trusted: a link is not followed (one to
+// /dev/zero would grow the agent without bound), the open does not block (a FIFO
+// would hang the task for ever), only a regular file is read, and at most
+// maxResultBytes of it, within resultReadTimeout.
 func readResult(path string) (*resultFile, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) || err == nil && len(bytes.TrimSpace(b)) == 0 {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
 		return nil, nil
+	case errors.Is(err, syscall.ELOOP):
+		return nil, errors.New("$TASKD_RESULT: a symbolic link; the result must be a regular file")
+	case err != nil:
+		return nil, fmt.Errorf("$TASKD_RESULT: %w", err)
 	}
+	defer f.Close()
+	fi, err := f.Stat()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("$TASKD_RESULT: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("$TASKD_RESULT: a %s; the result must be a regular file", fileKind(fi.Mode()))
+	}
+	if fi.Size() > maxResultBytes {
+		return nil, fmt.Errorf("$TASKD_RESULT: %d bytes, over the limit of %d", fi.Size(), maxResultBytes)
+	}
+	type read struct {
+		b   []byte
+		err error
+	}
+	got := make(chan read, 1)
+	go func() {
+		b, err := io.ReadAll(io.LimitReader(f, maxResultBytes+1))
+		got <- read{b, err}
+	}()
+	timer := time.NewTimer(resultReadTimeout)
+	defer timer.Stop()
+	var b []byte
+	select {
+	case r := <-got:
+		b, err = r.b, r.err
+	case <-timer.C:
+		return nil, fmt.Errorf("$TASKD_RESULT: not read within %s", resultReadTimeout)
+	}
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("$TASKD_RESULT: %w", err)
+	case len(b) > maxResultBytes: // it grew after the stat
+		return nil, fmt.Errorf("$TASKD_RESULT: over the limit of %d bytes", maxResultBytes)
+	case len(bytes.TrimSpace(b)) == 0:
+		return nil, nil
 	}
 	var r resultFile
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -189,6 +241,21 @@ func readResult(path string) (*resultFile, error) {
 		return nil, fmt.Errorf(`$TASKD_RESULT: "delay_seconds" must not be negative`)
 	}
 	return &r, nil
+}
+
+// fileKind names a mode that is not a regular file's.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m&os.ModeNamedPipe != 0:
+		return "FIFO"
+	case m.IsDir():
+		return "directory"
+	case m&os.ModeDevice != 0:
+		return "device"
+	case m&os.ModeSocket != 0:
+		return "socket"
+	}
+	return "file that is not a regular file"
 }
 
 // detail is the complete's detail of a run without a result file (or with one that
