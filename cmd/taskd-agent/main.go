@@ -190,7 +190,7 @@ func runAgent(ctx context.Context, c runConfig, stderr io.Writer) error {
 		go srv.Serve(ln)
 		defer srv.Close()
 	}
-	r := &runner{command: c.command, timeout: c.timeout, killGrace: c.killGrace, log: log, running: map[string]*agent.Task{}}
+	r := &runner{command: c.command, timeout: c.timeout, killGrace: c.killGrace, log: log, running: map[string]*commandRun{}}
 	progress, err := listenProgress(r.checkpoint)
 	if err != nil {
 		return fmt.Errorf("progress socket: %w", err)

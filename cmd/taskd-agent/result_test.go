@@ -113,7 +113,7 @@ func fmtAny(v any) string {
 func testRunner(t *testing.T, cmd string) *runner {
 	t.Helper()
 	r := &runner{command: []string{"/bin/sh", "-c", cmd}, killGrace: time.Second,
-		log: slog.New(slog.DiscardHandler), running: map[string]*agent.Task{}}
+		log: slog.New(slog.DiscardHandler), running: map[string]*commandRun{}}
 	progress, err := listenProgress(r.checkpoint)
 	if err != nil {
 		t.Fatal(err)
