@@ -115,8 +115,9 @@ func (s *server) agentCmd(uid string, args ...string) *exec.Cmd {
 		s.t.Fatal(err)
 	}
 	key := s.admin("POST", "/v1/admin/clients/"+uid+"/keys", nil)["client_key"].(string)
-	cmd := exec.Command(bin, append([]string{"run", "-url", s.url, "-key", key}, args...)...)
-	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"))
+	// The key in the environment, as the guide says: on the command line ps shows it.
+	cmd := exec.Command(bin, append([]string{"run", "-url", s.url}, args...)...)
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"), "TASKD_KEY="+key)
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	s.t.Cleanup(func() {
