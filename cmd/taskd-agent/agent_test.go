@@ -271,3 +271,24 @@ func TestGuideShellCommand(t *testing.T) {
 		t.Fatalf("the guide's command: %v, want success with 4 steps and a checkpoint it saved", ds)
 	}
 }
+
+// A command that prints its environment does not put the agent's credentials into
+// its task's detail (issue 42: the fleet's enroll secret was in a stdout_tail).
+func TestCredentialsNotInACommandsOutput(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	s.task("12", map[string]any{}, nil)
+	cmd := s.agentCmd("12", "-once", "--", "/bin/sh", "-c", "env")
+	cmd.Env = append(cmd.Env, "TASKD_ENROLL_SECRET=the-fleets-enroll-secret", "TASKD_UID=12")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	ds := s.dispatches("12")
+	if len(ds) != 1 {
+		t.Fatalf("dispatches: %v", ds)
+	}
+	out, _ := ds[0]["detail"].(map[string]any)["stdout_tail"].(string)
+	if !strings.Contains(out, "TASKD_LOG_ID=") || strings.Contains(out, "the-fleets-enroll-secret") || strings.Contains(out, "TASKD_KEY=") {
+		t.Fatalf("the command's environment, as it printed it:\n%s", out)
+	}
+}
