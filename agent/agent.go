@@ -28,7 +28,12 @@ type Config struct {
 	// after each enrollment.
 	KeyFile string
 	// Concurrency is how many tasks run at once (default 1, at most 100). The server's
-	// max_in_flight for the uid (default 1) bounds it too.
+	// max_in_flight for the uid (default 1) bounds it too. A fetch asks for no more
+	// tasks than there are free slots, and the agent never runs more, whatever the
+	// reply holds: tasks past what was asked for are neither run nor completed (a
+	// failure would use up an attempt); they stay open on the server, which hands them
+	// out again (redo) on a later fetch, or expires them when their lease lapses. Such
+	// a reply is logged once, at WARN.
 	Concurrency int
 	// Templates, when not empty, are the only templates whose tasks are fetched (at
 	// most 100); when empty and the handler is a *Mux, the Mux's templates.
@@ -70,6 +75,7 @@ const (
 	maxConcurrency  = 100
 	maxTemplateIDs  = 100
 	defaultPollWait = 20 * time.Second
+	enrollTimeout   = 30 * time.Second
 )
 
 // Agent is a client agent: it fetches tasks from one server as one uid and runs them.
@@ -87,6 +93,9 @@ type Agent struct {
 	key      string
 	keyGen   int  // counts keys taken up
 	keyFresh bool // the key comes from an enrollment, and no request with it was accepted yet
+	// enrollTimeout bounds one enrollment request: a server that never answers one is
+	// asked again, after a backoff, instead of hanging the agent.
+	enrollTimeout time.Duration
 }
 
 // New checks cfg and returns an agent. It makes no request: Run does.
@@ -143,7 +152,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	cfg.Templates = append([]int64(nil), cfg.Templates...)
 	return &Agent{cfg: cfg, base: strings.TrimRight(cfg.URL, "/"), http: cfg.HTTPClient, log: cfg.Logger,
-		metrics: cfg.Metrics, key: cfg.Key}, nil
+		metrics: cfg.Metrics, key: cfg.Key, enrollTimeout: enrollTimeout}, nil
 }
 
 // jitter is the most a random start-up (or re-enrollment) wait lasts.

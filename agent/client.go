@@ -101,13 +101,7 @@ func (a *Agent) post(ctx context.Context, path string, key string, body, out any
 		} else {
 			e.message = strings.TrimSpace(string(raw[:min(len(raw), 200)]))
 		}
-		if s := resp.Header.Get("Retry-After"); s != "" {
-			if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil && n >= 0 {
-				e.retryAfter, e.hasRetry = time.Duration(n)*time.Second, true
-			} else if t, err := http.ParseTime(s); err == nil {
-				e.retryAfter, e.hasRetry = max(0, time.Until(t)), true
-			}
-		}
+		e.retryAfter, e.hasRetry = retryAfter(resp.Header.Get("Retry-After"), time.Now())
 		return meta, fmt.Errorf("POST %s: %w", path, e)
 	}
 	if out != nil {
@@ -116,6 +110,29 @@ func (a *Agent) post(ctx context.Context, path string, key string, body, out any
 		}
 	}
 	return meta, nil
+}
+
+// maxRetryAfter caps the wait a Retry-After asks for: a server that asks for more
+// (or for a number that overflows a time.Duration) is asked again after this.
+const maxRetryAfter = 5 * time.Minute
+
+// retryAfter reads a Retry-After header (seconds, or an HTTP date) at now: the wait,
+// between 0 and maxRetryAfter, and whether the header named one.
+func retryAfter(header string, now time.Time) (time.Duration, bool) {
+	header = strings.TrimSpace(header)
+	if header == "" {
+		return 0, false
+	}
+	if n, err := strconv.ParseUint(header, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		if err != nil || n > uint64(maxRetryAfter/time.Second) {
+			return maxRetryAfter, true
+		}
+		return time.Duration(n) * time.Second, true
+	}
+	if t, err := http.ParseTime(header); err == nil {
+		return min(max(0, t.Sub(now)), maxRetryAfter), true
+	}
+	return 0, false
 }
 
 // call is post with the agent's key; on a 401 it enrolls once more (when it can) and
@@ -186,7 +203,9 @@ func (a *Agent) enroll(ctx context.Context) error {
 		var out struct {
 			ClientKey string `json:"client_key"`
 		}
-		_, err := a.post(ctx, "/v1/enroll", "", map[string]string{"uid": a.cfg.UID, "enroll_secret": a.cfg.EnrollSecret}, &out)
+		ectx, cancel := context.WithTimeout(ctx, a.enrollTimeout)
+		_, err := a.post(ectx, "/v1/enroll", "", map[string]string{"uid": a.cfg.UID, "enroll_secret": a.cfg.EnrollSecret}, &out)
+		cancel()
 		if err == nil && out.ClientKey == "" {
 			err = errors.New("enroll: the reply has no client_key")
 		}
@@ -293,7 +312,7 @@ func (b *backoff) next() time.Duration {
 func (b *backoff) reset() { b.n = 0 }
 
 // retryDelay says whether a request that failed with err is worth sending again, and
-// after how long: exactly the Retry-After of a 429 or 503; backoff for no reply,
+// after how long: exactly the Retry-After of a 429 or 503 (at most maxRetryAfter); backoff for no reply,
 // another 5xx, or a 429 or 503 without Retry-After. It counts the retry (and a 429)
 // in the metrics.
 func (a *Agent) retryDelay(err error, bo *backoff, request string) (time.Duration, bool) {

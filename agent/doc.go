@@ -47,10 +47,18 @@
 //
 // # Backoff
 //
-// Retry-After is obeyed exactly on 429 and 503; other failures back off
+// Retry-After is obeyed exactly on 429 and 503, up to five minutes (a longer one,
+// or one that overflows, is a five-minute wait); other failures back off
 // exponentially with full jitter; a start waits a random moment first (at most
 // Config.StartupJitter) so that a fleet restarting together does not arrive together.
-// A 401 makes an agent that has enrollment credentials enroll once more.
+// A 401 makes an agent that has enrollment credentials enroll once more. An
+// enrollment the server does not answer within 30 seconds is sent again.
+//
+// # A server that hands out too much
+//
+// A reply holding more tasks than the fetch asked for starts no more than were asked
+// for (see Config.Concurrency): the others stay open on the server, which hands them
+// out again.
 //
 // # Shutdown
 //

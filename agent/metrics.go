@@ -2,6 +2,7 @@ package agent
 
 import (
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,7 +16,10 @@ import (
 //     (result: task, empty, error)
 //   - taskd_agent_in_flight: tasks running
 //   - taskd_agent_task_seconds{template, outcome}: handler run time by template and
-//     outcome (success, next_stage, failure, permanent_failure, given_back, panic)
+//     outcome (success, next_stage, failure, permanent_failure, given_back, panic);
+//     the first 100 template ids seen have a label of their own, later ones share
+//     template="other", so that a server naming ever new ids cannot grow the series
+//     without bound
 //   - taskd_agent_lease_lost_total: tasks whose lease lapsed or that the server took
 //     away before their result was in
 //   - taskd_agent_retries_total{request}: requests sent again after a failure
@@ -28,11 +32,18 @@ type Metrics struct {
 	leaseLost   prometheus.Counter
 	retries     *prometheus.CounterVec
 	rateLimited *prometheus.CounterVec
+
+	mu        sync.Mutex
+	templates map[int64]bool // the template ids with a label of their own
 }
+
+// maxTemplateLabels bounds the template ids with a series of their own.
+const maxTemplateLabels = 100
 
 // NewMetrics returns an agent's metrics, registered nowhere.
 func NewMetrics() *Metrics {
 	return &Metrics{
+		templates: map[int64]bool{},
 		fetch: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "taskd_agent_fetch_seconds",
 			Help:    "Fetch latency (long polls included), by result: task, empty, error.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 20, 30}}, []string{"result"}),
@@ -73,5 +84,19 @@ func (m *Metrics) fetched(result string, d time.Duration) {
 }
 
 func (m *Metrics) ran(templateID int64, outcome string, d time.Duration) {
-	m.tasks.WithLabelValues(strconv.FormatInt(templateID, 10), outcome).Observe(d.Seconds())
+	m.tasks.WithLabelValues(m.templateLabel(templateID), outcome).Observe(d.Seconds())
+}
+
+// templateLabel is templateID's label: its own for the first maxTemplateLabels ids,
+// "other" past them.
+func (m *Metrics) templateLabel(templateID int64) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.templates[templateID] {
+		if len(m.templates) >= maxTemplateLabels {
+			return "other"
+		}
+		m.templates[templateID] = true
+	}
+	return strconv.FormatInt(templateID, 10)
 }

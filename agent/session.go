@@ -323,9 +323,15 @@ func (s *session) take(reply fetchReply, meta replyMeta, asked, running int, too
 		tasks = []*wireTask{reply.Task}
 	}
 	stopping := s.loopCtx.Err() != nil
-	started, held := 0, 0
+	started, held, surplus := 0, 0, 0
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer func() {
+		if surplus > 0 {
+			s.log.Warn("the server handed out more tasks than asked for; those past it are not run (the server hands them out again)",
+				"component", "agent", "asked", asked, "handed_out", len(tasks), "not_run", surplus)
+		}
+	}()
 	for _, w := range tasks {
 		if _, ok := s.running[w.LogID]; ok {
 			held++ // a redo of a task running here
@@ -341,6 +347,13 @@ func (s *session) take(reply fetchReply, meta replyMeta, asked, running int, too
 			}
 			s.log.Info("a task finished here was handed out again; sending its result again", "component", "agent",
 				"log_id", w.LogID, "task_id", w.TaskID)
+			continue
+		}
+		if started >= asked {
+			// More than asked for: not run, and not completed (a failure would use
+			// an attempt). The dispatch stays open; the server hands it out again
+			// (redo) on a later fetch, or its lease lapses.
+			surplus++
 			continue
 		}
 		t := w.task()

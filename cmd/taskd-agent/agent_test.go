@@ -115,8 +115,9 @@ func (s *server) agentCmd(uid string, args ...string) *exec.Cmd {
 		s.t.Fatal(err)
 	}
 	key := s.admin("POST", "/v1/admin/clients/"+uid+"/keys", nil)["client_key"].(string)
-	cmd := exec.Command(bin, append([]string{"run", "-url", s.url, "-key", key}, args...)...)
-	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"))
+	// The key in the environment, as the guide says: on the command line ps shows it.
+	cmd := exec.Command(bin, append([]string{"run", "-url", s.url}, args...)...)
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"), "TASKD_KEY="+key)
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	s.t.Cleanup(func() {
@@ -268,5 +269,26 @@ func TestGuideShellCommand(t *testing.T) {
 	if len(ds) != 1 || ds[0]["result"] != "success" || fmt.Sprint(ds[0]["detail"]) != "map[steps:4]" ||
 		cp["n"] == nil || cp["n"].(float64) < 1 || cp["n"].(float64) > 4 {
 		t.Fatalf("the guide's command: %v, want success with 4 steps and a checkpoint it saved", ds)
+	}
+}
+
+// A command that prints its environment does not put the agent's credentials into
+// its task's detail (issue 42: the fleet's enroll secret was in a stdout_tail).
+func TestCredentialsNotInACommandsOutput(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	s.task("12", map[string]any{}, nil)
+	cmd := s.agentCmd("12", "-once", "--", "/bin/sh", "-c", "env")
+	cmd.Env = append(cmd.Env, "TASKD_ENROLL_SECRET=the-fleets-enroll-secret", "TASKD_UID=12")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	ds := s.dispatches("12")
+	if len(ds) != 1 {
+		t.Fatalf("dispatches: %v", ds)
+	}
+	out, _ := ds[0]["detail"].(map[string]any)["stdout_tail"].(string)
+	if !strings.Contains(out, "TASKD_LOG_ID=") || strings.Contains(out, "the-fleets-enroll-secret") || strings.Contains(out, "TASKD_KEY=") {
+		t.Fatalf("the command's environment, as it printed it:\n%s", out)
 	}
 }

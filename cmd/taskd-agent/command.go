@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -24,7 +26,7 @@ const tailBytes = 4 << 10
 type execSpec struct {
 	argv    []string
 	stdin   []byte
-	env     []string      // added to the agent's own
+	env     []string      // added to the agent's own, less its credentials (commandEnviron)
 	dir     string        // where TASKD_RESULT is written (a directory of the run's own)
 	timeout time.Duration // 0: none
 	grace   time.Duration // from SIGTERM to SIGKILL
@@ -75,6 +77,30 @@ func (t *tail) String() string {
 	return string(bytes.ToValidUTF8(t.buf, []byte("\uFFFD")))
 }
 
+// agentOnly are the agent's own variables, which a command does not inherit: its
+// credentials (a command that prints its environment would put the fleet's enroll
+// secret into its task's detail), and the task variables of a run of an agent that
+// runs this one, which the run's own replace.
+var agentOnly = map[string]bool{
+	"TASKD_KEY": true, "TASKD_KEY_FILE": true, "TASKD_ENROLL_SECRET": true, "TASKD_ENROLL_SECRET_FILE": true,
+	"TASKD_LOG_ID": true, "TASKD_TASK_ID": true, "TASKD_KIND": true, "TASKD_ATTEMPT": true, "TASKD_DUE_AT": true,
+	"TASKD_TEMPLATE_ID": true, "TASKD_STAGE": true, "TASKD_CONTEXT": true, "TASKD_CHECKPOINT": true,
+	"TASKD_LEASE_EXPIRES_AT": true, "TASKD_RESULT": true, "TASKD_AGENT_SOCKET": true, "TASKD_RUN_TOKEN": true,
+}
+
+// commandEnviron is the agent's environment as its commands inherit it: without
+// agentOnly's variables.
+func commandEnviron(environ []string) []string {
+	var env []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !agentOnly[name] {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
 // execute runs spec to its end. It returns early with an error only when the command
 // could not be started. stop ends the run as the agent's shutdown does (SIGTERM, the
 // grace, SIGKILL); so does the timeout.
@@ -84,7 +110,7 @@ func execute(stop <-chan struct{}, spec execSpec) (execResult, error) {
 	cmd := exec.Command(spec.argv[0], spec.argv[1:]...)
 	cmd.Stdin = bytes.NewReader(spec.stdin)
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	cmd.Env = append(append(os.Environ(), spec.env...), "TASKD_RESULT="+resultPath)
+	cmd.Env = append(append(commandEnviron(os.Environ()), spec.env...), "TASKD_RESULT="+resultPath)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// A process the command left behind may hold its stdout open: the run ends with
 	// the command, and its output is what came until then.
@@ -140,14 +166,65 @@ func terminate(pgid int, grace time.Duration, done <-chan error) error {
 	}
 }
 
-// readResult reads $TASKD_RESULT: nil when the command wrote nothing there.
+// maxResultBytes bounds what is read of $TASKD_RESULT: the server takes a request
+// body of 64 KiB at most, so a larger result could not be sent anyway.
+const maxResultBytes = 64 << 10
+
+// resultReadTimeout bounds reading $TASKD_RESULT (a regular file of at most
+// maxResultBytes: only a stuck file system takes longer).
+const resultReadTimeout = 10 * time.Second
+
+// readResult reads $TASKD_RESULT: nil when the command wrote nothing there. The
+// command owns the path, so nothing in it is trusted: a link is not followed (one to
+// /dev/zero would grow the agent without bound), the open does not block (a FIFO
+// would hang the task for ever), only a regular file is read, and at most
+// maxResultBytes of it, within resultReadTimeout.
 func readResult(path string) (*resultFile, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) || err == nil && len(bytes.TrimSpace(b)) == 0 {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
 		return nil, nil
+	case errors.Is(err, syscall.ELOOP):
+		return nil, errors.New("$TASKD_RESULT: a symbolic link; the result must be a regular file")
+	case err != nil:
+		return nil, fmt.Errorf("$TASKD_RESULT: %w", err)
 	}
+	defer f.Close()
+	fi, err := f.Stat()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("$TASKD_RESULT: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("$TASKD_RESULT: a %s; the result must be a regular file", fileKind(fi.Mode()))
+	}
+	if fi.Size() > maxResultBytes {
+		return nil, fmt.Errorf("$TASKD_RESULT: %d bytes, over the limit of %d", fi.Size(), maxResultBytes)
+	}
+	type read struct {
+		b   []byte
+		err error
+	}
+	got := make(chan read, 1)
+	go func() {
+		b, err := io.ReadAll(io.LimitReader(f, maxResultBytes+1))
+		got <- read{b, err}
+	}()
+	timer := time.NewTimer(resultReadTimeout)
+	defer timer.Stop()
+	var b []byte
+	select {
+	case r := <-got:
+		b, err = r.b, r.err
+	case <-timer.C:
+		return nil, fmt.Errorf("$TASKD_RESULT: not read within %s", resultReadTimeout)
+	}
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("$TASKD_RESULT: %w", err)
+	case len(b) > maxResultBytes: // it grew after the stat
+		return nil, fmt.Errorf("$TASKD_RESULT: over the limit of %d bytes", maxResultBytes)
+	case len(bytes.TrimSpace(b)) == 0:
+		return nil, nil
 	}
 	var r resultFile
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -164,6 +241,21 @@ func readResult(path string) (*resultFile, error) {
 		return nil, fmt.Errorf(`$TASKD_RESULT: "delay_seconds" must not be negative`)
 	}
 	return &r, nil
+}
+
+// fileKind names a mode that is not a regular file's.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m&os.ModeNamedPipe != 0:
+		return "FIFO"
+	case m.IsDir():
+		return "directory"
+	case m&os.ModeDevice != 0:
+		return "device"
+	case m&os.ModeSocket != 0:
+		return "socket"
+	}
+	return "file that is not a regular file"
 }
 
 // detail is the complete's detail of a run without a result file (or with one that

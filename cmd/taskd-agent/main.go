@@ -8,7 +8,8 @@
 // reads the task's params as JSON on stdin and the task from its environment
 // (TASKD_LOG_ID, TASKD_TASK_ID, TASKD_KIND, TASKD_ATTEMPT, TASKD_DUE_AT,
 // TASKD_TEMPLATE_ID, TASKD_STAGE, TASKD_CONTEXT, TASKD_CHECKPOINT,
-// TASKD_LEASE_EXPIRES_AT, TASKD_RESULT, TASKD_AGENT_SOCKET). Exit 0 is success, any
+// TASKD_LEASE_EXPIRES_AT, TASKD_RESULT, TASKD_AGENT_SOCKET, TASKD_RUN_TOKEN), not the
+// agent's credentials. Exit 0 is success, any
 // other exit a failure with {"exit_code", "stdout_tail", "stderr_tail"} as the detail,
 // unless the command wrote its result to $TASKD_RESULT. docs/AGENTS.md is the guide.
 package main
@@ -94,6 +95,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // runConfig is taskd-agent run's settings.
 type runConfig struct {
 	url, key, uid, enrollSecret, keyFile string
+	enrollSecretFile                     string
 	concurrency                          int
 	templates                            string
 	timeout, shutdownGrace, killGrace    time.Duration
@@ -112,9 +114,10 @@ func newRunFlags(c *runConfig, getenv func(string) string, out io.Writer) *flag.
 	fs := flag.NewFlagSet("taskd-agent run", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&c.url, "url", env("TASKD_URL", "http://localhost:8080"), "the server's base URL [TASKD_URL]")
-	fs.StringVar(&c.key, "key", env("TASKD_KEY", ""), "the client key [TASKD_KEY]; or -uid and -enroll-secret")
+	fs.StringVar(&c.key, "key", env("TASKD_KEY", ""), "the client key [TASKD_KEY]; or -key-file, or -uid and -enroll-secret-file (on the command line, visible to other users: prefer the environment or a file)")
 	fs.StringVar(&c.uid, "uid", env("TASKD_UID", ""), "the uid to enroll as [TASKD_UID]")
-	fs.StringVar(&c.enrollSecret, "enroll-secret", env("TASKD_ENROLL_SECRET", ""), "the server's enroll secret [TASKD_ENROLL_SECRET]")
+	fs.StringVar(&c.enrollSecret, "enroll-secret", env("TASKD_ENROLL_SECRET", ""), "the server's enroll secret [TASKD_ENROLL_SECRET] (on the command line, visible to other users: prefer -enroll-secret-file)")
+	fs.StringVar(&c.enrollSecretFile, "enroll-secret-file", env("TASKD_ENROLL_SECRET_FILE", ""), "a file that holds the server's enroll secret [TASKD_ENROLL_SECRET_FILE]")
 	fs.StringVar(&c.keyFile, "key-file", env("TASKD_KEY_FILE", ""), "where the enrolled key is kept (mode 0600) [TASKD_KEY_FILE]")
 	fs.IntVar(&c.concurrency, "concurrency", 1, "how many commands run at once (the uid's max_in_flight bounds it too)")
 	fs.StringVar(&c.templates, "templates", "", "fetch only tasks of these template ids, comma-separated")
@@ -139,17 +142,61 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runC
 		return c, usageError{err}
 	}
 	c.command = fs.Args()
+	var onCommandLine []string
+	fs.Visit(func(f *flag.Flag) {
+		if (f.Name == "key" || f.Name == "enroll-secret") && f.Value.String() != "" {
+			onCommandLine = append(onCommandLine, "-"+f.Name)
+		}
+	})
+	if len(onCommandLine) > 0 {
+		fmt.Fprintf(stderr, "taskd-agent: warning: %s on the command line: any user of this machine can read it (ps); "+
+			"use -key-file, -enroll-secret-file, or the environment (TASKD_KEY, TASKD_ENROLL_SECRET)\n", strings.Join(onCommandLine, " and "))
+	}
+	if c.enrollSecretFile != "" {
+		if c.enrollSecret != "" {
+			return c, usageError{errors.New("run: -enroll-secret and -enroll-secret-file (TASKD_ENROLL_SECRET, TASKD_ENROLL_SECRET_FILE): give one")}
+		}
+		secret, err := readSecretFile(c.enrollSecretFile)
+		if err != nil {
+			return c, usageError{fmt.Errorf("run: -enroll-secret-file: %w", err)}
+		}
+		c.enrollSecret = secret
+	}
 	switch {
 	case len(c.command) == 0:
 		return c, usageError{errors.New("run: no command: taskd-agent run [flags] -- COMMAND [ARGS...]")}
 	case c.key == "" && (c.uid == "" || c.enrollSecret == "") && c.keyFile == "":
-		return c, usageError{errors.New("run: a client key is required: -key (TASKD_KEY), or -uid and -enroll-secret (TASKD_UID, TASKD_ENROLL_SECRET)")}
+		return c, usageError{errors.New("run: a client key is required: TASKD_KEY (or -key-file), or -uid and -enroll-secret-file (TASKD_UID, TASKD_ENROLL_SECRET_FILE or TASKD_ENROLL_SECRET)")}
 	case c.concurrency < 1 || c.concurrency > 100:
 		return c, usageError{fmt.Errorf("run: -concurrency must be 1..100, got %d", c.concurrency)}
 	case c.timeout < 0 || c.shutdownGrace < 0 || c.killGrace < 0:
 		return c, usageError{errors.New("run: -timeout, -shutdown-grace and -kill-grace must not be negative")}
 	}
 	return c, nil
+}
+
+// maxSecretFile bounds what is read of a secret file: a secret is short.
+const maxSecretFile = 4 << 10
+
+// readSecretFile reads a secret from path: its content, less surrounding white space.
+func readSecretFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxSecretFile+1))
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("%s: %w", path, err)
+	case len(b) > maxSecretFile:
+		return "", fmt.Errorf("%s: over %d bytes: not a secret", path, maxSecretFile)
+	}
+	secret := strings.TrimSpace(string(b))
+	if secret == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return secret, nil
 }
 
 // templateIDs reads -templates.
@@ -190,7 +237,7 @@ func runAgent(ctx context.Context, c runConfig, stderr io.Writer) error {
 		go srv.Serve(ln)
 		defer srv.Close()
 	}
-	r := &runner{command: c.command, timeout: c.timeout, killGrace: c.killGrace, log: log, running: map[string]*agent.Task{}}
+	r := &runner{command: c.command, timeout: c.timeout, killGrace: c.killGrace, log: log, running: map[string]*commandRun{}}
 	progress, err := listenProgress(r.checkpoint)
 	if err != nil {
 		return fmt.Errorf("progress socket: %w", err)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,7 +25,15 @@ type runner struct {
 	log       *slog.Logger
 
 	mu      sync.Mutex
-	running map[string]*agent.Task // by log id: whose checkpoints the socket takes
+	running map[string]*commandRun // by log id: whose checkpoints the socket takes
+}
+
+// commandRun is a task whose command runs. token, in the command's TASKD_RUN_TOKEN,
+// is the run's own: the socket takes a checkpoint for the task only with it, so that
+// a command cannot save one for another task of the agent with its log id.
+type commandRun struct {
+	task  *agent.Task
+	token string
 }
 
 // work runs the command for t and makes its end the task's outcome.
@@ -33,15 +43,16 @@ func (r *runner) work(ctx context.Context, t *agent.Task) agent.Outcome {
 		return agent.Fail(fmt.Errorf("a directory for the run: %w", err))
 	}
 	defer os.RemoveAll(dir)
+	token := rand.Text()
 	r.mu.Lock()
-	r.running[t.LogID] = t
+	r.running[t.LogID] = &commandRun{task: t, token: token}
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
 		delete(r.running, t.LogID)
 		r.mu.Unlock()
 	}()
-	res, err := execute(ctx.Done(), execSpec{argv: r.command, stdin: t.Params, env: r.environment(t), dir: dir,
+	res, err := execute(ctx.Done(), execSpec{argv: r.command, stdin: t.Params, env: r.environment(t, token), dir: dir,
 		timeout: r.timeout, grace: r.killGrace})
 	if err != nil {
 		return agent.FailPermanent(err).WithDetail(map[string]any{"error": err.Error()})
@@ -94,7 +105,7 @@ func outcomeOf(res execResult) agent.Outcome {
 }
 
 // environment is the task as the command's environment gives it.
-func (r *runner) environment(t *agent.Task) []string {
+func (r *runner) environment(t *agent.Task, token string) []string {
 	env := []string{
 		"TASKD_LOG_ID=" + t.LogID,
 		"TASKD_TASK_ID=" + t.TaskID,
@@ -104,6 +115,7 @@ func (r *runner) environment(t *agent.Task) []string {
 		"TASKD_TEMPLATE_ID=" + strconv.FormatInt(t.TemplateID, 10),
 		"TASKD_STAGE=" + t.Stage,
 		"TASKD_AGENT_SOCKET=" + r.socket,
+		"TASKD_RUN_TOKEN=" + token,
 	}
 	if len(t.StageContext) > 0 {
 		env = append(env, "TASKD_CONTEXT="+string(t.StageContext))
@@ -118,13 +130,15 @@ func (r *runner) environment(t *agent.Task) []string {
 	return append(env, "TASKD_LEASE_EXPIRES_AT="+lease)
 }
 
-// checkpoint saves a checkpoint a command sent through the socket.
-func (r *runner) checkpoint(logID string, checkpoint json.RawMessage) error {
+// checkpoint saves a checkpoint a command sent through the socket, with its run's
+// log id and token.
+func (r *runner) checkpoint(logID, token string, checkpoint json.RawMessage) error {
 	r.mu.Lock()
-	t := r.running[logID]
+	run := r.running[logID]
 	r.mu.Unlock()
-	if t == nil {
-		return fmt.Errorf("no task %s runs in this agent", logID)
+	if run == nil || subtle.ConstantTimeCompare([]byte(token), []byte(run.token)) != 1 {
+		// One answer for both: a command learns nothing of other runs.
+		return fmt.Errorf("no task %s with this TASKD_RUN_TOKEN runs in this agent", logID)
 	}
-	return t.Checkpoint(checkpoint)
+	return run.task.Checkpoint(checkpoint)
 }

@@ -15,13 +15,16 @@ import (
 // The progress socket: a command saves a checkpoint through the agent that runs it
 // (`taskd-agent progress '{"checkpoint": {...}}'`), over a Unix socket whose path is in
 // the command's TASKD_AGENT_SOCKET. A request is one JSON line, {"log_id",
-// "checkpoint"}; the answer one line, {"ok": true} or {"error": "..."}.
+// "run_token", "checkpoint"}, with the log id and token of the command's run
+// (TASKD_LOG_ID, TASKD_RUN_TOKEN); the answer one line, {"ok": true} or
+// {"error": "..."}.
 
 // maxProgressLine bounds a request: the server takes a checkpoint of 16 KiB at most.
 const maxProgressLine = 64 << 10
 
 type progressRequest struct {
 	LogID      string          `json:"log_id"`
+	RunToken   string          `json:"run_token"`
 	Checkpoint json.RawMessage `json:"checkpoint"`
 }
 
@@ -34,12 +37,12 @@ type progressAnswer struct {
 type progressServer struct {
 	ln   net.Listener
 	path string
-	save func(logID string, checkpoint json.RawMessage) error
+	save func(logID, token string, checkpoint json.RawMessage) error
 }
 
 // listenProgress listens on a socket in a directory of the agent's own (0700), so that
 // only the agent's user reaches it.
-func listenProgress(save func(logID string, checkpoint json.RawMessage) error) (*progressServer, error) {
+func listenProgress(save func(logID, token string, checkpoint json.RawMessage) error) (*progressServer, error) {
 	dir, err := os.MkdirTemp("", "taskd-agent-")
 	if err != nil {
 		return nil, err
@@ -87,11 +90,11 @@ func (s *progressServer) answer(conn net.Conn) {
 		reply(fmt.Errorf("request: %w", err))
 		return
 	}
-	if req.LogID == "" || len(bytes.TrimSpace(req.Checkpoint)) == 0 {
-		reply(errors.New(`request: "log_id" and "checkpoint" are required`))
+	if req.LogID == "" || req.RunToken == "" || len(bytes.TrimSpace(req.Checkpoint)) == 0 {
+		reply(errors.New(`request: "log_id", "run_token" and "checkpoint" are required`))
 		return
 	}
-	reply(s.save(req.LogID, req.Checkpoint))
+	reply(s.save(req.LogID, req.RunToken, req.Checkpoint))
 }
 
 func (s *progressServer) close() {
@@ -100,12 +103,12 @@ func (s *progressServer) close() {
 }
 
 // sendProgress is `taskd-agent progress ARG`, run by a command: ARG is
-// {"checkpoint": {...}}; the log id and the socket come from the command's
-// environment.
+// {"checkpoint": {...}}; the socket, the log id and the run's token come from the
+// command's environment.
 func sendProgress(arg string, getenv func(string) string) error {
-	path, logID := getenv("TASKD_AGENT_SOCKET"), getenv("TASKD_LOG_ID")
-	if path == "" || logID == "" {
-		return errors.New("TASKD_AGENT_SOCKET and TASKD_LOG_ID are not set: run this from a command taskd-agent runs")
+	path, logID, token := getenv("TASKD_AGENT_SOCKET"), getenv("TASKD_LOG_ID"), getenv("TASKD_RUN_TOKEN")
+	if path == "" || logID == "" || token == "" {
+		return errors.New("TASKD_AGENT_SOCKET, TASKD_LOG_ID and TASKD_RUN_TOKEN are not set: run this from a command taskd-agent runs")
 	}
 	var body struct {
 		Checkpoint json.RawMessage `json:"checkpoint"`
@@ -115,7 +118,7 @@ func sendProgress(arg string, getenv func(string) string) error {
 	if err := dec.Decode(&body); err != nil || len(body.Checkpoint) == 0 {
 		return fmt.Errorf(`want one argument, {"checkpoint": {...}}: %v`, err)
 	}
-	req, _ := json.Marshal(progressRequest{LogID: logID, Checkpoint: body.Checkpoint})
+	req, _ := json.Marshal(progressRequest{LogID: logID, RunToken: token, Checkpoint: body.Checkpoint})
 	conn, err := net.DialTimeout("unix", path, 5*time.Second)
 	if err != nil {
 		return fmt.Errorf("the agent's socket: %w", err)
