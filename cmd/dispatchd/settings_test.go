@@ -151,6 +151,7 @@ func TestNonPositiveSettingsAreRefused(t *testing.T) {
 		{"DISPATCH_SHUTDOWN_TIMEOUT", "0s", "-1s"},
 		{"DISPATCH_REQUEST_TIMEOUT", "0s", "-1s"},
 		{"DISPATCH_KEY_RECHECK", "0s", "-1s"},
+		{"DISPATCH_SEEN_RESOLUTION", "0s", "-1s"},
 		{"DISPATCH_MYSQL_CONNS", "0", "-1"},
 		{"DISPATCH_AUTH_FAILURE_BURST", "0", "-1"},
 		{"DISPATCH_AUTH_FAILURE_RATE", "0", "-1"},

@@ -97,7 +97,7 @@ func New(cfg Config, deps Deps) *App {
 		campaign.Config{Node: cfg.Node, SyncInterval: cfg.CampaignSync, LeaseTTL: cfg.NodeTimeout,
 			PerNode: cfg.CampaignsPerNode, Nodes: a.liveNodes})
 	a.Dispatch.SetCampaigns(a.Campaigns)
-	a.Fleet = fleet.New(deps.Store, deps.Clock, deps.Log, fleet.Config{})
+	a.Fleet = fleet.New(deps.Store, deps.Clock, deps.Log, fleet.Config{Resolution: cfg.SeenResolution})
 	a.Dispatch.SetFleet(a.Fleet)
 	a.sweeps = queue.NewShares(deps.Redis, a.Cache.Keys(), cfg.Node, cfg.NodeTimeout)
 	if cfg.RetainDispatches > 0 || cfg.RetainOutbox > 0 || cfg.RetainAgents > 0 {
@@ -109,7 +109,7 @@ func New(cfg Config, deps Deps) *App {
 }
 
 // fleetFlush is how often a node writes the polls it answered to MySQL: a client's
-// last_seen lags its last poll by up to this and the recorder's 30 s resolution.
+// last_seen lags its last poll by up to this and SeenResolution.
 const fleetFlush = 5 * time.Second
 
 // Handler is the HTTP API.

@@ -42,6 +42,10 @@ type Config struct {
 	// kept after its last poll (0: for ever).
 	RetainAgents      time.Duration
 	RetentionInterval time.Duration
+	// SeenResolution is how often a steadily polling uid's last poll is written to
+	// MySQL (fleet.Config.Resolution): the fleet view's writes are bounded by the
+	// fleet's size over this, not by the poll rate.
+	SeenResolution time.Duration
 	// NodeHeartbeat is how often the node reports itself alive in Redis; a node unseen
 	// for NodeTimeout is gone from GET /v1/admin/nodes.
 	NodeHeartbeat time.Duration
@@ -150,6 +154,8 @@ func (c *Config) table() config.Table {
 			Value: config.Duration(&c.RetainOutbox, config.NotNegative)},
 		{Env: "DISPATCH_RETAIN_AGENTS", Flag: "retain-agents", Default: "720h", Usage: "how long a uid's last poll and the agent it reported (version, hostname, labels: the clients list's last_seen and agent) are kept after its last poll; older ones are deleted by the retention janitor; 0: for ever",
 			Value: config.Duration(&c.RetainAgents, config.NotNegative)},
+		{Env: "DISPATCH_SEEN_RESOLUTION", Flag: "seen-resolution", Default: "2m", Usage: "how often a steadily polling uid's last poll is written to MySQL (at once when its agent reports something new): the clients list's last_seen lags the last poll by up to this and 5 s, and the fleet costs MySQL about a row per uid per this",
+			Value: config.Duration(&c.SeenResolution, config.Between(time.Second, 10*time.Minute))},
 		{Env: "DISPATCH_RETENTION_INTERVAL", Flag: "retention-interval", Default: "10m", Usage: "how often the retention janitor looks",
 			Value: config.Duration(&c.RetentionInterval, config.Positive)},
 		{Env: "DISPATCH_NODE_HEARTBEAT", Flag: "node-heartbeat", Default: "2s", Usage: "how often this node reports itself alive (and the background work it holds) in Redis",

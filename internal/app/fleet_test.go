@@ -323,3 +323,33 @@ func TestFleetPollWithAgentIsOneRedisRoundTripAndNoMySQL(t *testing.T) {
 		t.Fatal("a flush with MySQL closed: no error")
 	}
 }
+
+// A uid polling steadily is written once per DISPATCH_SEEN_RESOLUTION (2 min by
+// default), whatever its poll rate: the fleet view's writes are bounded by the fleet's
+// size over minutes (issue 43), and last_seen lags by up to the resolution.
+func TestSteadyPollsAreWrittenOncePerResolution(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	k := e.key("s1")
+	poll := func() {
+		t.Helper()
+		if code, out := e.do(0, "POST", "/v1/fetch", k, nil); code != 200 {
+			t.Fatalf("fetch: %d %v", code, out)
+		}
+		e.flush()
+	}
+	poll()
+	start := e.clock.Now()
+	for range 7 { // every 15 s for 105 s: within the resolution
+		e.clock.Advance(15 * time.Second)
+		poll()
+	}
+	if c := clientOf(t, e, "s1"); c["last_seen"] != ts(start) {
+		t.Fatalf("last_seen after 105 s of polls every 15 s: %v, want the first poll's %s (written once per 2 min)", c["last_seen"], ts(start))
+	}
+	e.clock.Advance(15 * time.Second)
+	poll()
+	if c := clientOf(t, e, "s1"); c["last_seen"] != ts(start.Add(2*time.Minute)) {
+		t.Fatalf("last_seen after 2 min of polls: %v, want %s", c["last_seen"], ts(start.Add(2*time.Minute)))
+	}
+}

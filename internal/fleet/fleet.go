@@ -60,7 +60,7 @@ type entry struct {
 // New returns a recorder writing to w.
 func New(w Writer, clk clock.Clock, log *slog.Logger, cfg Config) *Recorder {
 	if cfg.Resolution <= 0 {
-		cfg.Resolution = 30 * time.Second
+		cfg.Resolution = 2 * time.Minute
 	}
 	if cfg.Forget <= 0 {
 		cfg.Forget = 10 * time.Minute
