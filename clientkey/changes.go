@@ -10,7 +10,9 @@ import (
 // this feed: the change's own request tells the cache, and every node also reads the
 // changes noted in MySQL each second and tells the cache of those it has not told yet.
 // A change whose request could not reach Redis, or whose node died before telling it,
-// reaches the cache within a second of any node reaching Redis.
+// reaches the cache within a second of any node reaching Redis. The feed drops only a
+// set loaded before the change (the set notes when the keys it holds last changed):
+// a mass enrollment does not make every new agent's set be read again.
 const (
 	// ChangeStep is how often a node reads the key changes.
 	ChangeStep = time.Second
@@ -30,7 +32,7 @@ type changeFeed struct {
 	// found; the next read starts changeWindow before it.
 	read time.Time
 	// told holds the changes read since then and told once.
-	told map[changeID]time.Time
+	told map[changeID]time.Time // the change's time
 }
 
 func newChangeFeed(now time.Time) *changeFeed {
@@ -83,7 +85,7 @@ func (s *Service) applyChanges(ctx context.Context, f *changeFeed) error {
 			if _, done := f.told[id]; done {
 				continue
 			}
-			if err := s.cache.KeysChanged(ctx, c.UID); err != nil {
+			if err := s.cache.KeysChangedAt(ctx, c.UID, c.At); err != nil {
 				return err
 			}
 			f.told[id] = c.At
@@ -99,7 +101,7 @@ func (s *Service) applyChanges(ctx context.Context, f *changeFeed) error {
 	floor := now.Add(-changeWindow)
 	for id, at := range f.told {
 		if at.Before(floor) {
-			_ = s.cache.KeysChanged(ctx, id.uid) // the second telling is a precaution
+			_ = s.cache.KeysChangedAt(ctx, id.uid, at) // the second telling is a precaution
 			delete(f.told, id)
 		}
 	}

@@ -33,6 +33,13 @@ func (c *switchable) KeysChanged(ctx context.Context, uid string) error {
 	return c.Cache.KeysChanged(ctx, uid)
 }
 
+func (c *switchable) KeysChangedAt(ctx context.Context, uid string, at time.Time) error {
+	if c.down.Load() {
+		return errors.New("redis down")
+	}
+	return c.Cache.KeysChangedAt(ctx, uid, at)
+}
+
 type feedEnv struct {
 	svc   *clientkey.Service
 	st    *store.Store
@@ -152,9 +159,13 @@ func TestKeyChangeIsToldAgain(t *testing.T) {
 	if e.works(t, key) {
 		t.Fatal("a revoked key works")
 	}
-	// A promoted replica without the tellings: the key set as it was before.
+	// A promoted replica without the tellings: the key set as it was before, loaded
+	// before the revocation.
 	set := e.keys.ClientKeys("42")
 	if err := e.rdb.SAdd(ctx, set, "-", clientkey.Hash(key)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.HSet(ctx, e.keys.User("42"), "kat", "0").Err(); err != nil {
 		t.Fatal(err)
 	}
 	if !e.works(t, key) {
@@ -188,5 +199,35 @@ func TestKeySetLifetimes(t *testing.T) {
 	}
 	if ttl := e.rdb.PTTL(ctx, e.keys.ClientKeys("nobody")).Val(); ttl <= 0 || ttl > time.Minute {
 		t.Errorf("an unknown uid's answer lives %s, want at most a minute", ttl)
+	}
+}
+
+// The feed leaves alone a key set loaded after the change it tells of: after many keys
+// are issued at once, their users' sets are not dropped and read again from MySQL
+// (two tellings per node would make each one read twice more).
+func TestKeyChangeLeavesSetsLoadedSince(t *testing.T) {
+	t.Parallel()
+	e := newFeedEnv(t)
+	ctx := context.Background()
+	feed := e.svc.NewFeed()
+	key, err := e.svc.Issue(ctx, "admin", "42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !e.works(t, key) { // loads the set, with the issue in it
+		t.Fatal("a fresh key does not work")
+	}
+	set := e.keys.ClientKeys("42")
+	for range 40 { // the first telling, and the second as it leaves the window
+		e.clk.Advance(time.Second)
+		if err := feed.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := e.rdb.Exists(ctx, set).Val(); n != 1 {
+			t.Fatal("the feed dropped a key set loaded after the change it told of")
+		}
+	}
+	if !e.works(t, key) {
+		t.Fatal("the key stopped working")
 	}
 }

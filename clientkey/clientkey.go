@@ -47,6 +47,9 @@ type Cache interface {
 	VerifyKey(ctx context.Context, uid, hash string) error
 	// KeysChanged drops uid's cached key set after a change in the Store.
 	KeysChanged(ctx context.Context, uid string) error
+	// KeysChangedAt drops uid's cached key set unless it was loaded after a change
+	// the Store noted at at.
+	KeysChangedAt(ctx context.Context, uid string, at time.Time) error
 	// CountEnrollment counts one enrollment at now against a limit of rate a second
 	// and burst at once over every node, and returns 0, or how long to wait when the
 	// limit is reached. A rate of 0 is no limit.

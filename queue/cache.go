@@ -30,8 +30,9 @@ type Loader interface {
 	// LoadSource returns uid's cursor and exclude set and the active tasks targeted at
 	// uid or its groups that can have an occurrence in [from, until).
 	LoadSource(ctx context.Context, uid string, groups []string, from, until time.Time) (schedule.Source, error)
-	// ClientKeyHashes returns the hashes of uid's valid client keys.
-	ClientKeyHashes(ctx context.Context, uid string) ([]string, error)
+	// ClientKeyHashes returns the hashes of uid's valid client keys, and when they
+	// last changed (zero: not known).
+	ClientKeyHashes(ctx context.Context, uid string) (hashes []string, changed time.Time, err error)
 }
 
 // Config tunes the cache.

@@ -38,12 +38,19 @@ func (c *Cache) VerifyKey(ctx context.Context, uid, keyHash string) error {
 // by the change's request and by every node's reading of the changes), so the set may
 // live long: its TTL is a backstop, and keeps Redis clear of idle users.
 //
-// KEYS: user hash, key set. ARGV: kver, ttl milliseconds, hashes...
+// The user hash's kat notes when the keys the set holds last changed (µs, from MySQL:
+// the same clock as the changes the feed reads), so that the feed leaves a set loaded
+// after a change alone (KeysChangedAt).
+//
+// KEYS: user hash, key set. ARGV: kver, ttl milliseconds, kat, the user hash's ttl
+// seconds, hashes...
 var loadKeysScript = redis.NewScript(`
 if (redis.call('HGET', KEYS[1], 'kver') or '0') ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[2])
-redis.call('SADD', KEYS[2], '-', unpack(ARGV, 3))
+redis.call('SADD', KEYS[2], '-', unpack(ARGV, 5))
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
+redis.call('HSET', KEYS[1], 'kat', ARGV[3])
+if redis.call('TTL', KEYS[1]) == -1 then redis.call('EXPIRE', KEYS[1], ARGV[4]) end
 return 1
 `)
 
@@ -66,7 +73,7 @@ func (c *Cache) loadKeys(ctx context.Context, uid string, bounded bool) error {
 	} else if err != nil {
 		return unavailable("load keys", err)
 	}
-	hashes, err := c.loader.ClientKeyHashes(ctx, uid)
+	hashes, changed, err := c.loader.ClientKeyHashes(ctx, uid)
 	if err != nil {
 		return fmt.Errorf("load keys of %s: %w", uid, err)
 	}
@@ -76,8 +83,12 @@ func (c *Cache) loadKeys(ctx context.Context, uid string, bounded bool) error {
 		// made-up uids cannot fill Redis for long.
 		ttl = min(ttl, noKeysTTL)
 	}
-	args := make([]any, 0, 2+len(hashes))
-	args = append(args, kver, ttl.Milliseconds())
+	var kat int64
+	if !changed.IsZero() {
+		kat = changed.UnixMicro()
+	}
+	args := make([]any, 0, 4+len(hashes))
+	args = append(args, kver, ttl.Milliseconds(), kat, c.ttl())
 	for _, h := range hashes {
 		args = append(args, h)
 	}
@@ -102,6 +113,31 @@ return 1
 // MySQL, so that a revoked key stops working at once.
 func (c *Cache) KeysChanged(ctx context.Context, uid string) error {
 	err := keysChangedScript.Run(ctx, c.rdb, []string{c.keys.User(uid), c.keys.ClientKeys(uid)}, c.ttl()).Err()
+	if err != nil {
+		return unavailable("keys changed", err)
+	}
+	return nil
+}
+
+// keysChangedAtScript is keysChangedScript for a change the feed read, made at
+// ARGV[1] (µs): a set loaded after it (kat at or past it) holds it already and stays.
+// KEYS: user hash, key set. ARGV: the change's time in µs, ttl seconds.
+var keysChangedAtScript = redis.NewScript(nextVersion + `
+if tonumber(redis.call('HGET', KEYS[1], 'kat') or '0') >= tonumber(ARGV[1]) and redis.call('EXISTS', KEYS[2]) == 1 then
+  return 0
+end
+local v = next_version(redis.call('HGET', KEYS[1], 'kver'))
+if v then redis.call('HSET', KEYS[1], 'kver', v) else redis.call('HINCRBY', KEYS[1], 'kver', 1) end
+if redis.call('TTL', KEYS[1]) == -1 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
+redis.call('DEL', KEYS[2])
+return 1
+`)
+
+// KeysChangedAt drops uid's cached key set unless it was loaded after a change of
+// uid's keys made at at (the time MySQL noted): the key-change feed's telling, which
+// leaves alone the sets polls loaded since.
+func (c *Cache) KeysChangedAt(ctx context.Context, uid string, at time.Time) error {
+	err := keysChangedAtScript.Run(ctx, c.rdb, []string{c.keys.User(uid), c.keys.ClientKeys(uid)}, at.UnixMicro(), c.ttl()).Err()
 	if err != nil {
 		return unavailable("keys changed", err)
 	}

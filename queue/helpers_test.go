@@ -55,7 +55,7 @@ func (l *fakeLoader) LoadSource(ctx context.Context, uid string, groups []string
 	return src, nil
 }
 
-func (l *fakeLoader) ClientKeyHashes(ctx context.Context, uid string) ([]string, error) {
+func (l *fakeLoader) ClientKeyHashes(ctx context.Context, uid string) ([]string, time.Time, error) {
 	l.mu.Lock()
 	l.keyCalls++
 	n := l.keyCalls
@@ -65,7 +65,7 @@ func (l *fakeLoader) ClientKeyHashes(ctx context.Context, uid string) ([]string,
 	if hook != nil {
 		hook(n)
 	}
-	return hashes, nil
+	return hashes, time.Time{}, nil
 }
 
 func (l *fakeLoader) counts() (groups, source, keys int) {

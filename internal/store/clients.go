@@ -210,10 +210,13 @@ func lockClient(ctx context.Context, tx *sql.Tx, uid string, now time.Time) erro
 }
 
 // lockClientKeys is lockClient for a change of uid's keys: it also notes the change's
-// time, which KeyChanges reports to every node, in the same statement.
+// time, which KeyChanges reports to every node, in the same statement. A uid's change
+// times only rise (a change after another, on a node whose clock is behind, is noted a
+// microsecond after it), so a cached set noting the time of the keys it holds is older
+// than any later change (KeysChangedAt).
 func lockClientKeys(ctx context.Context, tx *sql.Tx, uid string, now time.Time) error {
 	_, err := tx.ExecContext(ctx, `INSERT INTO client (uid, created_at, keys_at) VALUES (?, ?, ?)
-		ON DUPLICATE KEY UPDATE keys_at = VALUES(keys_at)`, uid, now, now)
+		ON DUPLICATE KEY UPDATE keys_at = GREATEST(VALUES(keys_at), COALESCE(keys_at + INTERVAL 1 MICROSECOND, VALUES(keys_at)))`, uid, now, now)
 	return err
 }
 
@@ -254,23 +257,30 @@ func (s *Store) RevokeClientKeys(ctx context.Context, actor, uid string, now tim
 	return int(n), mysqlErr("revoke client keys", err)
 }
 
-// ClientKeyHashes returns the hashes of uid's live keys.
-func (s *Store) ClientKeyHashes(ctx context.Context, uid string) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx,
-		"SELECT key_hash FROM client_key WHERE uid = ? AND revoked_at IS NULL", uid)
+// ClientKeyHashes returns the hashes of uid's live keys, and the time of their last
+// change (KeyChanges; zero when none was noted), read in one statement.
+func (s *Store) ClientKeyHashes(ctx context.Context, uid string) ([]string, time.Time, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT NULL, keys_at FROM client WHERE uid = ?
+		UNION ALL SELECT key_hash, NULL FROM client_key WHERE uid = ? AND revoked_at IS NULL`, uid, uid)
 	if err != nil {
-		return nil, mysqlErr("client keys", err)
+		return nil, time.Time{}, mysqlErr("client keys", err)
 	}
 	defer rows.Close()
 	var out []string
+	var changed time.Time
 	for rows.Next() {
-		var h string
-		if err := rows.Scan(&h); err != nil {
-			return nil, mysqlErr("client keys", err)
+		var h sql.NullString
+		var at sql.NullTime
+		if err := rows.Scan(&h, &at); err != nil {
+			return nil, time.Time{}, mysqlErr("client keys", err)
 		}
-		out = append(out, h)
+		if h.Valid {
+			out = append(out, h.String)
+		} else if at.Valid {
+			changed = at.Time
+		}
 	}
-	return out, mysqlErr("client keys", rows.Err())
+	return out, changed, mysqlErr("client keys", rows.Err())
 }
 
 // KeyChanges returns the changes of client keys noted after (at, uid), in that order,

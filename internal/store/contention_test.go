@@ -224,7 +224,7 @@ func TestConcurrentWritesNeverContend(t *testing.T) {
 
 func liveKeys(t *testing.T, st *store.Store, uid string) int {
 	t.Helper()
-	h, err := st.ClientKeyHashes(context.Background(), uid)
+	h, _, err := st.ClientKeyHashes(context.Background(), uid)
 	if err != nil {
 		t.Fatal(err)
 	}
