@@ -54,8 +54,10 @@ type DispatchFilter struct {
 	From, To time.Time
 }
 
-// DispatchCursor is where a page of dispatch records ends: records are ordered by
-// (dispatched_at, log_id) descending, and the next page starts after this one.
+// DispatchCursor is where a page of dispatch records ends: records are ordered by log
+// id descending (a log id carries its record's dispatch time, so this is newest
+// first), and the next page starts after this one. The dispatch time rides along so
+// that cursors keep the form they always had.
 type DispatchCursor struct {
 	DispatchedAt time.Time
 	LogID        string

@@ -581,7 +581,7 @@ func (c *claimRun) grant(ctx context.Context) error {
 			}
 			cl := &c.claims[i]
 			if c.ds[i] == nil {
-				d := cl.NewDispatch(newID(), c.jobs[i].in.now)
+				d := cl.NewDispatch(newLogID(c.jobs[i].in.now), c.jobs[i].in.now)
 				if cl.Prior.Attempts > 0 {
 					expired := taskd.Dispatch{UID: cl.UID, Occurrence: cl.Occurrence}
 					if found, err := takeUp(ctx, c.tx, &expired); err != nil {

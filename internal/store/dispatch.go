@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/taskpull/taskd"
 	"github.com/taskpull/taskd/schedule"
 )
@@ -141,7 +139,7 @@ func (s *Store) Resume(ctx context.Context, uid, logID string, now time.Time, ta
 				"UPDATE dispatch SET state = ?, waiting_uid = NULL WHERE log_id = ?", prev.Superseded(), logID); err != nil {
 				return err
 			}
-			next := prev.NextAttempt(newID(), t, take, now)
+			next := prev.NextAttempt(newLogID(now), t, take, now)
 			if err := insertDispatches(ctx, tx, []*taskd.Dispatch{next}); err != nil {
 				if isDuplicate(err) {
 					outcome = busyOutcome(err)
@@ -487,8 +485,6 @@ type EventsConfig struct {
 
 // SetEvents configures event emission; call before serving.
 func (s *Store) SetEvents(c EventsConfig) { s.events = c }
-
-func newID() string { return uuid.Must(uuid.NewV7()).String() }
 
 // ---- the heap's source (queue.Loader) ----
 

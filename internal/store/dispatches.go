@@ -53,50 +53,47 @@ func scanRecord(row scanner) (taskd.DispatchRecord, error) {
 // dispatchList is the query of a page of records matching f, newest first, after the
 // cursor after (nil: the first page).
 //
-// The page is a walk down one key from its newest entry, never a scan or a sort: every
-// key it may read has the filter's equality columns, then dispatched_at, then (InnoDB
-// appends it) log_id, so the key's order is the page's order and the cursor a range
-// on it. The query names the keys its filters allow (FORCE INDEX): the optimizer picks
-// among them by their estimates, but may not fall back to a table scan and a sort,
-// which it would take for a small table or a wide time range. A user's records go by
-// idx_uid_time, a task's by idx_task_time, a state's by idx_state_time (an agent's
-// list is a user's), and with no filter idx_time; with several filters the other
-// conditions are checked on the rows the chosen key gives.
+// The page is a walk down one key from its newest entry, never a sort: a log id
+// carries its record's dispatch time (logid.go), so the primary key's order is the
+// page's order, and a user's records go by idx_uid, which is (uid, log_id). The cursor
+// and the time range are ranges of ids (the range exact on dispatched_at too). The
+// query names the key (FORCE INDEX), lest the optimizer take a scan and a sort for a
+// small table or a wide range. A task's or a state's records are found on the walk, so
+// a page of a rare state reads the records newer than its last one.
 func dispatchList(f taskd.DispatchFilter, after *taskd.DispatchCursor, limit int) (string, []any) {
-	var keys, where []string
+	key := "PRIMARY"
+	var where []string
 	var args []any
 	if f.UID != "" {
-		keys, where, args = append(keys, "idx_uid_time"), append(where, "uid = ?"), append(args, f.UID)
+		key, where, args = "idx_uid", append(where, "uid = ?"), append(args, f.UID)
 	}
 	if f.Task.Kind != 0 {
-		keys, where = append(keys, "idx_task_time"), append(where, "task_kind = ? AND task_id = ?")
+		where = append(where, "task_kind = ? AND task_id = ?")
 		args = append(args, f.Task.Kind, f.Task.ID)
 	}
 	if f.State != 0 {
-		keys, where, args = append(keys, "idx_state_time"), append(where, "state = ?"), append(args, f.State)
-	}
-	if len(keys) == 0 {
-		keys = []string{"idx_time"}
+		where, args = append(where, "state = ?"), append(args, f.State)
 	}
 	if !f.From.IsZero() {
-		where, args = append(where, "dispatched_at >= ?"), append(args, f.From)
+		where = append(where, "log_id >= ? AND dispatched_at >= ?")
+		args = append(args, logIDFloor(f.From), f.From)
 	}
 	if !f.To.IsZero() {
-		where, args = append(where, "dispatched_at < ?"), append(args, f.To)
+		where = append(where, "log_id <= ? AND dispatched_at < ?")
+		args = append(args, logIDCeiling(f.To), f.To)
 	}
 	if after != nil {
-		where = append(where, "(dispatched_at < ? OR (dispatched_at = ? AND log_id < ?))")
-		args = append(args, after.DispatchedAt, after.DispatchedAt, after.LogID)
+		where, args = append(where, "log_id < ?"), append(args, after.LogID)
 	}
-	q := "SELECT " + recordColumns + " FROM dispatch FORCE INDEX (" + strings.Join(keys, ", ") + ")"
+	q := "SELECT " + recordColumns + " FROM dispatch FORCE INDEX (" + key + ")"
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	return q + " ORDER BY dispatched_at DESC, log_id DESC LIMIT ?", append(args, limit)
+	return q + " ORDER BY log_id DESC LIMIT ?", append(args, limit)
 }
 
-// ListDispatches returns up to limit records matching f, newest first (by dispatched_at,
-// then log_id), after the cursor after (nil: from the newest).
+// ListDispatches returns up to limit records matching f, newest first (by log id, which
+// is by dispatched_at and then the id), after the cursor after (nil: from the newest).
 func (s *Store) ListDispatches(ctx context.Context, f taskd.DispatchFilter, after *taskd.DispatchCursor, limit int) ([]taskd.DispatchRecord, error) {
 	q, args := dispatchList(f, after, limit)
 	rows, err := s.db.QueryContext(ctx, q, args...)

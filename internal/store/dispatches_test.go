@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/taskpull/taskd"
 	"github.com/taskpull/taskd/internal/store"
 	"github.com/taskpull/taskd/internal/testenv"
@@ -35,11 +33,11 @@ func plantDispatches(t *testing.T, db *sql.DB, n int, at time.Time) []string {
 			case i%97 == 0:
 				state = taskd.StateOpen
 			}
-			id := uuid.Must(uuid.NewV7()).String()
+			dispatched := at.Add(time.Duration(i/3) * time.Second)
+			id := store.NewLogID(dispatched)
 			ids = append(ids, id)
 			rows = append(rows, "(?, ?, ?, ?, ?, 1, 1, ?, 1, '{}', ?)")
-			args = append(args, id, fmt.Sprintf("u%d", i%40), 1+i%2, 1+i%30, at.Truncate(time.Hour), state,
-				at.Add(time.Duration(i/3)*time.Second))
+			args = append(args, id, fmt.Sprintf("u%d", i%40), 1+i%2, 1+i%30, at.Truncate(time.Hour), state, dispatched)
 		}
 		if _, err := db.Exec(`INSERT INTO dispatch (log_id, uid, task_kind, task_id, due_at, mode, attempt, state,
 			template_id, params, dispatched_at) VALUES `+strings.Join(rows, ", "), args...); err != nil {

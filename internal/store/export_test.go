@@ -81,3 +81,12 @@ func MySQLErr(op string, err error) error { return mysqlErr(op, err) }
 
 // SetMaxTries bounds the tries of a transaction that meets concurrent ones.
 func (s *Store) SetMaxTries(n int) { s.maxTries = n }
+
+// NewLogID is newLogID, for tests that plant records as the claim writes them.
+var NewLogID = newLogID
+
+// LogIDAt is an id of at, as newLogID makes it when the clock moves on.
+func LogIDAt(at time.Time) string { return logIDAt(at).String() }
+
+// LogIDBounds are logIDFloor and logIDCeiling.
+var LogIDBounds = func(from, to time.Time) (string, string) { return logIDFloor(from), logIDCeiling(to) }

@@ -192,9 +192,9 @@ func (s *Store) VersionStats(ctx context.Context, from, to time.Time) ([]taskd.V
 		COUNT(CASE WHEN d.result = 2 AND d.finished_at >= ? AND d.finished_at < ? THEN 1 END),
 		COUNT(CASE WHEN (d.state = 4 OR (d.state = 6 AND d.result IS NULL)) AND d.finished_at >= ? AND d.finished_at < ? THEN 1 END)
 		FROM dispatch d LEFT JOIN client_agent a ON a.uid = d.uid
-		WHERE (d.dispatched_at >= ? AND d.dispatched_at < ?) OR (d.finished_at >= ? AND d.finished_at < ?)
+		WHERE `+inWindow("d")+`
 		GROUP BY COALESCE(a.version, '') ORDER BY 1`,
-		from, to, from, to, from, to, from, to, from, to, from, to)
+		append([]any{from, to, from, to, from, to, from, to}, windowArgs(from, to)...)...)
 	if err != nil {
 		return nil, mysqlErr("version stats", err)
 	}

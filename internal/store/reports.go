@@ -142,9 +142,16 @@ func (s *Store) Events(ctx context.Context, f taskd.EventFilter, after *taskd.Ev
 		if p.typ == taskd.EventRedo {
 			id = `CONCAT(log_id, ':redo:', redo_count)`
 		}
+		// A dispatch event's record lies in a range of ids; a later event's among the
+		// records changed since the range's start (logid.go, migration 0024).
+		bound, bargs := "log_id >= ? AND log_id <= ?", []any{logIDFloor(f.From), logIDCeiling(f.To)}
+		if p.typ != taskd.EventDispatch {
+			bound, bargs = "changed_at >= ?", []any{f.From}
+		}
 		selects = append(selects, `SELECT `+id+` AS event_id, '`+string(p.typ)+`' AS type,
 			log_id, uid, task_kind, task_id, due_at, attempt, `+result+` AS result, `+p.at+` AS at, stage, `+reason+` AS reason
-			FROM dispatch WHERE `+p.at+` >= ? AND `+p.at+` < ?`+p.extra+where)
+			FROM dispatch WHERE `+bound+` AND `+p.at+` >= ? AND `+p.at+` < ?`+p.extra+where)
+		args = append(args, bargs...)
 		args = append(args, f.From, f.To)
 		args = append(args, common...)
 	}
@@ -286,9 +293,9 @@ func (s *Store) Stats(ctx context.Context, from, to time.Time) ([]taskd.TaskStat
 		COUNT(CASE WHEN state = 6 AND finished_at >= ? AND finished_at < ? THEN 1 END),
 		COALESCE(SUM(CASE WHEN dispatched_at >= ? AND dispatched_at < ? THEN redo_count ELSE 0 END), 0)
 		FROM dispatch
-		WHERE (dispatched_at >= ? AND dispatched_at < ?) OR (finished_at >= ? AND finished_at < ?)
+		WHERE `+inWindow("")+`
 		GROUP BY task_kind, task_id`,
-		from, to, from, to, from, to, from, to, from, to, from, to, from, to, from, to)
+		append([]any{from, to, from, to, from, to, from, to, from, to, from, to}, windowArgs(from, to)...)...)
 	if err != nil {
 		return nil, mysqlErr("stats", err)
 	}
@@ -309,7 +316,7 @@ func (s *Store) Stats(ctx context.Context, from, to time.Time) ([]taskd.TaskStat
 
 	rows, err = s.db.QueryContext(ctx, `SELECT task_kind, task_id,
 		TIMESTAMPDIFF(MICROSECOND, dispatched_at, finished_at) DIV 1000 FROM dispatch
-		WHERE result IS NOT NULL AND finished_at >= ? AND finished_at < ?`, from, to)
+		WHERE changed_at >= ? AND result IS NOT NULL AND finished_at >= ? AND finished_at < ?`, from, from, to)
 	if err != nil {
 		return nil, mysqlErr("stats", err)
 	}
@@ -384,4 +391,21 @@ func percentile(sorted []int64, p int) *int64 {
 	rank := (p*len(sorted) + 99) / 100 // ceil(p/100 * n)
 	v := sorted[max(rank, 1)-1]
 	return &v
+}
+
+// inWindow is the condition of the records (of table alias a, "" for none) dispatched
+// or finished in a window, with windowArgs's arguments: each half walks a key (the
+// primary key's range of ids, idx_changed from the window's start), and MySQL merges
+// the two.
+func inWindow(a string) string {
+	if a != "" {
+		a += "."
+	}
+	return "((" + a + "log_id >= ? AND " + a + "log_id <= ? AND " + a + "dispatched_at >= ? AND " + a + "dispatched_at < ?) OR (" +
+		a + "changed_at >= ? AND " + a + "finished_at >= ? AND " + a + "finished_at < ?))"
+}
+
+// windowArgs are inWindow's arguments for [from, to).
+func windowArgs(from, to time.Time) []any {
+	return []any{logIDFloor(from), logIDCeiling(to), from, to, from, from, to}
 }

@@ -65,17 +65,16 @@ type Cutoffs struct {
 // PruneBatch deletes up to limit rows of each kind older than its cutoff and says how
 // many it deleted of each. A dispatch record is deleted only once it has ended for good:
 // not open, not waiting beside its user's slot (a retry, a next stage, an expired
-// attempt to be taken again), finished before the cutoff (by idx_finished).
+// attempt to be taken again), finished and last changed before the cutoff (by idx_changed).
 func (s *Store) PruneBatch(ctx context.Context, c Cutoffs, limit int) (dispatches, outbox int64, err error) {
 	if !c.Dispatches.IsZero() {
 		// An admin's retry or cancel, or a redo, is an event of the record's too: kept as
 		// long as a finish would be. A record of an occurrence still on offer decides
 		// what its user may take (an until_exhausted occurrence dead for the user).
-		res, err := s.db.ExecContext(ctx, `DELETE FROM dispatch WHERE finished_at < ? AND open_uid IS NULL
-			AND waiting_uid IS NULL AND state <> ? AND due_at < ?
-			AND (retried_at IS NULL OR retried_at < ?) AND (cancelled_at IS NULL OR cancelled_at < ?)
-			AND (last_redo_at IS NULL OR last_redo_at < ?) ORDER BY finished_at LIMIT ?`,
-			c.Dispatches, taskd.StateOpen, c.Offered, c.Dispatches, c.Dispatches, c.Dispatches, limit)
+		// changed_at is the latest of the finish, retry, cancel and redo (migration 0024).
+		res, err := s.db.ExecContext(ctx, `DELETE FROM dispatch WHERE changed_at < ? AND finished_at IS NOT NULL
+			AND open_uid IS NULL AND waiting_uid IS NULL AND state <> ? AND due_at < ? ORDER BY changed_at LIMIT ?`,
+			c.Dispatches, taskd.StateOpen, c.Offered, limit)
 		if err != nil {
 			return 0, 0, mysqlErr("prune dispatches", err)
 		}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"testing"
+
+	"github.com/google/uuid"
 )
 
 // PlantQuotaViolation inserts dispatch records, straight into the database, for an
@@ -34,7 +36,7 @@ func PlantQuotaViolation(t testing.TB, db *sql.DB) (taskID string) {
 		_, err = db.Exec(`INSERT INTO dispatch (log_id, uid, task_kind, task_id, due_at, mode, attempt, state, result,
 			template_id, params, dispatched_at, finished_at)
 			SELECT ?, `+uid+`, task_kind, task_id, due_at, mode, 1, 3, 1, template_id, params, NOW(6), NOW(6)
-			FROM dispatch WHERE log_id = ?`, fmt.Sprintf("planted-%d", i), logID)
+			FROM dispatch WHERE log_id = ?`, uuid.Must(uuid.NewV7()).String(), logID) // an id of now, as the server makes them
 		if err != nil {
 			t.Fatalf("plant: %v", err)
 		}
