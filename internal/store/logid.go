@@ -12,7 +12,8 @@ import (
 // A dispatch record's log id is a UUIDv7 (RFC 9562) that carries the record's dispatch
 // time: the 48-bit Unix milliseconds, then, in the 12 bits the RFC leaves to extra
 // clock precision, the microseconds within that millisecond. The primary key's order
-// is therefore the dispatch order to the microsecond (ties broken by the random rest),
+// is therefore the dispatch order to the microsecond (ties in the order a process made
+// them),
 // and the records dispatched in a time range are a range of ids: the lists, events and
 // stats walk the primary key instead of an index of their own (migration 0024).
 
