@@ -96,7 +96,9 @@ func (f *HeapFeed) Run(ctx context.Context) {
 // ones wait for a later step. On an error it stops: the next step reads from the same
 // point again.
 func (f *HeapFeed) Step(ctx context.Context) error {
-	now := f.cache.clock.Now()
+	// At MySQL's precision, so that a change as old as the window is read by the same
+	// step that forgets it, not once more by the next.
+	now := f.cache.clock.Now().Truncate(time.Microsecond)
 	ripe := now.Add(-HeapChangeSkew)
 	at, id := f.read.Add(-HeapChangeWindow), int64(0)
 	for {
