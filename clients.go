@@ -72,3 +72,12 @@ type KeyChange struct {
 	UID string
 	At  time.Time
 }
+
+// HeapChange says that a change made at At invalidated the cached heaps of Target, an
+// executor: one user's (uid_<id>), or every member's of a group (gid_<id>). ID orders
+// the changes noted at the same time.
+type HeapChange struct {
+	ID     int64
+	Target string
+	At     time.Time
+}

@@ -43,6 +43,8 @@ type Config struct {
 	// Horizon is how far ahead a heap must reach to be valid (seed: CACHE_TIME, a day).
 	Horizon time.Duration
 	// Refresh is how long a heap stays valid: it is built to reach now+Horizon+Refresh.
+	// It bounds how long a lost invalidation the heap-change feed does not apply again
+	// leaves a heap stale (default 6 hours).
 	Refresh time.Duration
 	// MaxDue is how many due entries one peek returns.
 	MaxDue int
@@ -82,7 +84,7 @@ func (c *Config) setDefaults() {
 		c.Horizon = 24 * time.Hour
 	}
 	if c.Refresh <= 0 {
-		c.Refresh = time.Hour
+		c.Refresh = 6 * time.Hour
 	}
 	if c.MaxDue <= 0 {
 		c.MaxDue = 8

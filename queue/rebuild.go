@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -114,22 +113,34 @@ func (c *Cache) Rebuild(ctx context.Context, uid string) error {
 // other slots, so they are not checked here: a heap written with a generation that has
 // moved since is found stale by the next peek, which compares them.
 //
+// The heap notes hat, Redis's time (µs) when the rebuild read the version, before it
+// read MySQL: the heap-change feed leaves a heap built after a change alone
+// (HeapChangedAt).
+//
 // KEYS: user hash, heap. ARGV: ver, groups, gens, win, ttl seconds, cut ("1" or "0"),
-// exp, then score, member pairs.
+// exp, hat, then score, member pairs.
 var rebuildScript = redis.NewScript(`
 if (redis.call('HGET', KEYS[1], 'ver') or '0') ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[2])
 local n = #ARGV
-local j = 8
+local j = 9
 while j <= n do
   local last = math.min(j + 999, n)
   redis.call('ZADD', KEYS[2], unpack(ARGV, j, last))
   j = last + 1
 end
-redis.call('HSET', KEYS[1], 'hver', ARGV[1], 'groups', ARGV[2], 'gens', ARGV[3], 'win', ARGV[4], 'cut', ARGV[6], 'exp', ARGV[7])
+redis.call('HSET', KEYS[1], 'hver', ARGV[1], 'groups', ARGV[2], 'gens', ARGV[3], 'win', ARGV[4], 'cut', ARGV[6], 'exp', ARGV[7], 'hat', ARGV[8])
 redis.call('EXPIRE', KEYS[1], ARGV[5])
-if n >= 8 then redis.call('EXPIRE', KEYS[2], ARGV[5]) end
+if n >= 9 then redis.call('EXPIRE', KEYS[2], ARGV[5]) end
 return 1
+`)
+
+// versionScript reads the user's version and Redis's time (µs), on the user's node.
+//
+// KEYS: user hash. Reply: ver ("0" when none), time.
+var versionScript = redis.NewScript(`
+local t = redis.call('TIME')
+return {redis.call('HGET', KEYS[1], 'ver') or '0', string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]))}
 `)
 
 // generationScript reads a group generation's copy and keeps it alive at least as long
@@ -145,12 +156,14 @@ return v
 
 func (c *Cache) build(ctx context.Context, uid string) (*built, error) {
 	started := time.Now()
-	ver, err := c.rdb.HGet(ctx, c.keys.User(uid), "ver").Result()
-	if errors.Is(err, redis.Nil) {
-		ver = "0"
-	} else if err != nil {
+	read, err := versionScript.Run(ctx, c.rdb, []string{c.keys.User(uid)}).StringSlice()
+	if err != nil {
 		return nil, unavailable("rebuild", err)
 	}
+	if len(read) != 2 {
+		return nil, unavailable("rebuild", fmt.Errorf("version script replied %q", read))
+	}
+	ver, hat := read[0], read[1]
 	gids, err := c.loader.UserGroups(ctx, uid)
 	if err != nil {
 		return nil, fmt.Errorf("rebuild %s: %w", uid, err)
@@ -189,8 +202,8 @@ func (c *Cache) build(ctx context.Context, uid string) (*built, error) {
 	if len(entries) > c.cfg.MaxHeap {
 		cached, win, isCut = cutOffer(entries, c.cfg.MaxHeap)
 	}
-	args := make([]any, 0, 7+2*len(cached))
-	args = append(args, ver, groups, strings.Join(gens, ","), win, c.ttl(), isCut, now.Add(c.cfg.Refresh).Unix())
+	args := make([]any, 0, 8+2*len(cached))
+	args = append(args, ver, groups, strings.Join(gens, ","), win, c.ttl(), isCut, now.Add(c.cfg.Refresh).Unix(), hat)
 	for _, e := range cached {
 		args = append(args, e.DueAt.Unix(), Member(e))
 	}

@@ -54,6 +54,9 @@ type App struct {
 	Fleet *fleet.Recorder
 	// Members is this node's membership (heartbeats in Redis) and the live nodes.
 	Members *queue.Members
+	// HeapFeed applies again the heap invalidations of admin changes that Redis lost
+	// (each second, from MySQL's heap_change).
+	HeapFeed *queue.HeapFeed
 	// sweeps are the parts of the lease sweep this node holds (sweeper.go).
 	sweeps  *queue.Shares
 	metrics *metrics.Metrics
@@ -84,9 +87,10 @@ func New(cfg Config, deps Deps) *App {
 	deps.Store.ObserveContention(a.metrics.Contended)
 	a.guard = authguard.New(cfg.AuthFailureBurst, cfg.AuthFailureRate, nil)
 	a.Cache = queue.NewCache(deps.Redis, loader, deps.Clock,
-		queue.Config{Prefix: cfg.RedisPrefix, CatchUp: cfg.CatchUp, KeyTTL: cfg.KeyRecheck,
+		queue.Config{Prefix: cfg.RedisPrefix, CatchUp: cfg.CatchUp, KeyTTL: cfg.KeyRecheck, Refresh: cfg.HeapRefresh,
 			RebuildRate: cfg.RebuildRate, RebuildBurst: cfg.RebuildBurst, PollRate: cfg.PollRate, PollBurst: cfg.PollBurst,
 			Metrics: a.metrics})
+	a.HeapFeed = a.Cache.NewHeapFeed(deps.Store, deps.Log)
 	a.Keys = clientkey.New(deps.Store, a.Cache, deps.Clock, deps.Log,
 		clientkey.Config{EnrollSecret: cfg.EnrollSecret, EnrolledKeysPerUID: cfg.KeysPerUID, AdminKeysPerUID: cfg.AdminKeysPerUID,
 			EnrollUIDs: cfg.EnrollUIDs, EnrollRate: cfg.EnrollRate, EnrollBurst: cfg.EnrollBurst})
@@ -131,6 +135,7 @@ func (a *App) RunBackground(ctx context.Context) {
 	wg.Go(func() { a.Campaigns.Run(ctx) })
 	wg.Go(func() { a.Admin.RunRollouts(ctx) })
 	wg.Go(func() { a.Keys.RunChanges(ctx) })
+	wg.Go(func() { a.HeapFeed.Run(ctx) })
 	wg.Go(func() { a.divideSweeps(ctx) })
 	a.Dispatch.RunSweeper(ctx, a.cfg.SweepInterval, a.sweepShards)
 	wg.Wait()
@@ -195,6 +200,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.KeyRecheck <= 0 {
 		c.KeyRecheck = 24 * time.Hour
+	}
+	if c.HeapRefresh <= 0 {
+		c.HeapRefresh = 6 * time.Hour
 	}
 	if c.RebuildRate <= 0 {
 		c.RebuildRate = 1000

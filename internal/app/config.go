@@ -95,6 +95,10 @@ type Config struct {
 	// MySQL again, if no change of the keys dropped it sooner (a uid's having no key:
 	// a minute at most). Changes reach the cache through clientkey's feed.
 	KeyRecheck time.Duration
+	// HeapRefresh is how long a user's cached heap is served before it is rebuilt from
+	// MySQL however nothing changed (queue.Config.Refresh): a backstop, since every
+	// node's heap-change feed applies again within seconds an invalidation that was lost.
+	HeapRefresh time.Duration
 
 	// sources says where LoadConfig took each setting that is not its default: the env
 	// name, or "flag -<name>"; see Source.
@@ -192,6 +196,8 @@ func (c *Config) table() config.Table {
 			Value: config.Duration(&c.UploadTimeout, config.Positive)},
 		{Env: "DISPATCH_KEY_RECHECK", Flag: "key-recheck", Default: "24h", Usage: "how long a cached client key set stays before MySQL is asked again, if no change of the uid's keys dropped it sooner (a uid's having none: a minute at most); a change reaches the cache at once, or within a second of Redis answering again",
 			Value: config.Duration(&c.KeyRecheck, config.Positive)},
+		{Env: "DISPATCH_HEAP_REFRESH", Flag: "heap-refresh", Default: "6h", Usage: "how long a user's cached heap is served before it is rebuilt from MySQL though nothing changed (it is built to reach 24 h plus this ahead, at most 128 entries); an admin change reaches it at once, or within about two seconds through every node's heap-change feed when its own invalidation was lost, so this is a backstop; an idle poll every 30 s costs MySQL about four statements per this",
+			Value: config.Duration(&c.HeapRefresh, config.Between(time.Minute, 24*time.Hour))},
 	}
 }
 

@@ -8,8 +8,9 @@ import (
 )
 
 // The retention janitor: finished dispatch records older than DISPATCH_RETAIN_DISPATCHES,
-// outbox rows older than DISPATCH_RETAIN_OUTBOX and the client_agent rows of uids that
-// have not polled for DISPATCH_RETAIN_AGENTS are deleted every
+// outbox rows older than DISPATCH_RETAIN_OUTBOX, the client_agent rows of uids that
+// have not polled for DISPATCH_RETAIN_AGENTS and heap changes older than
+// heapChangeRetention are deleted every
 // DISPATCH_RETENTION_INTERVAL, in batches of pruneBatch rows, each its own short
 // statement with a pause between (no long locks, no long transactions), by one node at
 // a time (the janitor lease, a MySQL advisory lock).
@@ -17,9 +18,15 @@ import (
 // pruneBatch is how many rows of each kind one statement deletes at most.
 const pruneBatch = 500
 
+// heapChangeRetention is how long a heap change is kept: the feed reads the last 30 s
+// (queue.HeapChangeWindow); what is kept beyond that lets a node whose reads failed
+// for a while (MySQL or Redis away) tell the cache of the changes made meanwhile, for up
+// to a quarter of an hour.
+const heapChangeRetention = 15 * time.Minute
+
 // runJanitor prunes every interval until ctx is done.
 func (a *App) runJanitor(ctx context.Context) {
-	if a.cfg.RetentionInterval <= 0 || (a.cfg.RetainDispatches <= 0 && a.cfg.RetainOutbox <= 0 && a.cfg.RetainAgents <= 0) {
+	if a.cfg.RetentionInterval <= 0 { // heap changes are always pruned
 		return
 	}
 	t := time.NewTicker(a.cfg.RetentionInterval)
@@ -38,8 +45,8 @@ func (a *App) runJanitor(ctx context.Context) {
 
 // Pruned is what one Prune deleted; Skipped says another node holds the janitor lease.
 type Pruned struct {
-	Dispatches, Outbox, Agents int64
-	Skipped                    bool
+	Dispatches, Outbox, Agents, HeapChanges int64
+	Skipped                                 bool
 }
 
 // Prune deletes what is past its retention now, if this node gets the janitor lease.
@@ -83,6 +90,9 @@ func (a *App) Prune(ctx context.Context) (Pruned, error) {
 			return p, err
 		}
 	}
+	if err := a.pruneHeapChanges(ctx, now.Add(-heapChangeRetention), &p); err != nil {
+		return p, err
+	}
 	if p.Outbox > 0 {
 		a.deps.Log.WarnContext(ctx, "retention: outbox rows older than DISPATCH_RETAIN_OUTBOX deleted before Kafka took them",
 			"count", p.Outbox)
@@ -103,6 +113,25 @@ func (a *App) pruneAgents(ctx context.Context, cutoff time.Time, p *Pruned) erro
 		n, err := a.deps.Store.PruneAgents(ctx, cutoff, pruneBatch)
 		p.Agents += n
 		a.metrics.Pruned("client_agent", n)
+		if err != nil || n < pruneBatch {
+			return err
+		}
+		t := time.NewTimer(10 * time.Millisecond) // let other work at the rows in between
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// pruneHeapChanges deletes, in batches, the heap changes noted before cutoff.
+func (a *App) pruneHeapChanges(ctx context.Context, cutoff time.Time, p *Pruned) error {
+	for {
+		n, err := a.deps.Store.PruneHeapChanges(ctx, cutoff, pruneBatch)
+		p.HeapChanges += n
+		a.metrics.Pruned("heap_change", n)
 		if err != nil || n < pruneBatch {
 			return err
 		}

@@ -88,7 +88,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"limit"}),
 		pruned: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "taskd_retention_deleted_rows_total",
-			Help: "Rows the retention janitor deleted, by table: dispatch (finished records past DISPATCH_RETAIN_DISPATCHES), event_outbox (past DISPATCH_RETAIN_OUTBOX), client_agent (uids quiet past DISPATCH_RETAIN_AGENTS).",
+			Help: "Rows the retention janitor deleted, by table: dispatch (finished records past DISPATCH_RETAIN_DISPATCHES), event_outbox (past DISPATCH_RETAIN_OUTBOX), client_agent (uids quiet past DISPATCH_RETAIN_AGENTS), heap_change (heap invalidations noted for the feed, after 15 minutes).",
 		}, []string{"table"}),
 		contention: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "taskd_mysql_contention_total",

@@ -198,6 +198,9 @@ func (s *Store) CreateTask(ctx context.Context, actor string, t taskd.Task, now 
 		if t, err = getTask(ctx, tx, t.Key); err != nil {
 			return err
 		}
+		if err := noteHeapChanges(ctx, tx, now, t.Executor); err != nil {
+			return err
+		}
 		return audit(ctx, tx, actor, "task.create", t.Key.String(), nil, taskAudit(t), now)
 	})
 	return t, mysqlErr("create task", err)
@@ -346,6 +349,9 @@ func (s *Store) ReplaceTask(ctx context.Context, actor string, key taskd.TaskKey
 		if after, err = getTask(ctx, tx, t.Key); err != nil {
 			return err
 		}
+		if err := noteHeapChanges(ctx, tx, now, before.Executor, after.Executor); err != nil {
+			return err
+		}
 		return audit(ctx, tx, actor, "task.replace", t.Key.String(), taskAudit(before), taskAudit(after), now)
 	})
 	return before, after, mysqlErr("replace task", err)
@@ -370,6 +376,9 @@ func (s *Store) DeleteTask(ctx context.Context, actor string, key taskd.TaskKey,
 		}
 		// A deleted task's rollout ends with it (nothing steps or lists it any more).
 		if err := syncRollout(ctx, tx, before.Rollout, taskd.Task{Key: key}, now); err != nil {
+			return err
+		}
+		if err := noteHeapChanges(ctx, tx, now, before.Executor); err != nil {
 			return err
 		}
 		return audit(ctx, tx, actor, "task.delete", key.String(), taskAudit(before), nil, now)
@@ -464,6 +473,9 @@ func (s *Store) AddMembers(ctx context.Context, actor, gid string, uids []string
 		if err := writeMembers(ctx, tx, gid, added, false, now); err != nil {
 			return err
 		}
+		if err := noteHeapChanges(ctx, tx, now, userTargets(added)...); err != nil {
+			return err
+		}
 		return audit(ctx, tx, actor, "group.add_members", "group:"+gid, nil, map[string]any{"added": added}, now)
 	})
 	return added, mysqlErr("add members", err)
@@ -483,6 +495,9 @@ func (s *Store) RemoveMember(ctx context.Context, actor, gid, uid string, now ti
 		n, _ := res.RowsAffected()
 		if removed = n > 0; !removed {
 			return nil
+		}
+		if err := noteHeapChanges(ctx, tx, now, taskd.UserExecutor(uid)); err != nil {
+			return err
 		}
 		return audit(ctx, tx, actor, "group.remove_member", "group:"+gid, map[string]string{"uid": uid}, nil, now)
 	})
@@ -527,6 +542,9 @@ func (s *Store) ReplaceMembers(ctx context.Context, actor, gid string, uids []st
 			return err
 		}
 		changed = sortedSet(append(gone, fresh...))
+		if err := noteHeapChanges(ctx, tx, now, userTargets(changed)...); err != nil {
+			return err
+		}
 		return audit(ctx, tx, actor, "group.replace_members", "group:"+gid,
 			map[string]any{"uids": current}, map[string]any{"uids": after}, now)
 	})

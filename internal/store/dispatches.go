@@ -155,6 +155,15 @@ func (s *Store) intervene(ctx context.Context, actor, action, logID string, now 
 		if err := change(tx, r, &c); err != nil {
 			return err
 		}
+		// The admin service invalidates the user's heap after the commit, and, when the
+		// change gave a slot back to a group task's exhausted occurrence, the group's.
+		targets := []string{taskd.UserExecutor(d.UID)}
+		if e, err := taskd.ParseExecutor(c.Executor); err == nil && e.Group && c.Reopened {
+			targets = append(targets, e.String())
+		}
+		if err := noteHeapChanges(ctx, tx, now, targets...); err != nil {
+			return err
+		}
 		if c.Record, err = readRecord(ctx, tx, logID); err != nil {
 			return err
 		}
