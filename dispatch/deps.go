@@ -45,6 +45,9 @@ type Store interface {
 		delay time.Duration, now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error)
 	// Complete finishes uid's dispatch logID with result.
 	Complete(ctx context.Context, uid, logID string, result taskd.Result, detail json.RawMessage, now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error)
+	// NoteHeapChanges notes that the heaps of targets (executors) went stale at now,
+	// for every node's heap-change feed to apply.
+	NoteHeapChanges(ctx context.Context, now time.Time, targets ...string) error
 }
 
 // Cache is what the dispatch service needs from the cache (Redis, package queue): each

@@ -25,6 +25,14 @@ type fakeStore struct {
 	GetDispatchFn   func(ctx context.Context, logID string) (*taskd.Dispatch, error)
 	RedoFn          func(ctx context.Context, d *taskd.Dispatch, now time.Time) (bool, error)
 	ExpireFn        func(ctx context.Context, logID string, now time.Time) (*taskd.Dispatch, error)
+	NoteFn          func(ctx context.Context, now time.Time, targets ...string) error
+}
+
+func (f *fakeStore) NoteHeapChanges(ctx context.Context, now time.Time, targets ...string) error {
+	if f.NoteFn == nil {
+		return unset("NoteHeapChanges")
+	}
+	return f.NoteFn(ctx, now, targets...)
 }
 
 func unset(name string) error {
@@ -107,6 +115,8 @@ func (f *fakeStore) Complete(context.Context, string, string, taskd.Result, json
 // <log id>", ...) and whose peeks are PeekFn's.
 type fakeCache struct {
 	PeekFn func(ctx context.Context, uid, keyHash string, now time.Time, n int) (schedule.View, error)
+	// InvalidateErr is what the invalidations answer (nil: they succeed).
+	InvalidateErr error
 
 	mu     sync.Mutex
 	calls  []string
@@ -155,12 +165,12 @@ func (f *fakeCache) ForgetOpen(context.Context, string) error {
 
 func (f *fakeCache) InvalidateUser(context.Context, string) error {
 	f.record("InvalidateUser")
-	return nil
+	return f.InvalidateErr
 }
 
 func (f *fakeCache) InvalidateGroup(context.Context, string) error {
 	f.record("InvalidateGroup")
-	return nil
+	return f.InvalidateErr
 }
 
 func (f *fakeCache) VerifyKey(context.Context, string, string) error { return nil }

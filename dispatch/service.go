@@ -284,8 +284,8 @@ func (s *Service) notTargeted(ctx context.Context, uid string, outcome taskd.Cla
 	if outcome != taskd.NotTargeted {
 		return
 	}
-	if err := s.cache.InvalidateUser(ctx, uid); err != nil {
-		s.log.WarnContext(ctx, "a claim found a task that no longer targets its user; the user's heap stays until its window renews",
+	if err := s.invalidateUser(ctx, uid); err != nil {
+		s.log.WarnContext(ctx, "a claim found a task that no longer targets its user; the user's heap stays until the heap-change feed reaches Redis",
 			"component", "dispatch", "uid", uid, "err", err)
 	}
 }
@@ -379,13 +379,34 @@ func (s *Service) expired(ctx context.Context, logID string, now time.Time) erro
 // as they were for the others costs them nothing: their heaps still hold it.
 func (s *Service) afterExpire(ctx context.Context, d *taskd.Dispatch) error {
 	s.clearOpen(ctx, d.UID, schedule.OpenIs(d.LogID))
-	if err := s.cache.InvalidateUser(ctx, d.UID); err != nil {
+	if err := s.invalidateUser(ctx, d.UID); err != nil {
 		return err
 	}
 	if e, err := taskd.ParseExecutor(d.Executor); err == nil && e.Group && d.Reopened {
-		return s.cache.InvalidateGroup(ctx, e.ID)
+		return s.invalidate(ctx, taskd.GroupExecutor(e.ID), func() error { return s.cache.InvalidateGroup(ctx, e.ID) })
 	}
 	return nil
+}
+
+// invalidateUser makes uid's heap stale after a change MySQL committed (invalidate).
+func (s *Service) invalidateUser(ctx context.Context, uid string) error {
+	return s.invalidate(ctx, taskd.UserExecutor(uid), func() error { return s.cache.InvalidateUser(ctx, uid) })
+}
+
+// invalidate runs the cache's invalidation of target's heaps; when Redis refuses it,
+// it notes the change in MySQL, so that every node's heap-change feed applies it once
+// Redis answers again (without the note, the heaps would stay until
+// DISPATCH_HEAP_REFRESH). The cache's error is returned either way.
+func (s *Service) invalidate(ctx context.Context, target string, invalidate func() error) error {
+	err := invalidate()
+	if err == nil {
+		return nil
+	}
+	if nerr := s.store.NoteHeapChanges(context.WithoutCancel(ctx), s.now(), target); nerr != nil {
+		s.log.WarnContext(ctx, "an invalidation Redis refused could not be noted for the heap-change feed either; the heaps stay until their refresh",
+			"component", "dispatch", "target", target, "err", nerr)
+	}
+	return err
 }
 
 // pop, setOpen and clearOpen write a fetch's or complete's outcome to the cache. They
@@ -557,19 +578,19 @@ func (s *Service) finish(ctx context.Context, uid, logID string, clearHint bool,
 			// from a waiting dispatch's entry (so did any stage but a first, and the
 			// attempt after an admin's retry), and the rebuild from the new cursor puts
 			// the occurrence back.
-			return outcome, true, s.cache.InvalidateUser(ctx, uid)
+			return outcome, true, s.invalidateUser(ctx, uid)
 		}
 		return outcome, false, nil
 	case taskd.RetryScheduled, taskd.StageDone:
 		// The failed attempt (or the next stage) left the open slot and waits in the
 		// user's heap: the rebuild puts it there, due at its retry time.
 		clear()
-		return outcome, true, s.cache.InvalidateUser(ctx, uid)
+		return outcome, true, s.invalidateUser(ctx, uid)
 	case taskd.AlreadyDone:
 		if d != nil && (d.State == taskd.StateRetryWait || d.State == taskd.StateStaged) {
 			// A repeat of a complete whose cache update failed: make sure the retry is
 			// in the heap.
-			return outcome, true, s.cache.InvalidateUser(ctx, uid)
+			return outcome, true, s.invalidateUser(ctx, uid)
 		}
 		return outcome, false, nil
 	case taskd.ExpiredNow:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -162,6 +163,36 @@ func TestTakeNotTargeted(t *testing.T) {
 	}
 	if !c.wasPopped(e) || !c.called("InvalidateUser") {
 		t.Errorf("cache writes %v; want the entry popped and the user invalidated", c.calls)
+	}
+}
+
+// An invalidation Redis refuses is noted in MySQL for the heap-change feed, which
+// applies it once Redis answers; one Redis took is not noted.
+func TestTakeNotTargetedNotesARefusedInvalidation(t *testing.T) {
+	for _, refused := range []bool{false, true} {
+		var noted []string
+		st := &fakeStore{
+			ClaimFn: func(context.Context, string, taskd.Occurrence, time.Time, taskd.Take) (taskd.ClaimOutcome, *taskd.Dispatch, error) {
+				return taskd.NotTargeted, nil, nil
+			},
+			NoteFn: func(_ context.Context, now time.Time, targets ...string) error {
+				if !now.Equal(at) {
+					t.Errorf("noted at %v, want the service's now %v", now, at)
+				}
+				noted = append(noted, targets...)
+				return nil
+			},
+		}
+		c := &fakeCache{PeekFn: peeking(entry(1))}
+		if refused {
+			c.InvalidateErr = errors.New("redis: connection refused")
+		}
+		if _, err := fakeService(st, c).Fetch(t.Context(), "u", "key", 0); err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool][]string{true: {"uid_u"}}[refused]; !slices.Equal(noted, want) {
+			t.Errorf("invalidation refused %v: noted %v, want %v", refused, noted, want)
+		}
 	}
 }
 

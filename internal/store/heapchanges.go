@@ -36,6 +36,14 @@ func noteHeapChanges(ctx context.Context, tx *sql.Tx, now time.Time, targets ...
 	return nil
 }
 
+// NoteHeapChanges notes, in a transaction of its own, that heaps of targets went stale
+// at now: for a change already committed whose invalidation Redis refused (the
+// dispatch path's: an expiry, a retry's wait), so that the feed applies it once Redis
+// answers again.
+func (s *Store) NoteHeapChanges(ctx context.Context, now time.Time, targets ...string) error {
+	return mysqlErr("note heap changes", s.inTx(ctx, func(tx *sql.Tx) error { return noteHeapChanges(ctx, tx, now, targets...) }))
+}
+
 // userTargets are the executors of uids.
 func userTargets(uids []string) []string {
 	out := make([]string, len(uids))
