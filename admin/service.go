@@ -208,8 +208,8 @@ const membershipSync = 30 * time.Second
 // are told on a context of their own, so a client that hangs up or runs out of time
 // does not cut the telling short; should Redis fail, a removed member still cannot
 // take the group's tasks (a claim reads the membership in MySQL, and rebuilds the
-// heap of a user it refuses), and an added member sees them when its heap's window
-// renews, within the hour.
+// heap of a user it refuses), and an added member sees them when every node's
+// heap-change feed applies the change noted with it, once Redis answers.
 func (s *Service) membershipChanged(ctx context.Context, gid string, uids []string) {
 	if len(uids) == 0 {
 		return
