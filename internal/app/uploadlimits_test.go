@@ -49,7 +49,9 @@ func TestConcurrentUploadsAreBounded(t *testing.T) {
 	var code int
 	var hdr http.Header
 	var out map[string]any
-	for range 200 { // the first upload's slot is taken as its handler runs
+	// The first upload's slot is taken once its handler runs, which on a loaded machine
+	// may take a while: until then, each upload here is taken (and adds an item).
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
 		code, hdr, out = e.uploadTo(path, strings.NewReader("\"c\"\n"))
 		if code != 200 {
 			break
