@@ -280,11 +280,15 @@ func (cs *Campaigns) UploadItems() http.Handler {
 			return 0, nil, err
 		}
 		// A slot of this node's uploads, held until the reply (the spooled file
-		// lives until then); none free: refused at once, before any byte is read.
+		// lives until then); none free: refused at once, before any byte is read, and
+		// the connection closed after the reply (net/http would otherwise read up to
+		// 256 KiB of the unread upload first, and hold the reply for as long as a slow
+		// uploader takes to send them).
 		select {
 		case cs.uploads <- struct{}{}:
 			defer func() { <-cs.uploads }()
 		default:
+			w.Header().Set("Connection", "close")
 			return 0, nil, &taskd.Error{Code: taskd.CodeRateLimited, RetryAfter: uploadRetry,
 				Message: fmt.Sprintf("upload: this node is reading %d uploads already (DISPATCH_UPLOADS); retry after Retry-After seconds", cap(cs.uploads))}
 		}

@@ -36,22 +36,41 @@ func TestConcurrentUploadsAreBounded(t *testing.T) {
 	t.Parallel()
 	e := newEnvWith(t, 1, func(c *app.Config) { c.UploadsPerNode = 1 })
 	_, path := e.campaign(map[string]any{"items": map[string]any{"uids": []string{"a"}}})
-	slow, feed := io.Pipe()
-	defer feed.Close()
-	first := make(chan int, 1)
-	go func() {
-		code, _, _ := e.uploadTo(path, slow)
-		first <- code
-	}()
-	// More than the client's write buffer: the request reaches the server, and its
-	// handler is reading (holding the slot) once this returns.
-	feed.Write([]byte(strings.Repeat("\"b\"\n", 20_000)))
+	// slowUpload starts an upload that sends part of its items and waits (until feed is
+	// closed); first answers its status.
+	slowUpload := func() (feed *io.PipeWriter, first chan int) {
+		slow, feed := io.Pipe()
+		first = make(chan int, 1)
+		go func() {
+			code, _, _ := e.uploadTo(path, slow)
+			slow.Close()
+			first <- code
+		}()
+		// More than the client's write buffer: the request is on its way once this
+		// returns (or fails: the upload was refused).
+		feed.Write([]byte(strings.Repeat("\"b\"\n", 20_000)))
+		return feed, first
+	}
+	feed, first := slowUpload()
+	defer func() { feed.Close() }()
 	var code int
 	var hdr http.Header
 	var out map[string]any
-	// The first upload's slot is taken once its handler runs, which on a loaded machine
-	// may take a while: until then, each upload here is taken (and adds an item).
+	// The slow upload's handler takes the slot once it runs, which on a loaded machine
+	// may take a while: until then each upload here is taken (and adds an item). One of
+	// them may hold the slot as that handler runs, which is then refused at once (and
+	// tried again), not left waiting for its unread upload.
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		select {
+		case c := <-first:
+			if c != 429 {
+				t.Fatalf("the slow upload ended with %d before it was all sent", c)
+			}
+			feed.Close()
+			feed, first = slowUpload()
+			continue
+		default:
+		}
 		code, hdr, out = e.uploadTo(path, strings.NewReader("\"c\"\n"))
 		if code != 200 {
 			break
@@ -62,6 +81,18 @@ func TestConcurrentUploadsAreBounded(t *testing.T) {
 	if code != 429 || errObj["code"] != "rate_limited" || hdr.Get("Retry-After") == "" ||
 		!strings.Contains(fmt.Sprint(errObj["message"]), "DISPATCH_UPLOADS") {
 		t.Fatalf("an upload past the limit: %d %v (Retry-After %q), want 429 rate_limited naming DISPATCH_UPLOADS", code, out, hdr.Get("Retry-After"))
+	}
+	// A second slow upload, refused while the first holds the slot, hears so at once,
+	// though it goes on sending (the server does not read its upload first).
+	second, refused := slowUpload()
+	defer second.Close()
+	select {
+	case c := <-refused:
+		if c != 429 {
+			t.Fatalf("a second slow upload: %d, want 429", c)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a second slow upload was not refused while it kept sending")
 	}
 	feed.Close()
 	if code := <-first; code != 200 {
