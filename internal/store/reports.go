@@ -99,6 +99,20 @@ func (s *Store) Claims(ctx context.Context, tasks []taskd.TaskKey, from, to time
 	return out, nil
 }
 
+// laterEvents are the events of a record after its dispatch: the column of their time,
+// and what the record must be to have had one.
+var laterEvents = []struct {
+	typ      taskd.EventType
+	at, cond string
+}{
+	{taskd.EventComplete, "finished_at", "result IS NOT NULL"},
+	{taskd.EventExpire, "finished_at", "state = 4 OR (state = 6 AND result IS NULL)"},
+	{taskd.EventDead, "finished_at", "state = 6"},
+	{taskd.EventCancel, "cancelled_at", "TRUE"},
+	{taskd.EventRetry, "retried_at", "TRUE"},
+	{taskd.EventRedo, "last_redo_at", "TRUE"},
+}
+
 // Events derives events from the dispatch records, newest first: each record is a
 // dispatch event, its completion a complete event, its expiry an expire event and its
 // latest redo a redo event; a dead one a dead event, a cancelled one a cancel event
@@ -114,45 +128,38 @@ func (s *Store) Events(ctx context.Context, f taskd.EventFilter, after *taskd.Ev
 		where += " AND task_kind = ? AND task_id = ?"
 		common = append(common, f.Task.Kind, f.Task.ID)
 	}
-	parts := []struct {
-		typ       taskd.EventType
-		at, extra string
-	}{
-		{taskd.EventDispatch, "dispatched_at", ""},
-		{taskd.EventComplete, "finished_at", " AND result IS NOT NULL"},
-		{taskd.EventExpire, "finished_at", " AND (state = 4 OR (state = 6 AND result IS NULL))"},
-		{taskd.EventDead, "finished_at", " AND state = 6"},
-		{taskd.EventCancel, "cancelled_at", ""},
-		{taskd.EventRetry, "retried_at", ""},
-		{taskd.EventRedo, "last_redo_at", ""},
-	}
+	// A record's dispatch event lies in a range of ids; its later events among the
+	// records changed since the window's start (logid.go, migration 0024), read in one
+	// walk of idx_changed joined with the kinds asked for: each kind's time, condition,
+	// result and reason as a CASE on the kind.
 	var selects []string
 	var args []any
-	for _, p := range parts {
-		if f.Type != "" && f.Type != p.typ {
-			continue
+	if f.Type == "" || f.Type == taskd.EventDispatch {
+		selects = append(selects, `SELECT CONCAT(log_id, ':dispatch') AS event_id, 'dispatch' AS type,
+			log_id, uid, task_kind, task_id, due_at, attempt, NULL AS result, dispatched_at AS at, stage, NULL AS reason
+			FROM dispatch WHERE log_id >= ? AND log_id <= ? AND dispatched_at >= ? AND dispatched_at < ?`+where)
+		args = append(args, logIDFloor(f.From), logIDCeiling(f.To), f.From, f.To)
+		args = append(args, common...)
+	}
+	var kinds []string
+	for _, k := range laterEvents {
+		if f.Type == "" || f.Type == k.typ {
+			kinds = append(kinds, "SELECT '"+string(k.typ)+"' AS k")
 		}
-		result, reason := "NULL", "NULL"
-		if p.typ == taskd.EventComplete {
-			result, reason = "result", "reason"
+	}
+	if len(kinds) > 0 {
+		at, cond := "CASE k.k", "CASE k.k"
+		for _, k := range laterEvents {
+			at += " WHEN '" + string(k.typ) + "' THEN " + k.at
+			cond += " WHEN '" + string(k.typ) + "' THEN " + k.cond
 		}
-		// The id is taskd.EventID's, so an event here is found under the same id in
-		// Kafka and Elasticsearch.
-		id := `CONCAT(log_id, ':` + string(p.typ) + `')`
-		if p.typ == taskd.EventRedo {
-			id = `CONCAT(log_id, ':redo:', redo_count)`
-		}
-		// A dispatch event's record lies in a range of ids; a later event's among the
-		// records changed since the range's start (logid.go, migration 0024).
-		bound, bargs := "log_id >= ? AND log_id <= ?", []any{logIDFloor(f.From), logIDCeiling(f.To)}
-		if p.typ != taskd.EventDispatch {
-			bound, bargs = "changed_at >= ?", []any{f.From}
-		}
-		selects = append(selects, `SELECT `+id+` AS event_id, '`+string(p.typ)+`' AS type,
-			log_id, uid, task_kind, task_id, due_at, attempt, `+result+` AS result, `+p.at+` AS at, stage, `+reason+` AS reason
-			FROM dispatch WHERE `+bound+` AND `+p.at+` >= ? AND `+p.at+` < ?`+p.extra+where)
-		args = append(args, bargs...)
-		args = append(args, f.From, f.To)
+		at, cond = at+" END", cond+" END"
+		selects = append(selects, `SELECT IF(k.k = 'redo', CONCAT(log_id, ':redo:', redo_count), CONCAT(log_id, ':', k.k)) AS event_id,
+			k.k AS type, log_id, uid, task_kind, task_id, due_at, attempt, IF(k.k = 'complete', result, NULL) AS result,
+			`+at+` AS at, stage, IF(k.k = 'complete', reason, NULL) AS reason
+			FROM dispatch JOIN (`+strings.Join(kinds, " UNION ALL ")+`) k
+			WHERE changed_at >= ? AND `+at+` >= ? AND `+at+` < ? AND `+cond+where)
+		args = append(args, f.From, f.From, f.To)
 		args = append(args, common...)
 	}
 	if len(selects) == 0 {
