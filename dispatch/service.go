@@ -594,7 +594,7 @@ func (s *Service) Progress(ctx context.Context, uid, keyHash, logID string, chec
 	}
 	// Each report is a MySQL write: it counts against the user's poll limit, as a
 	// fetch does, so that one key cannot write as fast as it can send.
-	if err := s.cache.CountPoll(ctx, uid, s.now()); err != nil {
+	if err := s.cache.CountPoll(uid, s.now()); err != nil {
 		return nil, err
 	}
 	if taskd.IsCampaignLog(logID) {

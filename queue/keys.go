@@ -21,10 +21,6 @@ func (k Keys) Heap(uid string) string { return k.Prefix + "{u:" + uid + "}:heap"
 // ClientKeys is the set of SHA-256 hashes of the user's valid client keys.
 func (k Keys) ClientKeys(uid string) string { return k.Prefix + "{u:" + uid + "}:keys" }
 
-// Poll is the user's poll rate limiter: the theoretical arrival time of its next poll
-// (GCRA), in microseconds; it expires a second after a full burst is available again.
-func (k Keys) Poll(uid string) string { return k.Prefix + "{u:" + uid + "}:poll" }
-
 // Lock is the short cross-node lock held while one node rebuilds the user's heap.
 func (k Keys) Lock(uid string) string { return k.Prefix + "{u:" + uid + "}:lock" }
 

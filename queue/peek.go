@@ -14,29 +14,25 @@ import (
 	"github.com/taskpull/taskd/schedule"
 )
 
-// peekScript is a poll's one look at the user's slot: it checks the client key, counts
-// the poll against the limit, judges the heap and returns what is due. The generations
-// of the user's groups live on other slots: peek reads them in the same round trip and
-// compares them with the ones the heap names.
+// peekScript is a poll's one look at the user's slot: it checks the client key, judges
+// the heap and returns what is due. It writes nothing (the poll limit is counted in
+// the node's memory, limit.go). The generations of the user's groups live on other
+// slots: peek reads them in the same round trip and compares them with the ones the
+// heap names.
 //
-// KEYS[1] user hash, KEYS[2] heap, KEYS[3] client key set, KEYS[4] poll limiter.
+// KEYS[1] user hash, KEYS[2] heap, KEYS[3] client key set.
 // ARGV[1] now (Unix s), ARGV[2] horizon (the heap must cover up to it), ARGV[3] max due
-// entries, ARGV[4] the key hash ("" to skip the check and the count), ARGV[5] the
-// catch-up floor (an entry older than it makes the heap stale: the cursor never lags
-// more), ARGV[6] the poll limit's emission interval in µs (0: no limit), ARGV[7] its
-// burst, ARGV[8] now in µs, ARGV[9] the groups the caller believes the heap was built
-// for (comma-joined).
+// entries, ARGV[4] the key hash ("" to skip the check), ARGV[5] the catch-up floor (an
+// entry older than it makes the heap stale: the cursor never lags more), ARGV[6] the
+// groups the caller believes the heap was built for (comma-joined).
 //
-// A poll with a valid key is counted against the limit (GCRA: each poll moves the key's
-// theoretical arrival time on by the interval; a poll that would move it more than a
-// burst ahead of now is refused, and changes nothing). Returns, flat (decodePeek reads
-// it): {"badkey"}; {"limited", µs to wait}; {"nokeys", heap status}; {status, open,
-// groups, ver} with status cold, stale, or groups (the heap was built for other groups
-// than the caller's); or {"ok", open, ver, gens, cut, next member, next score, then
-// member, score of each due entry}, with next "" for none, and cut the window's end of
-// a cut heap holding no entry not yet due (the next due time is then the first entry
-// left out's), else "".
-var peekScript = redis.NewScript(gcra + `
+// Returns, flat (decodePeek reads it): {"badkey"}; {"nokeys", heap status}; {status,
+// open, groups, ver} with status cold, stale, or groups (the heap was built for other
+// groups than the caller's); or {"ok", open, ver, gens, cut, next member, next score,
+// then member, score of each due entry}, with next "" for none, and cut the window's
+// end of a cut heap holding no entry not yet due (the next due time is then the first
+// entry left out's), else "".
+var peekScript = redis.NewScript(`
 -- An occurrence older than the catch-up floor makes the heap stale; a waiting dispatch
 -- of the user (member <p>|d|<log_id>) does not: it stays until taken, however old.
 local function stale_below(heap, floor)
@@ -74,12 +70,8 @@ if nokeys then
   if status == 'ok' and stale_below(KEYS[2], ARGV[5]) then status = 'stale' end
   return {'nokeys', status}
 end
-if ARGV[4] ~= '' then
-  local wait = gcra(KEYS[4], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]))
-  if wait then return {'limited', wait} end
-end
 if status ~= 'ok' then return {status, open, h[3] or '', ver} end
-if h[3] ~= ARGV[9] then return {'groups', open, h[3], ver} end
+if h[3] ~= ARGV[6] then return {'groups', open, h[3], ver} end
 -- The first entry alone says most polls' answer: if it is not due, nothing is, and it
 -- is the next. Only a heap whose first entry is older than the floor is looked at
 -- further for staleness.
@@ -103,8 +95,7 @@ return reply
 
 // peekReply is peekScript's answer, decoded, with the generations checked.
 type peekReply struct {
-	status string // ok, badkey, limited, nokeys, cold, stale or groups
-	wait   string // limited: the µs to wait
+	status string // ok, badkey, nokeys, cold, stale or groups
 	heap   string // nokeys: the heap's status (ok, cold or stale)
 	open   string // the open dispatch hint (ok, cold, stale, groups)
 	groups string // cold, stale, groups: the groups the heap was built for
@@ -126,8 +117,6 @@ func decodePeek(res []any, groups string, gens []*redis.StringCmd) (peekReply, e
 	r := peekReply{status: str(0)}
 	switch r.status {
 	case "badkey":
-	case "limited":
-		r.wait = str(1)
 	case "nokeys":
 		r.heap = str(1)
 	case "cold", "stale", "groups":
@@ -177,10 +166,9 @@ func decodePeek(res []any, groups string, gens []*redis.StringCmd) (peekReply, e
 // trip is shared with the peeks of other users waiting at the same moment (pipeline.go).
 func (c *Cache) peek(ctx context.Context, uid, groups, keyHash string, now time.Time, maxDue int) (peekReply, error) {
 	call := &peekCall{ctx: ctx}
-	call.keysBuf = [4]string{c.keys.User(uid), c.keys.Heap(uid), c.keys.ClientKeys(uid), c.keys.Poll(uid)}
+	call.keysBuf = [3]string{c.keys.User(uid), c.keys.Heap(uid), c.keys.ClientKeys(uid)}
 	call.keys = call.keysBuf[:]
-	call.argsBuf = [9]any{now.Unix(), now.Add(c.cfg.Horizon).Unix(), maxDue, keyHash, c.floor(now),
-		c.pollArgs[0], c.pollArgs[1], now.UnixMicro(), groups}
+	call.argsBuf = [6]any{now.Unix(), now.Add(c.cfg.Horizon).Unix(), maxDue, keyHash, c.floor(now), groups}
 	call.args = call.argsBuf[:]
 	if groups != "" {
 		call.gens = call.gensBuf[:0]
@@ -200,9 +188,10 @@ func (c *Cache) peek(ctx context.Context, uid, groups, keyHash string, now time.
 	return decodePeek(res, groups, call.genCmds)
 }
 
-// Peek checks keyHash (unless empty) and returns the user's open dispatch hint and the
+// Peek checks keyHash (unless empty), counts the poll against the user's poll limit
+// once the key is found valid, and returns the user's open dispatch hint and the
 // entries due at now, rebuilding the heap from MySQL first if it is cold or stale. A
-// warm peek is one Redis round trip.
+// warm peek is one Redis round trip, a read.
 func (c *Cache) Peek(ctx context.Context, uid, keyHash string, now time.Time) (schedule.View, error) {
 	return c.PeekN(ctx, uid, keyHash, now, c.cfg.MaxDue)
 }
@@ -230,14 +219,21 @@ func (c *Cache) PeekN(ctx context.Context, uid, keyHash string, now time.Time, m
 		if err != nil {
 			return schedule.View{}, err
 		}
+		if keyHash != "" && res.status != "badkey" && res.status != "nokeys" {
+			// The key is valid: the poll counts, once, before anything is rebuilt (a
+			// refusal reads nothing from MySQL), and the looks that follow do not
+			// check the key again.
+			if err := c.CountPoll(uid, now); err != nil {
+				return schedule.View{}, err
+			}
+			keyHash = ""
+		}
 		switch res.status {
 		case "ok":
 			c.cfg.Metrics.HeapLookup(true)
 			return res.view, nil
 		case "badkey":
 			return schedule.View{}, ErrBadKey
-		case "limited":
-			return schedule.View{}, c.limited(uid, res.wait)
 		case "nokeys":
 			// Only a user whose heap needs a rebuild too is turned away when the
 			// rebuild budget is spent: a warm user's key set goes after a change of its keys.
@@ -247,10 +243,8 @@ func (c *Cache) PeekN(ctx context.Context, uid, keyHash string, now time.Time, m
 		case "groups":
 			groups = res.groups
 			c.groups.Store(uid, groups)
-			keyHash = "" // checked, and the poll counted: not again
 		case "cold", "stale":
 			c.cfg.Metrics.HeapLookup(false)
-			keyHash = "" // checked, and the poll counted: not again
 			// Invalidations keep landing between a rebuild's reads and its write (the
 			// write refused), or just after it (what it wrote is stale already: a
 			// group generation moved). The offer a rebuild read from MySQL is no older

@@ -16,8 +16,8 @@ import (
 // one that finds them all in flight waits, and when a round trip lands, the peeks that
 // waited meanwhile go out together in the next, one pipeline. No peek waits for company
 // (there is no timer): batches form only while Redis is busy, and grow with the load.
-// Each peek keeps its own script call (its own key check, its own poll counted, its own
-// reads) and gets its own reply; only the round trip is shared.
+// Each peek keeps its own script call (its own key check, its own reads) and gets its
+// own reply; only the round trip is shared.
 
 // peekFlights is how many peek round trips may be in flight at once: two, so that one
 // batch's replies are decoded while Redis runs the next.
@@ -50,8 +50,8 @@ type peekCall struct {
 	lead  []*peekCall   // the batch this call sends (lead[0] is itself)
 
 	// Room for a typical call's slices, so that a peek allocates less.
-	keysBuf [4]string
-	argsBuf [9]any
+	keysBuf [3]string
+	argsBuf [6]any
 	gensBuf [2]string
 	cmdsBuf [2]*redis.StringCmd
 	alone   [1]*peekCall
@@ -135,8 +135,7 @@ func (p *peekPipeline) take() []*peekCall {
 // sendPeeks is the pipeline's round trip: every call's script and generation reads in
 // one pipeline (on a cluster, one per node concerned, in parallel). A call whose
 // script Redis does not know (NOSCRIPT: after a restart or a failover, or on a new
-// node) is sent once more after the script is loaded on every node; only those calls,
-// so that no other call's poll is counted twice.
+// node) is sent once more after the script is loaded on every node; only those calls.
 func (c *Cache) sendPeeks(calls []*peekCall) {
 	ctx, cancel := tripContext(calls)
 	defer cancel()

@@ -266,16 +266,20 @@ func (m *Metrics) RateLimited(limit string) {
 	}
 }
 
-// RegisterLimits exposes the configured limits: the poll rate (per second, per user; 0
-// for none) and its burst.
-func RegisterLimits(reg prometheus.Registerer, pollRate float64, pollBurst int) {
+// RegisterLimits exposes the configured limits: the poll rate (per second, per user and
+// node; 0 for none) and its burst, and how many users hold a bucket of it on this node
+// (read from users at scrape time).
+func RegisterLimits(reg prometheus.Registerer, pollRate float64, pollBurst int, users func() int) {
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "taskd_poll_rate_limit",
-			Help: "Polls a second allowed to each user over all nodes (DISPATCH_POLL_RATE); 0: no limit."},
+			Help: "Polls a second allowed to each user on each node (DISPATCH_POLL_RATE); 0: no limit."},
 			func() float64 { return pollRate }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "taskd_poll_burst_limit",
-			Help: "Polls at once allowed to each user (DISPATCH_POLL_BURST)."},
-			func() float64 { return float64(pollBurst) }))
+			Help: "Polls at once allowed to each user on each node (DISPATCH_POLL_BURST)."},
+			func() float64 { return float64(pollBurst) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "taskd_poll_limit_users",
+			Help: "Users this node holds a poll-limit bucket for: those that polled it within the time a bucket takes to fill (DISPATCH_POLL_BURST / DISPATCH_POLL_RATE)."},
+			func() float64 { return float64(users()) }))
 }
 
 // OverBudget records a poll turned away because the node's rebuild budget was spent.
