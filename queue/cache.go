@@ -10,6 +10,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -124,6 +125,9 @@ type Cache struct {
 	peeks peekPipeline
 	// polls is the poll limit (limit.go); nil: none.
 	polls *keyrate.Limiter
+	// plainPeek is set once Redis answered that it does not know EVALSHA_RO (before
+	// 7.0): the peek is sent as a plain EVALSHA from then on.
+	plainPeek atomic.Bool
 }
 
 // NewCache returns a cache over rdb that rebuilds from loader.

@@ -32,7 +32,18 @@ import (
 // then member, score of each due entry}, with next "" for none, and cut the window's
 // end of a cut heap holding no entry not yet due (the next due time is then the first
 // entry left out's), else "".
-var peekScript = redis.NewScript(`
+//
+// It runs read-only where Redis can (7.0 and later): flagged no-writes and sent as
+// EVALSHA_RO (peekScriptRO). Redis then refuses it any write, and runs it even while
+// it refuses writes (over its memory limit, after a disk error), when a poll's answer
+// is still good. A Redis without EVALSHA_RO runs the same text without the flag
+// (peekScript): see sendPeeks.
+var (
+	peekScriptRO = redis.NewScript("#!lua flags=no-writes\n" + peekLua)
+	peekScript   = redis.NewScript(peekLua)
+)
+
+const peekLua = `
 -- An occurrence older than the catch-up floor makes the heap stale; a waiting dispatch
 -- of the user (member <p>|d|<log_id>) does not: it stays until taken, however old.
 local function stale_below(heap, floor)
@@ -91,7 +102,7 @@ elseif #first > 0 then
 end
 if h[7] == '1' and reply[6] == '' then reply[5] = h[5] end
 return reply
-`)
+`
 
 // peekReply is peekScript's answer, decoded, with the generations checked.
 type peekReply struct {

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -133,17 +134,25 @@ func (p *peekPipeline) take() []*peekCall {
 }
 
 // sendPeeks is the pipeline's round trip: every call's script and generation reads in
-// one pipeline (on a cluster, one per node concerned, in parallel). A call whose
-// script Redis does not know (NOSCRIPT: after a restart or a failover, or on a new
-// node) is sent once more after the script is loaded on every node; only those calls.
+// one pipeline (on a cluster, one per node concerned, in parallel). The script goes as
+// EVALSHA_RO; a Redis that does not know that command (before 7.0) makes this cache
+// send the plain script from then on. A call whose script Redis does not know
+// (NOSCRIPT: after a restart or a failover, or on a new node) is sent once more after
+// the script is loaded on every node; only the calls concerned are sent again.
 func (c *Cache) sendPeeks(calls []*peekCall) {
 	ctx, cancel := tripContext(calls)
 	defer cancel()
 	pending := calls
-	for attempt := 0; ; attempt++ {
+	// At most: EVALSHA_RO unknown, EVALSHA NOSCRIPT, EVALSHA after the load.
+	for attempt := 0; attempt < 3; attempt++ {
+		plain := c.plainPeek.Load()
 		cmds, failed := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, call := range pending {
-				call.script = peekScript.EvalSha(ctx, p, call.keys, call.args...)
+				if plain {
+					call.script = peekScript.EvalSha(ctx, p, call.keys, call.args...)
+				} else {
+					call.script = peekScriptRO.EvalShaRO(ctx, p, call.keys, call.args...)
+				}
 				call.genCmds = call.cmdsBuf[:0]
 				for _, k := range call.gens {
 					call.genCmds = append(call.genCmds, p.Get(ctx, k))
@@ -164,23 +173,41 @@ func (c *Cache) sendPeeks(calls []*peekCall) {
 			failed = nil
 		}
 		var again []*peekCall
+		load := false
 		for _, call := range pending {
 			call.err = call.firstErr(failed)
-			if attempt == 0 && call.err != nil && redis.HasErrorPrefix(call.err, "NOSCRIPT") {
+			switch {
+			case call.err == nil:
+			case redis.HasErrorPrefix(call.err, "NOSCRIPT"):
+				again, load = append(again, call), true
+			case !plain && unknownCommand(call.err):
+				c.plainPeek.Store(true)
 				again = append(again, call)
 			}
 		}
 		if len(again) == 0 {
 			return
 		}
-		if err := peekScript.Load(ctx, c.rdb).Err(); err != nil {
-			for _, call := range again {
-				call.err = err
+		if load {
+			script := peekScriptRO
+			if plain {
+				script = peekScript
 			}
-			return
+			if err := script.Load(ctx, c.rdb).Err(); err != nil {
+				for _, call := range again {
+					call.err = err
+				}
+				return
+			}
 		}
 		pending = again
 	}
+}
+
+// unknownCommand reports whether err is Redis's answer to a command it does not know.
+func unknownCommand(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.Contains(strings.ToLower(err.Error()), "unknown command")
 }
 
 // firstErr is the first error of the call's commands (a missing key is none), or
