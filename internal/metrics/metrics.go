@@ -8,6 +8,7 @@ package metrics
 
 import (
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +31,19 @@ type Metrics struct {
 	rateLimited   *prometheus.CounterVec
 	pruned        *prometheus.CounterVec
 	contention    *prometheus.CounterVec
+
+	// The series every poll moves, looked up once: a label lookup hashes and compares
+	// every label value. observers holds the request histogram's series by request (a
+	// closed set: see Request).
+	observers  sync.Map // requestLabels -> prometheus.Observer
+	emptyFetch prometheus.Counter
+	heapHit    prometheus.Counter
+}
+
+// requestLabels are a request's labels before they are made strings.
+type requestLabels struct {
+	route, method string
+	status        int
 }
 
 // New registers the server's metrics (and the Go and process collectors) on reg.
@@ -98,6 +112,8 @@ func New(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.contention, m.requests, m.fetches, m.dispatches, m.completions, m.expiries, m.claimRefusals,
 		m.heapLookups, m.rebuilds, m.overBudget, m.batches, m.fallbacks, m.rateLimited, m.pruned,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.emptyFetch = m.fetches.WithLabelValues("empty")
+	m.heapHit = m.heapLookups.WithLabelValues("hit")
 	return m
 }
 
@@ -158,13 +174,23 @@ func RegisterRelay(reg prometheus.Registerer, stats func() RelayStats) {
 // "other". A label an outsider could choose would let anyone grow /metrics (and the
 // server's memory) without bound.
 func (m *Metrics) Request(route, method string, status int, d time.Duration) {
-	if m != nil {
+	if m == nil {
+		return
+	}
+	method = knownMethod(method)
+	if status < 100 || status > 599 {
+		status = 0
+	}
+	key := requestLabels{route, method, status}
+	o, ok := m.observers.Load(key)
+	if !ok {
 		code := "other"
-		if status >= 100 && status <= 599 {
+		if status != 0 {
 			code = strconv.Itoa(status)
 		}
-		m.requests.WithLabelValues(route, knownMethod(method), code).Observe(d.Seconds())
+		o, _ = m.observers.LoadOrStore(key, m.requests.WithLabelValues(route, method, code))
 	}
+	o.(prometheus.Observer).Observe(d.Seconds())
 }
 
 // knownMethod is method if it is one of HTTP's standard methods, else "other".
@@ -178,7 +204,11 @@ func knownMethod(method string) string {
 
 // Fetch records a fetch's outcome: "task", "redo" or "empty".
 func (m *Metrics) Fetch(outcome string) {
-	if m != nil {
+	switch {
+	case m == nil:
+	case outcome == "empty":
+		m.emptyFetch.Inc()
+	default:
 		m.fetches.WithLabelValues(outcome).Inc()
 	}
 }
@@ -213,12 +243,12 @@ func (m *Metrics) ClaimRefused(reason string) {
 
 // HeapLookup records a heap cache lookup: hit or miss.
 func (m *Metrics) HeapLookup(hit bool) {
-	if m != nil {
-		r := "miss"
-		if hit {
-			r = "hit"
-		}
-		m.heapLookups.WithLabelValues(r).Inc()
+	switch {
+	case m == nil:
+	case hit:
+		m.heapHit.Inc()
+	default:
+		m.heapLookups.WithLabelValues("miss").Inc()
 	}
 }
 
