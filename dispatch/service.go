@@ -180,6 +180,12 @@ func (s *Service) longPoll(ctx context.Context, uid, keyHash string, wait time.D
 // task or wait (capped) runs out; between rounds it sleeps until the next due time
 // the last round saw, or a poll step.
 func (s *Service) poll(ctx context.Context, wait time.Duration, fetch func(round context.Context) (FetchResult, error)) (FetchResult, error) {
+	if wait <= 0 {
+		// One round (most polls): no wait to bound.
+		round, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+		defer cancel()
+		return fetch(round)
+	}
 	wait = min(wait, s.cfg.MaxWait)
 	deadline := s.clock.Now().Add(wait)
 	// The wait is also bounded in real time, so that a long poll ends even when the
@@ -189,7 +195,7 @@ func (s *Service) poll(ctx context.Context, wait time.Duration, fetch func(round
 		round, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 		res, err := fetch(round)
 		cancel()
-		if err != nil || res.Task != nil || wait <= 0 {
+		if err != nil || res.Task != nil {
 			return res, err
 		}
 		now := s.clock.Now()
