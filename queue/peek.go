@@ -26,12 +26,14 @@ import (
 // entry older than it makes the heap stale: the cursor never lags more), ARGV[6] the
 // groups the caller believes the heap was built for (comma-joined).
 //
-// Returns, flat (decodePeek reads it): {"badkey"}; {"nokeys", heap status}; {status,
-// open, groups, ver} with status cold, stale, or groups (the heap was built for other
-// groups than the caller's); or {"ok", open, ver, gens, cut, next member, next score,
-// then member, score of each due entry}, with next "" for none, and cut the window's
-// end of a cut heap holding no entry not yet due (the next due time is then the first
-// entry left out's), else "".
+// Returns one string, its fields joined by newlines (no field holds one: statuses,
+// numbers, ids, heap members; decodePeek reads it): badkey; nokeys, heap status;
+// status, open, groups, ver with status cold, stale, or groups (the heap was built for
+// other groups than the caller's); or ok, open, ver, gens, cut, next member, next
+// score, then member, score of each due entry, with next "" for none, and cut the
+// window's end of a cut heap holding no entry not yet due (the next due time is then
+// the first entry left out's), else "". One string is one allocation for the client
+// to read, where an array of strings is two per field.
 //
 // It runs read-only where Redis can (7.0 and later): flagged no-writes and sent as
 // EVALSHA_RO (peekScriptRO). Redis then refuses it any write, and runs it even while
@@ -57,9 +59,10 @@ local function stale_below(heap, floor)
     offset = offset + 32
   end
 end
+local function packed(t) return table.concat(t, '\n') end
 local nokeys = false
 if ARGV[4] ~= '' and redis.call('SISMEMBER', KEYS[3], ARGV[4]) == 0 then
-  if redis.call('EXISTS', KEYS[3]) == 1 then return {'badkey'} end
+  if redis.call('EXISTS', KEYS[3]) == 1 then return 'badkey' end
   nokeys = true
 end
 local h = redis.call('HMGET', KEYS[1], 'ver', 'hver', 'groups', 'gens', 'win', 'open', 'cut', 'exp')
@@ -79,17 +82,17 @@ elseif tonumber(h[5]) < tonumber(ARGV[2]) then
 end
 if nokeys then
   if status == 'ok' and stale_below(KEYS[2], ARGV[5]) then status = 'stale' end
-  return {'nokeys', status}
+  return packed({'nokeys', status})
 end
-if status ~= 'ok' then return {status, open, h[3] or '', ver} end
-if h[3] ~= ARGV[6] then return {'groups', open, h[3], ver} end
+if status ~= 'ok' then return packed({status, open, h[3] or '', ver}) end
+if h[3] ~= ARGV[6] then return packed({'groups', open, h[3] or '', ver}) end
 -- The first entry alone says most polls' answer: if it is not due, nothing is, and it
 -- is the next. Only a heap whose first entry is older than the floor is looked at
 -- further for staleness.
 local now = tonumber(ARGV[1])
 local first = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
 if #first > 0 and tonumber(first[2]) < tonumber(ARGV[5]) and stale_below(KEYS[2], ARGV[5]) then
-  return {'stale', open, h[3], ver}
+  return packed({'stale', open, h[3] or '', ver})
 end
 local reply = {'ok', open, ver, h[4] or '', '', '', ''}
 if #first > 0 and tonumber(first[2]) > now then
@@ -101,7 +104,7 @@ elseif #first > 0 then
   if #nxt == 2 then reply[6], reply[7] = nxt[1], nxt[2] end
 end
 if h[7] == '1' and reply[6] == '' then reply[5] = h[5] end
-return reply
+return packed(reply)
 `
 
 // peekReply is peekScript's answer, decoded, with the generations checked.
@@ -117,47 +120,55 @@ type peekReply struct {
 // decodePeek reads peekScript's reply res to a caller that believes the user is in
 // groups, gens being the generations read beside it. An ok heap whose generations
 // have moved since it was built is stale.
-func decodePeek(res []any, groups string, gens []*redis.StringCmd) (peekReply, error) {
-	str := func(i int) string {
-		if i < len(res) {
-			s, _ := res[i].(string)
-			return s
+func decodePeek(res string, groups string, gens []*redis.StringCmd) (peekReply, error) {
+	rest, more := res, true
+	count := 0
+	field := func() string {
+		var f string
+		if more {
+			f, rest, more = strings.Cut(rest, "\n")
+			count++
 		}
-		return ""
+		return f
 	}
-	r := peekReply{status: str(0)}
+	r := peekReply{status: field()}
 	switch r.status {
 	case "badkey":
 	case "nokeys":
-		r.heap = str(1)
+		r.heap = field()
 	case "cold", "stale", "groups":
-		r.open, r.groups, r.ver = str(1), str(2), str(3)
+		r.open, r.groups, r.ver = field(), field(), field()
 	case "ok":
-		if len(res) < 7 || len(res)%2 == 0 {
-			return peekReply{}, fmt.Errorf("peek: reply of %d elements", len(res))
+		var gens0, cut, next, nextScore string
+		r.open, r.ver, gens0, cut, next, nextScore = field(), field(), field(), field(), field(), field()
+		if count < 7 {
+			return peekReply{}, fmt.Errorf("peek: reply of %d fields", count)
 		}
-		r.open, r.ver = str(1), str(2)
-		if !sameGenerations(str(3), gens) {
+		if !sameGenerations(gens0, gens) {
 			return peekReply{status: "stale", open: r.open, groups: groups, ver: r.ver}, nil
 		}
 		r.view.Open = openHint(r.open)
-		if n := (len(res) - 7) / 2; n > 0 {
-			r.view.Due = make([]schedule.Entry, 0, n)
+		if more {
+			r.view.Due = make([]schedule.Entry, 0, (strings.Count(rest, "\n")+1)/2)
 		}
-		for i := 7; i+1 < len(res); i += 2 {
-			e, err := parseScored(res[i], res[i+1])
+		for more {
+			member, score := field(), field()
+			if count%2 == 0 {
+				return peekReply{}, fmt.Errorf("peek: reply of %d fields", count)
+			}
+			e, err := parseScored(member, score)
 			if err != nil {
 				return peekReply{}, err
 			}
 			r.view.Due = append(r.view.Due, e)
 		}
-		if next := str(5); next != "" {
-			e, err := parseScored(next, res[6])
+		if next != "" {
+			e, err := parseScored(next, nextScore)
 			if err != nil {
 				return peekReply{}, err
 			}
 			r.view.Next = &e
-		} else if cut := str(4); cut != "" {
+		} else if cut != "" {
 			// A cut heap holds nothing not yet due: the next due time is the first
 			// entry left out's (an entry with no task: a time only).
 			win, err := strconv.ParseInt(cut, 10, 64)
@@ -192,7 +203,7 @@ func (c *Cache) peek(ctx context.Context, uid, groups, keyHash string, now time.
 	if err := c.peeks.do(call); err != nil {
 		return peekReply{}, unavailable("peek", err)
 	}
-	res, err := call.script.Slice()
+	res, err := call.script.Text()
 	if err != nil {
 		return peekReply{}, unavailable("peek", err)
 	}
@@ -315,12 +326,12 @@ func (b *built) view(open string, now time.Time, maxDue int) schedule.View {
 	return v
 }
 
-func parseScored(member, score any) (schedule.Entry, error) {
-	s, err := strconv.ParseInt(score.(string), 10, 64)
+func parseScored(member, score string) (schedule.Entry, error) {
+	s, err := strconv.ParseInt(score, 10, 64)
 	if err != nil {
-		return schedule.Entry{}, fmt.Errorf("heap score %v: %w", score, err)
+		return schedule.Entry{}, fmt.Errorf("heap score %q: %w", score, err)
 	}
-	return ParseMember(member.(string), s)
+	return ParseMember(member, s)
 }
 
 // sameGenerations reports whether the generations the reads found (a missing one is
