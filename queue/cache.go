@@ -125,6 +125,8 @@ type Cache struct {
 	peeks peekPipeline
 	// polls is the poll limit (limit.go); nil: none.
 	polls *keyrate.Limiter
+	// times is the latest second's peek arguments (peekTimes).
+	times atomic.Pointer[peekTimes]
 	// plainPeek is set once Redis answered that it does not know EVALSHA_RO (before
 	// 7.0): the peek is sent as a plain EVALSHA from then on.
 	plainPeek atomic.Bool

@@ -15,6 +15,14 @@ type Keys struct{ Prefix string }
 // counters (ver for the heap, kver for client keys) and the open dispatch hint (open).
 func (k Keys) User(uid string) string { return k.Prefix + "{u:" + uid + "}" }
 
+// PeekKeys returns User, Heap and ClientKeys of uid, the three keys of a poll's peek,
+// built in one allocation.
+func (k Keys) PeekKeys(uid string) (user, heap, clientKeys string) {
+	all := k.Prefix + "{u:" + uid + "}:heap" + k.Prefix + "{u:" + uid + "}:keys"
+	n := len(k.Prefix) + len("{u:") + len(uid) + len("}")
+	return all[:n], all[:n+len(":heap")], all[n+len(":heap"):]
+}
+
 // Heap is the user's heap as a sorted set.
 func (k Keys) Heap(uid string) string { return k.Prefix + "{u:" + uid + "}:heap" }
 

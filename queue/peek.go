@@ -188,9 +188,11 @@ func decodePeek(res string, groups string, gens []*redis.StringCmd) (peekReply, 
 // trip is shared with the peeks of other users waiting at the same moment (pipeline.go).
 func (c *Cache) peek(ctx context.Context, uid, groups, keyHash string, now time.Time, maxDue int) (peekReply, error) {
 	call := &peekCall{ctx: ctx}
-	call.keysBuf = [3]string{c.keys.User(uid), c.keys.Heap(uid), c.keys.ClientKeys(uid)}
+	user, heap, clientKeys := c.keys.PeekKeys(uid)
+	call.keysBuf = [3]string{user, heap, clientKeys}
 	call.keys = call.keysBuf[:]
-	call.argsBuf = [6]any{now.Unix(), now.Add(c.cfg.Horizon).Unix(), maxDue, keyHash, c.floor(now), groups}
+	times := c.peekTimes(now)
+	call.argsBuf = [6]any{times.now, times.horizon, maxDue, keyHash, times.floor, groups}
 	call.args = call.argsBuf[:]
 	if groups != "" {
 		call.gens = call.gensBuf[:0]
@@ -208,6 +210,28 @@ func (c *Cache) peek(ctx context.Context, uid, groups, keyHash string, now time.
 		return peekReply{}, unavailable("peek", err)
 	}
 	return decodePeek(res, groups, call.genCmds)
+}
+
+// peekTimes are a peek's arguments that depend on the time alone (now, the horizon and
+// the catch-up floor, in Unix seconds), as the script takes them: made once a second,
+// not per poll.
+type peekTimes struct {
+	sec                 int64
+	now, horizon, floor any
+}
+
+// peekTimes returns the peek's time arguments at now.
+func (c *Cache) peekTimes(now time.Time) *peekTimes {
+	sec := now.Unix()
+	if t := c.times.Load(); t != nil && t.sec == sec {
+		return t
+	}
+	t := &peekTimes{sec: sec, now: sec, horizon: now.Add(c.cfg.Horizon).Unix(), floor: c.floor(now)}
+	if c.cfg.Horizon%time.Second == 0 && c.cfg.CatchUp%time.Second == 0 {
+		// Whole seconds: every instant of the second gives the same arguments.
+		c.times.Store(t)
+	}
+	return t
 }
 
 // Peek checks keyHash (unless empty), counts the poll against the user's poll limit
