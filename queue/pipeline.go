@@ -3,9 +3,9 @@ package queue
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,6 +19,12 @@ import (
 // (there is no timer): batches form only while Redis is busy, and grow with the load.
 // Each peek keeps its own script call (its own key check, its own reads) and gets its
 // own reply; only the round trip is shared.
+//
+// A peek does not watch its caller's context, only its deadline: a round trip carries
+// its calls under a context of its own that ends at the earliest of their deadlines,
+// and a waiting peek is bounded by the round trips ahead of it, whose callers came
+// earlier under the same request bound (DISPATCH_REQUEST_TIMEOUT) and so have earlier
+// deadlines. A poll's bound then needs no timer of its own (see internal/deadline).
 
 // peekFlights is how many peek round trips may be in flight at once: two, so that one
 // batch's replies are decoded while Redis runs the next.
@@ -26,14 +32,6 @@ const peekFlights = 2
 
 // maxPeekBatch bounds how many peeks share one round trip.
 const maxPeekBatch = 256
-
-// A waiting peek's state: still waiting, taken into a batch (it is answered, or handed
-// the batch to send, soon), or given up by its caller.
-const (
-	callWaiting int32 = iota
-	callTaken
-	callGone
-)
 
 // peekCall is one peek: what to send, and its commands once sent.
 type peekCall struct {
@@ -46,9 +44,8 @@ type peekCall struct {
 	genCmds []*redis.StringCmd
 	err     error // of this call's commands, or of the round trip
 
-	state atomic.Int32
-	done  chan struct{} // closed when answered, or handed lead
-	lead  []*peekCall   // the batch this call sends (lead[0] is itself)
+	done chan struct{} // closed when answered, or handed lead
+	lead []*peekCall   // the batch this call sends (lead[0] is itself)
 
 	// Room for a typical call's slices, so that a peek allocates less.
 	keysBuf [3]string
@@ -69,9 +66,12 @@ type peekPipeline struct {
 }
 
 // do sends c, alone at once or in the next shared round trip, and returns once c has
-// its reply (c.err nil) or its round trip failed. A caller whose ctx ends before its
-// peek is taken into a batch stops waiting; one taken waits for the round trip.
+// its reply (c.err nil) or its round trip failed. A caller whose context has ended is
+// not sent.
 func (p *peekPipeline) do(c *peekCall) error {
+	if err := c.ctx.Err(); err != nil {
+		return err
+	}
 	p.mu.Lock()
 	if p.flying < p.flights {
 		p.flying++
@@ -83,14 +83,7 @@ func (p *peekPipeline) do(c *peekCall) error {
 	c.done = make(chan struct{})
 	p.waiting = append(p.waiting, c)
 	p.mu.Unlock()
-	select {
-	case <-c.done:
-	case <-c.ctx.Done():
-		if c.state.CompareAndSwap(callWaiting, callGone) {
-			return c.ctx.Err()
-		}
-		<-c.done
-	}
+	<-c.done
 	if c.lead != nil {
 		p.fly(c.lead)
 	}
@@ -117,17 +110,10 @@ func (p *peekPipeline) fly(calls []*peekCall) {
 	close(next[0].done)
 }
 
-// take removes from the queue, and returns, up to maxPeekBatch peeks whose callers
-// still wait (p.mu held).
+// take removes from the queue, and returns, up to maxPeekBatch peeks (p.mu held).
 func (p *peekPipeline) take() []*peekCall {
-	var batch []*peekCall
-	i := 0
-	for ; i < len(p.waiting) && len(batch) < maxPeekBatch; i++ {
-		if c := p.waiting[i]; c.state.CompareAndSwap(callWaiting, callTaken) {
-			batch = append(batch, c)
-		}
-	}
-	n := copy(p.waiting, p.waiting[i:])
+	batch := slices.Clone(p.waiting[:min(len(p.waiting), maxPeekBatch)])
+	n := copy(p.waiting, p.waiting[len(batch):])
 	clear(p.waiting[n:])
 	p.waiting = p.waiting[:n]
 	return batch
@@ -224,22 +210,19 @@ func (call *peekCall) firstErr(failed error) error {
 	return failed
 }
 
-// tripContext is the context of a shared round trip: a lone call's own; for a batch,
-// one that no caller's leaving cuts short (the others wait for the replies) and that
-// ends at the latest of the callers' deadlines (none if one has none).
+// tripContext is the context of a round trip: none of its callers' (a caller's leaving
+// does not cut short the others'), ending at the earliest of their deadlines (none if
+// none has one).
 func tripContext(calls []*peekCall) (context.Context, context.CancelFunc) {
-	if len(calls) == 1 {
-		return calls[0].ctx, func() {}
-	}
-	var latest time.Time
+	var earliest time.Time
 	for _, call := range calls {
-		d, ok := call.ctx.Deadline()
-		if !ok {
-			return context.WithoutCancel(calls[0].ctx), func() {}
-		}
-		if d.After(latest) {
-			latest = d
+		if d, ok := call.ctx.Deadline(); ok && (earliest.IsZero() || d.Before(earliest)) {
+			earliest = d
 		}
 	}
-	return context.WithDeadline(context.WithoutCancel(calls[0].ctx), latest)
+	base := context.WithoutCancel(calls[0].ctx)
+	if earliest.IsZero() {
+		return base, func() {}
+	}
+	return context.WithDeadline(base, earliest)
 }
