@@ -126,3 +126,17 @@ func TestProgressCountsAgainstThePollLimit(t *testing.T) {
 		t.Fatalf("a report a second later: %d %v", code, out)
 	}
 }
+
+// Each round of a long poll counts against the poll limit, as a fetch does: a long
+// poll that outlasts the burst (two rounds, a second apart, with the clock standing
+// still: nothing refills) is refused at its third round.
+func TestLongPollRoundsCountAgainstThePollLimit(t *testing.T) {
+	t.Parallel()
+	e := newEnvWith(t, 1, func(c *app.Config) { c.PollRate, c.PollBurst, c.MaxWait = 1, 2, 20*time.Second })
+	e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0.Add(time.Hour))})
+	key := e.key("1")
+	code, out := e.do(0, "POST", "/v1/fetch", key, map[string]any{"wait_ms": 20000})
+	if code != 429 || out["error"].(map[string]any)["code"] != "rate_limited" {
+		t.Fatalf("a long poll past the burst: %d %v, want 429 rate_limited at its third round", code, out)
+	}
+}
