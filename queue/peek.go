@@ -187,7 +187,8 @@ func decodePeek(res string, groups string, gens []*redis.StringCmd) (peekReply, 
 // the groups the caller believes uid is in (groups, comma-joined), at now. The round
 // trip is shared with the peeks of other users waiting at the same moment (pipeline.go).
 func (c *Cache) peek(ctx context.Context, uid, groups, keyHash string, now time.Time, maxDue int) (peekReply, error) {
-	call := &peekCall{ctx: ctx}
+	call := newPeekCall(ctx)
+	defer call.release() // what decodePeek returns keeps nothing of it
 	user, heap, clientKeys := c.keys.PeekKeys(uid)
 	call.keysBuf = [3]string{user, heap, clientKeys}
 	call.keys = call.keysBuf[:]

@@ -55,6 +55,24 @@ type peekCall struct {
 	alone   [1]*peekCall
 }
 
+// peekCalls recycles peek calls: a call is most of what a poll allocates for its peek.
+var peekCalls = sync.Pool{New: func() any { return new(peekCall) }}
+
+// newPeekCall is an empty call for a peek under ctx, to be released once its reply is
+// read.
+func newPeekCall(ctx context.Context) *peekCall {
+	c := peekCalls.Get().(*peekCall)
+	c.ctx = ctx
+	return c
+}
+
+// release empties c and recycles it. Nothing refers to a call once do has returned
+// (a round trip's leader is done with the calls it answered before it answers them).
+func (c *peekCall) release() {
+	*c = peekCall{}
+	peekCalls.Put(c)
+}
+
 // peekPipeline sends peeks in shared round trips.
 type peekPipeline struct {
 	mu      sync.Mutex
