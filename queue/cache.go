@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -117,10 +116,8 @@ type Cache struct {
 	cfg    Config
 	flight singleflight.Group
 	budget *rate.Limiter // nil: rebuilds are not bounded
-	// groups remembers each user's groups so that the warm peek can name the group
-	// generation keys up front; a wrong guess costs one more round trip, never a wrong
-	// answer (the script compares against the groups the heap was built from).
-	groups sync.Map // uid -> comma-joined sorted group ids
+	// groups remembers each user's groups (groups.go).
+	groups userGroups
 	// peeks sends the peeks of concurrent polls in shared round trips.
 	peeks peekPipeline
 	// polls is the poll limit (limit.go); nil: none.

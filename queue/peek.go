@@ -245,10 +245,7 @@ func (c *Cache) Peek(ctx context.Context, uid, keyHash string, now time.Time) (s
 
 // PeekN is Peek returning up to maxDue due entries (a batch fetch's).
 func (c *Cache) PeekN(ctx context.Context, uid, keyHash string, now time.Time, maxDue int) (schedule.View, error) {
-	var groups string
-	if g, ok := c.groups.Load(uid); ok {
-		groups = g.(string)
-	}
+	groups, _ := c.groups.Load(uid)
 	refused := 0
 	var b *built // the last rebuild's
 	// Another node's rebuild of the user holds the lock (for up to LockTTL, longer on a
@@ -316,7 +313,7 @@ func (c *Cache) PeekN(ctx context.Context, uid, keyHash string, now time.Time, m
 				}
 			}
 			if g, ok := c.groups.Load(uid); ok {
-				groups = g.(string)
+				groups = g
 			}
 		default:
 			return schedule.View{}, fmt.Errorf("peek: unexpected status %q", res.status)
