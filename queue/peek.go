@@ -90,7 +90,7 @@ if h[3] ~= ARGV[6] then return packed({'groups', open, h[3] or '', ver}) end
 -- is the next. Only a heap whose first entry is older than the floor is looked at
 -- further for staleness.
 local now = tonumber(ARGV[1])
-local first = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 if #first > 0 and tonumber(first[2]) < tonumber(ARGV[5]) and stale_below(KEYS[2], ARGV[5]) then
   return packed({'stale', open, h[3] or '', ver})
 end

@@ -99,7 +99,7 @@ func TestEmptyPollWritesNothing(t *testing.T) {
 	if testenv.RedisCluster() != "" {
 		return
 	}
-	reads := map[string]bool{"evalsha_ro": true, "get": true, "sismember": true, "exists": true, "hmget": true, "zrangebyscore": true}
+	reads := map[string]bool{"evalsha_ro": true, "get": true, "sismember": true, "exists": true, "hmget": true, "zrange": true, "zrangebyscore": true}
 	command := regexp.MustCompile(`^\S+ \[\d+ [^\]]+\] "([^"]+)"`)
 	seen := map[string]int{}
 	for _, line := range lines {
