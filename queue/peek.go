@@ -251,9 +251,9 @@ func (c *Cache) PeekN(ctx context.Context, uid, keyHash string, now time.Time, m
 	// Another node's rebuild of the user holds the lock (for up to LockTTL, longer on a
 	// loaded machine): a peek waits for it in 5 ms steps as long as its request
 	// allows (without a deadline, LockTTL), not just its 50 attempts.
-	settle := time.Now().Add(c.cfg.LockTTL)
-	if d, ok := ctx.Deadline(); ok {
-		settle = d
+	settle, ok := ctx.Deadline()
+	if !ok {
+		settle = time.Now().Add(c.cfg.LockTTL)
 	}
 	for attempt := 0; ; attempt++ {
 		if attempt >= 50 && time.Now().After(settle) {
