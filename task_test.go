@@ -1,6 +1,8 @@
 package taskd_test
 
 import (
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,6 +55,18 @@ func TestIDsAndExecutors(t *testing.T) {
 		"has space": false, "x.y": false, string(make([]byte, 65)): false} {
 		if got := taskd.ValidID(id); got != want {
 			t.Errorf("ValidID(%q) = %v", id, got)
+		}
+	}
+	// The loop decides as the pattern it replaced did, for every byte and every length.
+	pattern := regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+	ids := []string{"ab\n", "é", strings.Repeat("a", 64), strings.Repeat("a", 65), "uid_", "uid", "gid_"}
+	for b := range 256 {
+		ids = append(ids, string([]byte{byte(b)}), "x"+string([]byte{byte(b)})+"y")
+	}
+	for _, id := range ids {
+		want := pattern.MatchString(id) && !strings.HasPrefix(id, "uid_") && !strings.HasPrefix(id, "gid_")
+		if got := taskd.ValidID(id); got != want {
+			t.Errorf("ValidID(%q) = %v, want %v", id, got, want)
 		}
 	}
 	for s, want := range map[string]taskd.Executor{"uid_42": {ID: "42"}, "gid_ops": {Group: true, ID: "ops"}} {

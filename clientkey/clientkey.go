@@ -115,7 +115,9 @@ func Parse(key string) (uid, hash string, ok bool) {
 // Hash is the stored form of a client key.
 func Hash(key string) string {
 	sum := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(sum[:])
+	var buf [2 * sha256.Size]byte
+	hex.Encode(buf[:], sum[:])
+	return string(buf[:])
 }
 
 func newKey(uid string) string {

@@ -70,7 +70,7 @@ type Cache interface {
 	InvalidateGroup(ctx context.Context, gid string) error
 	// VerifyKey reports whether keyHash is one of uid's valid client keys.
 	VerifyKey(ctx context.Context, uid, keyHash string) error
-	// CountPoll counts a request of uid that is not a fetch against uid's poll limit
-	// (rate_limited past it).
-	CountPoll(ctx context.Context, uid string, now time.Time) error
+	// CountPoll counts a request of uid that is not a fetch against uid's poll limit on
+	// this node (rate_limited past it).
+	CountPoll(uid string, now time.Time) error
 }

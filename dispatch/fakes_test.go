@@ -175,7 +175,7 @@ func (f *fakeCache) InvalidateGroup(context.Context, string) error {
 
 func (f *fakeCache) VerifyKey(context.Context, string, string) error { return nil }
 
-func (f *fakeCache) CountPoll(context.Context, string, time.Time) error { return nil }
+func (f *fakeCache) CountPoll(string, time.Time) error { return nil }
 
 // called reports whether call was recorded.
 func (f *fakeCache) called(call string) bool {

@@ -22,10 +22,14 @@ type Handlers struct {
 	// isAdminToken recognizes an admin token sent where a client key belongs, so the
 	// reply can say so; nil recognizes none.
 	isAdminToken func(token string) bool
+	// empty holds the replies of empty fetches, built once per next due time.
+	empty *emptyReplies
 }
 
 // NewHandlers returns the handlers over svc.
-func NewHandlers(svc *Service, log *slog.Logger) *Handlers { return &Handlers{svc: svc, log: log} }
+func NewHandlers(svc *Service, log *slog.Logger) *Handlers {
+	return &Handlers{svc: svc, log: log, empty: &emptyReplies{}}
+}
 
 // RecognizeAdminTokens makes a request bearing an admin token (isAdminToken) answer
 // that an admin token is not a client key, rather than that the key is malformed.
@@ -145,28 +149,15 @@ func (h *Handlers) Fetch() http.Handler {
 			web.Encode(w, http.StatusOK, batchReply{Task: res.Task, Tasks: nonNil(res.Tasks), NextDueAt: res.NextDueAt})
 			return
 		}
-		if res.Task == nil && res.Tasks == nil && (res.NextDueAt == nil || res.NextDueAt.Year() >= 0 && res.NextDueAt.Year() <= 9999) {
-			// Most polls are empty: their reply is built without reflection.
-			web.EncodeRaw(w, http.StatusOK, appendEmptyFetch(make([]byte, 0, 64), res.NextDueAt))
-			return
+		if res.Task == nil && res.Tasks == nil {
+			// Most polls are empty: their reply is looked up (replies.go).
+			if body, ok := h.empty.reply(res.NextDueAt); ok {
+				web.EncodeRaw(w, http.StatusOK, body)
+				return
+			}
 		}
 		web.Encode(w, http.StatusOK, res)
 	})
-}
-
-// appendEmptyFetch appends the JSON reply of a fetch that hands out nothing (as
-// web.Encode writes FetchResult{NextDueAt: next}: a time as time.Time.MarshalJSON
-// writes it, RFC 3339 with nanoseconds, for a year in 0..9999) to b.
-func appendEmptyFetch(b []byte, next *time.Time) []byte {
-	b = append(b, `{"task":null,"next_due_at":`...)
-	if next == nil {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, '"')
-		b = next.AppendFormat(b, time.RFC3339Nano)
-		b = append(b, '"')
-	}
-	return append(b, "}\n"...)
 }
 
 // batchReply is a batch fetch's reply: tasks always present, task its first or null.

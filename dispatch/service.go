@@ -9,6 +9,7 @@ import (
 
 	"github.com/taskpull/taskd"
 	"github.com/taskpull/taskd/internal/clock"
+	"github.com/taskpull/taskd/internal/deadline"
 	"github.com/taskpull/taskd/internal/metrics"
 	"github.com/taskpull/taskd/schedule"
 )
@@ -178,25 +179,32 @@ func (s *Service) longPoll(ctx context.Context, uid, keyHash string, wait time.D
 
 // poll runs a fetch's rounds, each bounded by the request bound, until one hands out a
 // task or wait (capped) runs out; between rounds it sleeps until the next due time
-// the last round saw, or a poll step.
+// the last round saw, or a poll step. A round's bound starts its timer only if the
+// round waits on it (a warm empty poll's peek reads its deadline only: internal/deadline).
 func (s *Service) poll(ctx context.Context, wait time.Duration, fetch func(round context.Context) (FetchResult, error)) (FetchResult, error) {
+	if wait <= 0 {
+		// One round (most polls): no wait to bound.
+		round := deadline.New(ctx, s.cfg.RequestTimeout)
+		defer round.Cancel()
+		return fetch(round)
+	}
 	wait = min(wait, s.cfg.MaxWait)
-	deadline := s.clock.Now().Add(wait)
+	until := s.clock.Now().Add(wait)
 	// The wait is also bounded in real time, so that a long poll ends even when the
 	// injected clock stands still (as a test's fake clock does).
-	realDeadline := time.Now().Add(wait)
+	realUntil := time.Now().Add(wait)
 	for {
-		round, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+		round := deadline.New(ctx, s.cfg.RequestTimeout)
 		res, err := fetch(round)
-		cancel()
-		if err != nil || res.Task != nil || wait <= 0 {
+		round.Cancel()
+		if err != nil || res.Task != nil {
 			return res, err
 		}
 		now := s.clock.Now()
-		if !now.Before(deadline) || !time.Now().Before(realDeadline) {
+		if !now.Before(until) || !time.Now().Before(realUntil) {
 			return res, nil
 		}
-		pause := min(deadline.Sub(now), s.cfg.PollStep)
+		pause := min(until.Sub(now), s.cfg.PollStep)
 		if res.NextDueAt != nil && res.NextDueAt.Sub(now) < pause {
 			pause = max(res.NextDueAt.Sub(now), 10*time.Millisecond)
 		}
@@ -615,7 +623,7 @@ func (s *Service) Progress(ctx context.Context, uid, keyHash, logID string, chec
 	}
 	// Each report is a MySQL write: it counts against the user's poll limit, as a
 	// fetch does, so that one key cannot write as fast as it can send.
-	if err := s.cache.CountPoll(ctx, uid, s.now()); err != nil {
+	if err := s.cache.CountPoll(uid, s.now()); err != nil {
 		return nil, err
 	}
 	if taskd.IsCampaignLog(logID) {

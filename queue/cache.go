@@ -7,10 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/taskpull/taskd"
 	"github.com/taskpull/taskd/internal/clock"
+	"github.com/taskpull/taskd/internal/keyrate"
 	"github.com/taskpull/taskd/internal/metrics"
 	"github.com/taskpull/taskd/schedule"
 )
@@ -66,10 +66,10 @@ type Config struct {
 	// that lost its data does not send every poll to MySQL at once. Zero: no bound.
 	RebuildRate  float64
 	RebuildBurst int
-	// PollRate and PollBurst bound each user's polls (fetches, and each round of a long
-	// poll), over every node (the limiter lives in Redis, beside the user's heap, and is
-	// checked in the same round trip as the heap): so many a second, so many at once. A
-	// poll beyond it answers 429 rate_limited with Retry-After. Zero: no bound.
+	// PollRate and PollBurst bound each user's polls (fetches, each round of a long poll,
+	// progress reports) on this node (a token bucket per user in its memory, counted once
+	// the poll's key is found valid): so many a second, so many at once. A poll beyond it
+	// answers 429 rate_limited with Retry-After. Zero: no bound.
 	PollRate  float64
 	PollBurst int
 	// Metrics records lookups and rebuilds; nil records nothing.
@@ -109,15 +109,6 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// pollLimit is the poll limit as the peek script takes it: the emission interval in
-// microseconds (0: no limit) and the burst.
-func (c *Cache) pollLimit() (int64, int) {
-	if c.cfg.PollRate <= 0 {
-		return 0, 0
-	}
-	return max(1, int64(math.Round(1e6/c.cfg.PollRate))), c.cfg.PollBurst
-}
-
 // Cache is the Redis side of the per-user heaps, open-dispatch hints and client keys.
 type Cache struct {
 	rdb    redis.UniversalClient
@@ -127,14 +118,17 @@ type Cache struct {
 	cfg    Config
 	flight singleflight.Group
 	budget *rate.Limiter // nil: rebuilds are not bounded
-	// groups remembers each user's groups so that the warm peek can name the group
-	// generation keys up front; a wrong guess costs one more round trip, never a wrong
-	// answer (the script compares against the groups the heap was built from).
-	groups sync.Map // uid -> comma-joined sorted group ids
+	// groups remembers each user's groups (groups.go).
+	groups userGroups
 	// peeks sends the peeks of concurrent polls in shared round trips.
 	peeks peekPipeline
-	// pollArgs is pollLimit's answer as peekScript's arguments, made once.
-	pollArgs [2]any
+	// polls is the poll limit (limit.go); nil: none.
+	polls *keyrate.Limiter
+	// times is the latest second's peek arguments (peekTimes).
+	times atomic.Pointer[peekTimes]
+	// plainPeek is set once Redis answered that it does not know EVALSHA_RO (before
+	// 7.0): the peek is sent as a plain EVALSHA from then on.
+	plainPeek atomic.Bool
 }
 
 // NewCache returns a cache over rdb that rebuilds from loader.
@@ -142,8 +136,7 @@ func NewCache(rdb redis.UniversalClient, loader Loader, clk clock.Clock, cfg Con
 	cfg.setDefaults()
 	c := &Cache{rdb: rdb, keys: Keys{Prefix: cfg.Prefix}, loader: loader, clock: clk, cfg: cfg}
 	c.peeks = peekPipeline{flights: peekFlights, send: c.sendPeeks}
-	interval, burst := c.pollLimit()
-	c.pollArgs = [2]any{interval, burst}
+	c.polls = newPollLimit(cfg)
 	if cfg.RebuildRate > 0 {
 		c.budget = rate.NewLimiter(rate.Limit(cfg.RebuildRate), cfg.RebuildBurst)
 	}

@@ -15,15 +15,19 @@ type Keys struct{ Prefix string }
 // counters (ver for the heap, kver for client keys) and the open dispatch hint (open).
 func (k Keys) User(uid string) string { return k.Prefix + "{u:" + uid + "}" }
 
+// PeekKeys returns User, Heap and ClientKeys of uid, the three keys of a poll's peek,
+// built in one allocation.
+func (k Keys) PeekKeys(uid string) (user, heap, clientKeys string) {
+	all := k.Prefix + "{u:" + uid + "}:heap" + k.Prefix + "{u:" + uid + "}:keys"
+	n := len(k.Prefix) + len("{u:") + len(uid) + len("}")
+	return all[:n], all[:n+len(":heap")], all[n+len(":heap"):]
+}
+
 // Heap is the user's heap as a sorted set.
 func (k Keys) Heap(uid string) string { return k.Prefix + "{u:" + uid + "}:heap" }
 
 // ClientKeys is the set of SHA-256 hashes of the user's valid client keys.
 func (k Keys) ClientKeys(uid string) string { return k.Prefix + "{u:" + uid + "}:keys" }
-
-// Poll is the user's poll rate limiter: the theoretical arrival time of its next poll
-// (GCRA), in microseconds; it expires a second after a full burst is available again.
-func (k Keys) Poll(uid string) string { return k.Prefix + "{u:" + uid + "}:poll" }
 
 // Lock is the short cross-node lock held while one node rebuilds the user's heap.
 func (k Keys) Lock(uid string) string { return k.Prefix + "{u:" + uid + "}:lock" }

@@ -53,7 +53,17 @@ func kindLetter(k taskd.Kind) byte {
 
 // ParseMember is the inverse of Member, given the score (due time in Unix seconds).
 func ParseMember(member string, score int64) (schedule.Entry, error) {
-	parts := strings.Split(member, "|")
+	// Split on "|" into at most 5 parts, without allocating (a peek parses one member
+	// per poll).
+	var buf [5]string
+	n := 0
+	for rest, more := member, true; more; n++ {
+		if n == len(buf) {
+			return schedule.Entry{}, fmt.Errorf("heap member %q: malformed", member)
+		}
+		buf[n], rest, more = strings.Cut(rest, "|")
+	}
+	parts := buf[:n]
 	if len(parts) != 3 && len(parts) != 5 || len(parts[0]) != 1 || len(parts[1]) != 1 {
 		return schedule.Entry{}, fmt.Errorf("heap member %q: malformed", member)
 	}

@@ -62,7 +62,7 @@ func TestMemberRoundTrip(t *testing.T) {
 			t.Fatalf("round trip: got %+v, want %+v", got, e)
 		}
 	}
-	for _, bad := range []string{"", "x", "4|o", "4|x|1", "4|r|0000000000000000001", "4|r|1|0|0"} {
+	for _, bad := range []string{"", "x", "4|o", "4|x|1", "4|r|0000000000000000001", "4|r|1|0|0", "4|o|1|2", "4|r|1|60|0|9", "4|d|L1|x", "4|d|"} {
 		if _, err := ParseMember(bad, 0); err == nil {
 			t.Errorf("ParseMember(%q): no error", bad)
 		}

@@ -14,29 +14,38 @@ import (
 	"github.com/taskpull/taskd/schedule"
 )
 
-// peekScript is a poll's one look at the user's slot: it checks the client key, counts
-// the poll against the limit, judges the heap and returns what is due. The generations
-// of the user's groups live on other slots: peek reads them in the same round trip and
-// compares them with the ones the heap names.
+// peekScript is a poll's one look at the user's slot: it checks the client key, judges
+// the heap and returns what is due. It writes nothing (the poll limit is counted in
+// the node's memory, limit.go). The generations of the user's groups live on other
+// slots: peek reads them in the same round trip and compares them with the ones the
+// heap names.
 //
-// KEYS[1] user hash, KEYS[2] heap, KEYS[3] client key set, KEYS[4] poll limiter.
+// KEYS[1] user hash, KEYS[2] heap, KEYS[3] client key set.
 // ARGV[1] now (Unix s), ARGV[2] horizon (the heap must cover up to it), ARGV[3] max due
-// entries, ARGV[4] the key hash ("" to skip the check and the count), ARGV[5] the
-// catch-up floor (an entry older than it makes the heap stale: the cursor never lags
-// more), ARGV[6] the poll limit's emission interval in µs (0: no limit), ARGV[7] its
-// burst, ARGV[8] now in µs, ARGV[9] the groups the caller believes the heap was built
-// for (comma-joined).
+// entries, ARGV[4] the key hash ("" to skip the check), ARGV[5] the catch-up floor (an
+// entry older than it makes the heap stale: the cursor never lags more), ARGV[6] the
+// groups the caller believes the heap was built for (comma-joined).
 //
-// A poll with a valid key is counted against the limit (GCRA: each poll moves the key's
-// theoretical arrival time on by the interval; a poll that would move it more than a
-// burst ahead of now is refused, and changes nothing). Returns, flat (decodePeek reads
-// it): {"badkey"}; {"limited", µs to wait}; {"nokeys", heap status}; {status, open,
-// groups, ver} with status cold, stale, or groups (the heap was built for other groups
-// than the caller's); or {"ok", open, ver, gens, cut, next member, next score, then
-// member, score of each due entry}, with next "" for none, and cut the window's end of
-// a cut heap holding no entry not yet due (the next due time is then the first entry
-// left out's), else "".
-var peekScript = redis.NewScript(gcra + `
+// Returns one string, its fields joined by newlines (no field holds one: statuses,
+// numbers, ids, heap members; decodePeek reads it): badkey; nokeys, heap status;
+// status, open, groups, ver with status cold, stale, or groups (the heap was built for
+// other groups than the caller's); or ok, open, ver, gens, cut, next member, next
+// score, then member, score of each due entry, with next "" for none, and cut the
+// window's end of a cut heap holding no entry not yet due (the next due time is then
+// the first entry left out's), else "". One string is one allocation for the client
+// to read, where an array of strings is two per field.
+//
+// It runs read-only where Redis can (7.0 and later): flagged no-writes and sent as
+// EVALSHA_RO (peekScriptRO). Redis then refuses it any write, and runs it even while
+// it refuses writes (over its memory limit, after a disk error), when a poll's answer
+// is still good. A Redis without EVALSHA_RO runs the same text without the flag
+// (peekScript): see sendPeeks.
+var (
+	peekScriptRO = redis.NewScript("#!lua flags=no-writes\n" + peekLua)
+	peekScript   = redis.NewScript(peekLua)
+)
+
+const peekLua = `
 -- An occurrence older than the catch-up floor makes the heap stale; a waiting dispatch
 -- of the user (member <p>|d|<log_id>) does not: it stays until taken, however old.
 local function stale_below(heap, floor)
@@ -50,9 +59,10 @@ local function stale_below(heap, floor)
     offset = offset + 32
   end
 end
+local function packed(t) return table.concat(t, '\n') end
 local nokeys = false
 if ARGV[4] ~= '' and redis.call('SISMEMBER', KEYS[3], ARGV[4]) == 0 then
-  if redis.call('EXISTS', KEYS[3]) == 1 then return {'badkey'} end
+  if redis.call('EXISTS', KEYS[3]) == 1 then return 'badkey' end
   nokeys = true
 end
 local h = redis.call('HMGET', KEYS[1], 'ver', 'hver', 'groups', 'gens', 'win', 'open', 'cut', 'exp')
@@ -72,21 +82,17 @@ elseif tonumber(h[5]) < tonumber(ARGV[2]) then
 end
 if nokeys then
   if status == 'ok' and stale_below(KEYS[2], ARGV[5]) then status = 'stale' end
-  return {'nokeys', status}
+  return packed({'nokeys', status})
 end
-if ARGV[4] ~= '' then
-  local wait = gcra(KEYS[4], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]))
-  if wait then return {'limited', wait} end
-end
-if status ~= 'ok' then return {status, open, h[3] or '', ver} end
-if h[3] ~= ARGV[9] then return {'groups', open, h[3], ver} end
+if status ~= 'ok' then return packed({status, open, h[3] or '', ver}) end
+if h[3] ~= ARGV[6] then return packed({'groups', open, h[3] or '', ver}) end
 -- The first entry alone says most polls' answer: if it is not due, nothing is, and it
 -- is the next. Only a heap whose first entry is older than the floor is looked at
 -- further for staleness.
 local now = tonumber(ARGV[1])
-local first = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 if #first > 0 and tonumber(first[2]) < tonumber(ARGV[5]) and stale_below(KEYS[2], ARGV[5]) then
-  return {'stale', open, h[3], ver}
+  return packed({'stale', open, h[3] or '', ver})
 end
 local reply = {'ok', open, ver, h[4] or '', '', '', ''}
 if #first > 0 and tonumber(first[2]) > now then
@@ -98,13 +104,12 @@ elseif #first > 0 then
   if #nxt == 2 then reply[6], reply[7] = nxt[1], nxt[2] end
 end
 if h[7] == '1' and reply[6] == '' then reply[5] = h[5] end
-return reply
-`)
+return packed(reply)
+`
 
 // peekReply is peekScript's answer, decoded, with the generations checked.
 type peekReply struct {
-	status string // ok, badkey, limited, nokeys, cold, stale or groups
-	wait   string // limited: the µs to wait
+	status string // ok, badkey, nokeys, cold, stale or groups
 	heap   string // nokeys: the heap's status (ok, cold or stale)
 	open   string // the open dispatch hint (ok, cold, stale, groups)
 	groups string // cold, stale, groups: the groups the heap was built for
@@ -115,49 +120,55 @@ type peekReply struct {
 // decodePeek reads peekScript's reply res to a caller that believes the user is in
 // groups, gens being the generations read beside it. An ok heap whose generations
 // have moved since it was built is stale.
-func decodePeek(res []any, groups string, gens []*redis.StringCmd) (peekReply, error) {
-	str := func(i int) string {
-		if i < len(res) {
-			s, _ := res[i].(string)
-			return s
+func decodePeek(res string, groups string, gens []*redis.StringCmd) (peekReply, error) {
+	rest, more := res, true
+	count := 0
+	field := func() string {
+		var f string
+		if more {
+			f, rest, more = strings.Cut(rest, "\n")
+			count++
 		}
-		return ""
+		return f
 	}
-	r := peekReply{status: str(0)}
+	r := peekReply{status: field()}
 	switch r.status {
 	case "badkey":
-	case "limited":
-		r.wait = str(1)
 	case "nokeys":
-		r.heap = str(1)
+		r.heap = field()
 	case "cold", "stale", "groups":
-		r.open, r.groups, r.ver = str(1), str(2), str(3)
+		r.open, r.groups, r.ver = field(), field(), field()
 	case "ok":
-		if len(res) < 7 || len(res)%2 == 0 {
-			return peekReply{}, fmt.Errorf("peek: reply of %d elements", len(res))
+		var gens0, cut, next, nextScore string
+		r.open, r.ver, gens0, cut, next, nextScore = field(), field(), field(), field(), field(), field()
+		if count < 7 {
+			return peekReply{}, fmt.Errorf("peek: reply of %d fields", count)
 		}
-		r.open, r.ver = str(1), str(2)
-		if !sameGenerations(str(3), gens) {
+		if !sameGenerations(gens0, gens) {
 			return peekReply{status: "stale", open: r.open, groups: groups, ver: r.ver}, nil
 		}
 		r.view.Open = openHint(r.open)
-		if n := (len(res) - 7) / 2; n > 0 {
-			r.view.Due = make([]schedule.Entry, 0, n)
+		if more {
+			r.view.Due = make([]schedule.Entry, 0, (strings.Count(rest, "\n")+1)/2)
 		}
-		for i := 7; i+1 < len(res); i += 2 {
-			e, err := parseScored(res[i], res[i+1])
+		for more {
+			member, score := field(), field()
+			if count%2 == 0 {
+				return peekReply{}, fmt.Errorf("peek: reply of %d fields", count)
+			}
+			e, err := parseScored(member, score)
 			if err != nil {
 				return peekReply{}, err
 			}
 			r.view.Due = append(r.view.Due, e)
 		}
-		if next := str(5); next != "" {
-			e, err := parseScored(next, res[6])
+		if next != "" {
+			e, err := parseScored(next, nextScore)
 			if err != nil {
 				return peekReply{}, err
 			}
 			r.view.Next = &e
-		} else if cut := str(4); cut != "" {
+		} else if cut != "" {
 			// A cut heap holds nothing not yet due: the next due time is the first
 			// entry left out's (an entry with no task: a time only).
 			win, err := strconv.ParseInt(cut, 10, 64)
@@ -176,11 +187,13 @@ func decodePeek(res []any, groups string, gens []*redis.StringCmd) (peekReply, e
 // the groups the caller believes uid is in (groups, comma-joined), at now. The round
 // trip is shared with the peeks of other users waiting at the same moment (pipeline.go).
 func (c *Cache) peek(ctx context.Context, uid, groups, keyHash string, now time.Time, maxDue int) (peekReply, error) {
-	call := &peekCall{ctx: ctx}
-	call.keysBuf = [4]string{c.keys.User(uid), c.keys.Heap(uid), c.keys.ClientKeys(uid), c.keys.Poll(uid)}
+	call := newPeekCall(ctx)
+	defer call.release() // what decodePeek returns keeps nothing of it
+	user, heap, clientKeys := c.keys.PeekKeys(uid)
+	call.keysBuf = [3]string{user, heap, clientKeys}
 	call.keys = call.keysBuf[:]
-	call.argsBuf = [9]any{now.Unix(), now.Add(c.cfg.Horizon).Unix(), maxDue, keyHash, c.floor(now),
-		c.pollArgs[0], c.pollArgs[1], now.UnixMicro(), groups}
+	times := c.peekTimes(now)
+	call.argsBuf = [6]any{times.now, times.horizon, maxDue, keyHash, times.floor, groups}
 	call.args = call.argsBuf[:]
 	if groups != "" {
 		call.gens = call.gensBuf[:0]
@@ -193,34 +206,54 @@ func (c *Cache) peek(ctx context.Context, uid, groups, keyHash string, now time.
 	if err := c.peeks.do(call); err != nil {
 		return peekReply{}, unavailable("peek", err)
 	}
-	res, err := call.script.Slice()
+	res, err := call.script.Text()
 	if err != nil {
 		return peekReply{}, unavailable("peek", err)
 	}
 	return decodePeek(res, groups, call.genCmds)
 }
 
-// Peek checks keyHash (unless empty) and returns the user's open dispatch hint and the
+// peekTimes are a peek's arguments that depend on the time alone (now, the horizon and
+// the catch-up floor, in Unix seconds), as the script takes them: made once a second,
+// not per poll.
+type peekTimes struct {
+	sec                 int64
+	now, horizon, floor any
+}
+
+// peekTimes returns the peek's time arguments at now.
+func (c *Cache) peekTimes(now time.Time) *peekTimes {
+	sec := now.Unix()
+	if t := c.times.Load(); t != nil && t.sec == sec {
+		return t
+	}
+	t := &peekTimes{sec: sec, now: sec, horizon: now.Add(c.cfg.Horizon).Unix(), floor: c.floor(now)}
+	if c.cfg.Horizon%time.Second == 0 && c.cfg.CatchUp%time.Second == 0 {
+		// Whole seconds: every instant of the second gives the same arguments.
+		c.times.Store(t)
+	}
+	return t
+}
+
+// Peek checks keyHash (unless empty), counts the poll against the user's poll limit
+// once the key is found valid, and returns the user's open dispatch hint and the
 // entries due at now, rebuilding the heap from MySQL first if it is cold or stale. A
-// warm peek is one Redis round trip.
+// warm peek is one Redis round trip, a read.
 func (c *Cache) Peek(ctx context.Context, uid, keyHash string, now time.Time) (schedule.View, error) {
 	return c.PeekN(ctx, uid, keyHash, now, c.cfg.MaxDue)
 }
 
 // PeekN is Peek returning up to maxDue due entries (a batch fetch's).
 func (c *Cache) PeekN(ctx context.Context, uid, keyHash string, now time.Time, maxDue int) (schedule.View, error) {
-	var groups string
-	if g, ok := c.groups.Load(uid); ok {
-		groups = g.(string)
-	}
+	groups, _ := c.groups.Load(uid)
 	refused := 0
 	var b *built // the last rebuild's
 	// Another node's rebuild of the user holds the lock (for up to LockTTL, longer on a
 	// loaded machine): a peek waits for it in 5 ms steps as long as its request
 	// allows (without a deadline, LockTTL), not just its 50 attempts.
-	settle := time.Now().Add(c.cfg.LockTTL)
-	if d, ok := ctx.Deadline(); ok {
-		settle = d
+	settle, ok := ctx.Deadline()
+	if !ok {
+		settle = time.Now().Add(c.cfg.LockTTL)
 	}
 	for attempt := 0; ; attempt++ {
 		if attempt >= 50 && time.Now().After(settle) {
@@ -230,14 +263,21 @@ func (c *Cache) PeekN(ctx context.Context, uid, keyHash string, now time.Time, m
 		if err != nil {
 			return schedule.View{}, err
 		}
+		if keyHash != "" && res.status != "badkey" && res.status != "nokeys" {
+			// The key is valid: the poll counts, once, before anything is rebuilt (a
+			// refusal reads nothing from MySQL), and the looks that follow do not
+			// check the key again.
+			if err := c.CountPoll(uid, now); err != nil {
+				return schedule.View{}, err
+			}
+			keyHash = ""
+		}
 		switch res.status {
 		case "ok":
 			c.cfg.Metrics.HeapLookup(true)
 			return res.view, nil
 		case "badkey":
 			return schedule.View{}, ErrBadKey
-		case "limited":
-			return schedule.View{}, c.limited(uid, res.wait)
 		case "nokeys":
 			// Only a user whose heap needs a rebuild too is turned away when the
 			// rebuild budget is spent: a warm user's key set goes after a change of its keys.
@@ -247,10 +287,8 @@ func (c *Cache) PeekN(ctx context.Context, uid, keyHash string, now time.Time, m
 		case "groups":
 			groups = res.groups
 			c.groups.Store(uid, groups)
-			keyHash = "" // checked, and the poll counted: not again
 		case "cold", "stale":
 			c.cfg.Metrics.HeapLookup(false)
-			keyHash = "" // checked, and the poll counted: not again
 			// Invalidations keep landing between a rebuild's reads and its write (the
 			// write refused), or just after it (what it wrote is stale already: a
 			// group generation moved). The offer a rebuild read from MySQL is no older
@@ -275,7 +313,7 @@ func (c *Cache) PeekN(ctx context.Context, uid, keyHash string, now time.Time, m
 				}
 			}
 			if g, ok := c.groups.Load(uid); ok {
-				groups = g.(string)
+				groups = g
 			}
 		default:
 			return schedule.View{}, fmt.Errorf("peek: unexpected status %q", res.status)
@@ -310,12 +348,12 @@ func (b *built) view(open string, now time.Time, maxDue int) schedule.View {
 	return v
 }
 
-func parseScored(member, score any) (schedule.Entry, error) {
-	s, err := strconv.ParseInt(score.(string), 10, 64)
+func parseScored(member, score string) (schedule.Entry, error) {
+	s, err := strconv.ParseInt(score, 10, 64)
 	if err != nil {
-		return schedule.Entry{}, fmt.Errorf("heap score %v: %w", score, err)
+		return schedule.Entry{}, fmt.Errorf("heap score %q: %w", score, err)
 	}
-	return ParseMember(member.(string), s)
+	return ParseMember(member, s)
 }
 
 // sameGenerations reports whether the generations the reads found (a missing one is

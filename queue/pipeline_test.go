@@ -62,8 +62,8 @@ func (h *heldPipeline) sizes() []int {
 }
 
 // A lone call is sent at once, alone, by its own caller; calls arriving while a round
-// trip is in flight share the next one, and each gets its own answer; a caller that
-// leaves before its call is taken is not sent.
+// trip is in flight share the next one, and each gets its own answer; a caller whose
+// context has ended is not sent.
 func TestPeekPipelineSharesRoundTrips(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
@@ -93,11 +93,8 @@ func TestPeekPipelineSharesRoundTrips(t *testing.T) {
 		h.waitFor(i + 1)
 	}
 	gone, leave := context.WithCancel(t.Context())
-	left := make(chan error)
-	go func() { left <- p.do(&peekCall{ctx: gone, args: []any{"gone"}}) }()
-	h.waitFor(n + 1)
 	leave()
-	if err := <-left; !errors.Is(err, context.Canceled) {
+	if err := p.do(&peekCall{ctx: gone, args: []any{"gone"}}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a caller that left: %v", err)
 	}
 	close(h.release)
@@ -115,7 +112,7 @@ func TestPeekPipelineSharesRoundTrips(t *testing.T) {
 	}
 	for _, a := range sent {
 		if a == "gone" {
-			t.Errorf("the call of a caller that left was sent")
+			t.Errorf("the call of a caller that had left was sent")
 		}
 	}
 	p.mu.Lock()
@@ -127,7 +124,8 @@ func TestPeekPipelineSharesRoundTrips(t *testing.T) {
 
 // Peeks of many users sharing one round trip each get their own answer: their own
 // heap's next entry, their own key check, their own poll counted against their own
-// limit (burst 1: a user's second poll in the same round trip is refused).
+// limit once their key is found valid (burst 1: a user's second poll in the same round
+// trip is refused).
 func TestSharedPeeksKeepEachUsersAnswer(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -140,11 +138,15 @@ func TestSharedPeeksKeepEachUsersAnswer(t *testing.T) {
 		e.warm(uid(i), once(int64(100+i), t0.Add(time.Duration(i+1)*time.Minute), 5))
 		c.groups.Store(uid(i), "g1,g2")
 	}
-	// The held first round trip spends u0's burst.
+	// u0's burst is spent; the held first round trip is u1's (whose poll in the
+	// shared round trip has a bad key: not counted).
+	if err := c.CountPoll(uid(0), e.now); err != nil {
+		t.Fatal(err)
+	}
 	h := holdPipeline(&c.peeks)
 	first := make(chan error)
 	go func() {
-		_, err := c.Peek(e.ctx, uid(0), "h1", e.now)
+		_, err := c.Peek(e.ctx, uid(1), "h1", e.now)
 		first <- err
 	}()
 	<-h.sending
@@ -212,5 +214,33 @@ func TestSharedPeeksKeepEachUsersAnswer(t *testing.T) {
 		if passed[i] != 1 {
 			t.Errorf("%s polled twice in one round trip with a burst of 1: %d let through, want 1", uid(i), passed[i])
 		}
+	}
+}
+
+// A round trip runs under a context of its own: it ends at the earliest of its calls'
+// deadlines, and a caller's leaving does not end it for the others.
+func TestTripContext(t *testing.T) {
+	t.Parallel()
+	at := time.Now().Add(time.Hour)
+	leaving, leave := context.WithCancel(t.Context())
+	calls := []*peekCall{{ctx: leaving}}
+	for _, d := range []time.Duration{2 * time.Second, time.Second, 3 * time.Second} {
+		ctx, cancel := context.WithDeadline(t.Context(), at.Add(d))
+		defer cancel()
+		calls = append(calls, &peekCall{ctx: ctx})
+	}
+	ctx, cancel := tripContext(calls)
+	defer cancel()
+	if d, ok := ctx.Deadline(); !ok || !d.Equal(at.Add(time.Second)) {
+		t.Errorf("trip deadline %v %v, want the earliest, %v", d, ok, at.Add(time.Second))
+	}
+	leave()
+	if ctx.Err() != nil {
+		t.Errorf("a caller's leaving ended the round trip: %v", ctx.Err())
+	}
+	alone, cancel := tripContext(calls[:1])
+	defer cancel()
+	if _, ok := alone.Deadline(); ok {
+		t.Error("a round trip of calls without a deadline has one")
 	}
 }

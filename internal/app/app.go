@@ -77,7 +77,6 @@ func New(cfg Config, deps Deps) *App {
 	a := &App{cfg: cfg, deps: deps, Registry: prometheus.NewRegistry()}
 	a.metrics = metrics.New(a.Registry)
 	metrics.RegisterQueued(a.Registry, deps.Store.Queued)
-	metrics.RegisterLimits(a.Registry, cfg.PollRate, cfg.PollBurst)
 	deps.Store.ObserveBatches(func(kind string, size int, err error) {
 		a.metrics.Batch(kind, size, err != nil)
 		if err != nil {
@@ -91,6 +90,7 @@ func New(cfg Config, deps Deps) *App {
 			RebuildRate: cfg.RebuildRate, RebuildBurst: cfg.RebuildBurst, PollRate: cfg.PollRate, PollBurst: cfg.PollBurst,
 			Metrics: a.metrics})
 	a.HeapFeed = a.Cache.NewHeapFeed(deps.Store, deps.Log)
+	metrics.RegisterLimits(a.Registry, cfg.PollRate, cfg.PollBurst, a.Cache.PollLimitUsers)
 	a.Keys = clientkey.New(deps.Store, a.Cache, deps.Clock, deps.Log,
 		clientkey.Config{EnrollSecret: cfg.EnrollSecret, EnrolledKeysPerUID: cfg.KeysPerUID, AdminKeysPerUID: cfg.AdminKeysPerUID,
 			EnrollUIDs: cfg.EnrollUIDs, EnrollRate: cfg.EnrollRate, EnrollBurst: cfg.EnrollBurst})

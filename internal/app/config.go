@@ -83,8 +83,8 @@ type Config struct {
 	// bucket); past it a poll answers 503 (queue.Config).
 	RebuildRate  float64
 	RebuildBurst int
-	// PollRate and PollBurst bound each user's polls over all nodes (a limiter in Redis,
-	// checked in the poll's own round trip); past it a poll answers 429. Zero: no limit.
+	// PollRate and PollBurst bound each user's polls on each node (a token bucket per
+	// user in the node's memory); past it a poll answers 429. Zero: no limit.
 	PollRate  float64
 	PollBurst int
 	// UploadsPerNode caps the campaign uploads this node reads at once (each may spool
@@ -128,9 +128,9 @@ func (c *Config) table() config.Table {
 			Value: config.Float(&c.RebuildRate, config.Positive)},
 		{Env: "DISPATCH_REBUILD_BURST", Flag: "rebuild-burst", Default: "1000", Usage: "heap rebuilds this node makes at once before DISPATCH_REBUILD_RATE applies",
 			Value: config.Int(&c.RebuildBurst, config.Positive)},
-		{Env: "DISPATCH_POLL_RATE", Flag: "poll-rate", Default: "50", Usage: "fetches, long-poll rounds and progress reports a second each user may make, over all nodes (GCRA in Redis, in the fetch's own round trip); past it a request answers 429 rate_limited with Retry-After; 0: no limit",
+		{Env: "DISPATCH_POLL_RATE", Flag: "poll-rate", Default: "50", Usage: "fetches, long-poll rounds and progress reports a second each user may make on each node (a token bucket per user in the node's memory: a user whose polls reach N nodes may make N times as many); past it a request answers 429 rate_limited with Retry-After; 0: no limit",
 			Value: config.Float(&c.PollRate, config.NotNegative)},
-		{Env: "DISPATCH_POLL_BURST", Flag: "poll-burst", Default: "100", Usage: "fetches each user may make at once before DISPATCH_POLL_RATE applies",
+		{Env: "DISPATCH_POLL_BURST", Flag: "poll-burst", Default: "100", Usage: "fetches each user may make at once on each node before DISPATCH_POLL_RATE applies",
 			Value: config.Int(&c.PollBurst, config.Positive)},
 		{Env: "DISPATCH_KAFKA_BROKERS", Flag: "kafka-brokers", Usage: "comma-separated Kafka brokers; empty: no Kafka, events stay in MySQL",
 			Value: config.List(&c.KafkaBrokers)},

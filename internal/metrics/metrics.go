@@ -8,6 +8,7 @@ package metrics
 
 import (
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +31,19 @@ type Metrics struct {
 	rateLimited   *prometheus.CounterVec
 	pruned        *prometheus.CounterVec
 	contention    *prometheus.CounterVec
+
+	// The series every poll moves, looked up once: a label lookup hashes and compares
+	// every label value. observers holds the request histogram's series by request (a
+	// closed set: see Request).
+	observers  sync.Map // requestLabels -> prometheus.Observer
+	emptyFetch prometheus.Counter
+	heapHit    prometheus.Counter
+}
+
+// requestLabels are a request's labels before they are made strings.
+type requestLabels struct {
+	route, method string
+	status        int
 }
 
 // New registers the server's metrics (and the Go and process collectors) on reg.
@@ -98,6 +112,8 @@ func New(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.contention, m.requests, m.fetches, m.dispatches, m.completions, m.expiries, m.claimRefusals,
 		m.heapLookups, m.rebuilds, m.overBudget, m.batches, m.fallbacks, m.rateLimited, m.pruned,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.emptyFetch = m.fetches.WithLabelValues("empty")
+	m.heapHit = m.heapLookups.WithLabelValues("hit")
 	return m
 }
 
@@ -158,13 +174,23 @@ func RegisterRelay(reg prometheus.Registerer, stats func() RelayStats) {
 // "other". A label an outsider could choose would let anyone grow /metrics (and the
 // server's memory) without bound.
 func (m *Metrics) Request(route, method string, status int, d time.Duration) {
-	if m != nil {
+	if m == nil {
+		return
+	}
+	method = knownMethod(method)
+	if status < 100 || status > 599 {
+		status = 0
+	}
+	key := requestLabels{route, method, status}
+	o, ok := m.observers.Load(key)
+	if !ok {
 		code := "other"
-		if status >= 100 && status <= 599 {
+		if status != 0 {
 			code = strconv.Itoa(status)
 		}
-		m.requests.WithLabelValues(route, knownMethod(method), code).Observe(d.Seconds())
+		o, _ = m.observers.LoadOrStore(key, m.requests.WithLabelValues(route, method, code))
 	}
+	o.(prometheus.Observer).Observe(d.Seconds())
 }
 
 // knownMethod is method if it is one of HTTP's standard methods, else "other".
@@ -178,7 +204,11 @@ func knownMethod(method string) string {
 
 // Fetch records a fetch's outcome: "task", "redo" or "empty".
 func (m *Metrics) Fetch(outcome string) {
-	if m != nil {
+	switch {
+	case m == nil:
+	case outcome == "empty":
+		m.emptyFetch.Inc()
+	default:
 		m.fetches.WithLabelValues(outcome).Inc()
 	}
 }
@@ -213,12 +243,12 @@ func (m *Metrics) ClaimRefused(reason string) {
 
 // HeapLookup records a heap cache lookup: hit or miss.
 func (m *Metrics) HeapLookup(hit bool) {
-	if m != nil {
-		r := "miss"
-		if hit {
-			r = "hit"
-		}
-		m.heapLookups.WithLabelValues(r).Inc()
+	switch {
+	case m == nil:
+	case hit:
+		m.heapHit.Inc()
+	default:
+		m.heapLookups.WithLabelValues("miss").Inc()
 	}
 }
 
@@ -266,16 +296,20 @@ func (m *Metrics) RateLimited(limit string) {
 	}
 }
 
-// RegisterLimits exposes the configured limits: the poll rate (per second, per user; 0
-// for none) and its burst.
-func RegisterLimits(reg prometheus.Registerer, pollRate float64, pollBurst int) {
+// RegisterLimits exposes the configured limits: the poll rate (per second, per user and
+// node; 0 for none) and its burst, and how many users hold a bucket of it on this node
+// (read from users at scrape time).
+func RegisterLimits(reg prometheus.Registerer, pollRate float64, pollBurst int, users func() int) {
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "taskd_poll_rate_limit",
-			Help: "Polls a second allowed to each user over all nodes (DISPATCH_POLL_RATE); 0: no limit."},
+			Help: "Polls a second allowed to each user on each node (DISPATCH_POLL_RATE); 0: no limit."},
 			func() float64 { return pollRate }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "taskd_poll_burst_limit",
-			Help: "Polls at once allowed to each user (DISPATCH_POLL_BURST)."},
-			func() float64 { return float64(pollBurst) }))
+			Help: "Polls at once allowed to each user on each node (DISPATCH_POLL_BURST)."},
+			func() float64 { return float64(pollBurst) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "taskd_poll_limit_users",
+			Help: "Users this node holds a poll-limit bucket for: those that polled it within the time a bucket takes to fill (DISPATCH_POLL_BURST / DISPATCH_POLL_RATE)."},
+			func() float64 { return float64(users()) }))
 }
 
 // OverBudget records a poll turned away because the node's rebuild budget was spent.
