@@ -176,7 +176,7 @@ func (c *Config) table() config.Table {
 			Value: config.Int(&c.MySQLConns, config.Positive)},
 		{Env: "DISPATCH_MYSQL_BATCH", Flag: "mysql-batch", Default: "64", Usage: "most claims (and, apart, completes) sharing one MySQL transaction and its commit (group commit; each still waits for the commit); 1: each its own",
 			Value: config.Int(&c.MySQLBatch, config.Between(1, 1000))},
-		{Env: "DISPATCH_MYSQL_LANES", Flag: "mysql-lanes", Default: "2", Usage: "group-commit batches of each kind running at once (at most half of DISPATCH_MYSQL_CONNS)",
+		{Env: "DISPATCH_MYSQL_LANES", Flag: "mysql-lanes", Default: "1", Usage: "group-commit batches of each kind running at once (at most half of DISPATCH_MYSQL_CONNS); one lets the requests that arrive while a batch commits make the next one larger",
 			Value: config.Int(&c.MySQLLanes, config.Between(1, 64))},
 		{Env: "DISPATCH_NODE", Flag: "node", Usage: "this process's name among the nodes (membership, the leases on background work) and in its events; every process needs its own, and one named as a live node refuses to start; empty: the host name, the process id and 4 random hex digits (host-4711-9f3c), new at each start",
 			Value: config.String(&c.Node)},
