@@ -109,29 +109,22 @@ func (a *App) Prune(ctx context.Context) (Pruned, error) {
 // pruneAgents deletes, in batches, the client_agent rows of uids that last polled
 // before cutoff. A uid that polls again gets a row again at the next flush.
 func (a *App) pruneAgents(ctx context.Context, cutoff time.Time, p *Pruned) error {
-	for {
-		n, err := a.deps.Store.PruneAgents(ctx, cutoff, pruneBatch)
-		p.Agents += n
-		a.metrics.Pruned("client_agent", n)
-		if err != nil || n < pruneBatch {
-			return err
-		}
-		t := time.NewTimer(10 * time.Millisecond) // let other work at the rows in between
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
+	return a.pruneRows(ctx, "client_agent", a.deps.Store.PruneAgents, cutoff, &p.Agents)
 }
 
 // pruneHeapChanges deletes, in batches, the heap changes noted before cutoff.
 func (a *App) pruneHeapChanges(ctx context.Context, cutoff time.Time, p *Pruned) error {
+	return a.pruneRows(ctx, "heap_change", a.deps.Store.PruneHeapChanges, cutoff, &p.HeapChanges)
+}
+
+// pruneRows runs prune, pruneBatch rows at a time, until it deletes fewer, counting
+// them in count and the metrics under table.
+func (a *App) pruneRows(ctx context.Context, table string, prune func(context.Context, time.Time, int) (int64, error),
+	cutoff time.Time, count *int64) error {
 	for {
-		n, err := a.deps.Store.PruneHeapChanges(ctx, cutoff, pruneBatch)
-		p.HeapChanges += n
-		a.metrics.Pruned("heap_change", n)
+		n, err := prune(ctx, cutoff, pruneBatch)
+		*count += n
+		a.metrics.Pruned(table, n)
 		if err != nil || n < pruneBatch {
 			return err
 		}
