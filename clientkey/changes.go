@@ -3,6 +3,8 @@ package clientkey
 import (
 	"context"
 	"time"
+
+	"github.com/taskpull/taskd/internal/repeat"
 )
 
 // A cached key set is trusted until the keys change, not for a short time, so that a
@@ -48,24 +50,7 @@ type changeID struct {
 // ctx is done.
 func (s *Service) RunChanges(ctx context.Context) {
 	f := newChangeFeed(s.clock.Now())
-	t := time.NewTicker(ChangeStep)
-	defer t.Stop()
-	failing := false
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			err := s.applyChanges(ctx, f)
-			if err != nil && !failing && ctx.Err() == nil {
-				s.log.WarnContext(ctx, "key changes: could not tell the cache; trying again each second", "err", err)
-			}
-			if err == nil && failing {
-				s.log.InfoContext(ctx, "key changes: the cache is told again")
-			}
-			failing = err != nil
-		}
-	}
+	repeat.Every(ctx, ChangeStep, s.log, "key changes", func(ctx context.Context) error { return s.applyChanges(ctx, f) })
 }
 
 // applyChanges reads the changes noted since changeWindow before f's last read and

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/internal/repeat"
 )
 
 // The heap-change feed. An admin change invalidates the heaps it concerns after its
@@ -71,24 +72,7 @@ func (c *Cache) NewHeapFeed(changes HeapChanges, log *slog.Logger) *HeapFeed {
 // Run tells the cache of the heap changes of every node, each HeapChangeStep, until
 // ctx is done.
 func (f *HeapFeed) Run(ctx context.Context) {
-	t := time.NewTicker(HeapChangeStep)
-	defer t.Stop()
-	failing := false
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			err := f.Step(ctx)
-			if err != nil && !failing && ctx.Err() == nil {
-				f.log.WarnContext(ctx, "heap changes: could not tell the cache; trying again each second", "err", err)
-			}
-			if err == nil && failing {
-				f.log.InfoContext(ctx, "heap changes: the cache is told again")
-			}
-			failing = err != nil
-		}
-	}
+	repeat.Every(ctx, HeapChangeStep, f.log, "heap changes", f.Step)
 }
 
 // Step reads the changes noted since HeapChangeWindow before the last complete read and
