@@ -410,7 +410,11 @@ func (s *Service) invalidate(ctx context.Context, target string, invalidate func
 	if err == nil {
 		return nil
 	}
-	if nerr := s.store.NoteHeapChanges(context.WithoutCancel(ctx), s.now(), target); nerr != nil {
+	// On a context of its own, bounded as a request is: the caller's may be what ended
+	// the invalidation.
+	note, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.RequestTimeout)
+	defer cancel()
+	if nerr := s.store.NoteHeapChanges(note, s.now(), target); nerr != nil {
 		s.log.WarnContext(ctx, "an invalidation Redis refused could not be noted for the heap-change feed either; the heaps stay until their refresh",
 			"component", "dispatch", "target", target, "err", nerr)
 	}

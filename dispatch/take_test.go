@@ -175,7 +175,10 @@ func TestTakeNotTargetedNotesARefusedInvalidation(t *testing.T) {
 			ClaimFn: func(context.Context, string, taskd.Occurrence, time.Time, taskd.Take) (taskd.ClaimOutcome, *taskd.Dispatch, error) {
 				return taskd.NotTargeted, nil, nil
 			},
-			NoteFn: func(_ context.Context, now time.Time, targets ...string) error {
+			NoteFn: func(ctx context.Context, now time.Time, targets ...string) error {
+				if _, bounded := ctx.Deadline(); !bounded {
+					t.Error("the note's context has no deadline")
+				}
 				if !now.Equal(at) {
 					t.Errorf("noted at %v, want the service's now %v", now, at)
 				}
