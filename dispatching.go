@@ -2,6 +2,7 @@ package taskd
 
 import (
 	"encoding/json"
+	"strconv"
 	"time"
 )
 
@@ -105,23 +106,71 @@ func (d *Dispatch) LeaseExpired(now time.Time) bool {
 	return d.State == StateOpen && d.LeaseExpiresAt != nil && !now.Before(*d.LeaseExpiresAt)
 }
 
-// ClaimOutcome is what an attempt to dispatch an occurrence to a user came to.
+// ClaimOutcome is what an attempt to dispatch an occurrence to a user came to. What
+// each does to the user's heap entry is its Step.
 type ClaimOutcome uint8
 
 const (
 	Claimed      ClaimOutcome = iota + 1 // dispatched: the record is open
-	Exhausted                            // the quota is used up: drop the occurrence
-	AlreadyHad                           // once_per_user and the user had it: drop it
-	Gone                                 // the task is no longer active or no longer has this occurrence: drop it
-	UserBusy                             // the user already has an open dispatch: return that one
-	NotDue                               // (Resume) the retry's backoff is not over yet: keep the entry
-	Holding                              // until_exhausted, and the user holds it open in another slot: keep the entry
-	Filtered                             // not of a template the fetch asked for: keep the entry
-	RateBound                            // the task's dispatch_rate_per_minute is used up this minute: keep the entry
-	NotTargeted                          // the task no longer targets the user (moved to another executor, or the user left its group): drop it, rebuild the user's heap
-	PhaseBound                           // the rollout's current phase has given its cap: keep the entry (nothing is due for the user until the phase moves)
-	NotInRollout                         // a snapshot rollout, and the user joined the group after its start: drop it
+	Exhausted                            // the quota is used up
+	AlreadyHad                           // once_per_user and the user had it
+	Gone                                 // the task is no longer active or no longer has this occurrence
+	UserBusy                             // the open slot is taken: the user's open dispatch is what it gets
+	NotDue                               // (Resume) the retry's backoff is not over yet (a node's clock a little early)
+	Holding                              // until_exhausted, and the user holds it open in another slot
+	Filtered                             // not of a template the fetch asked for
+	RateBound                            // the task's dispatch_rate_per_minute is used up this minute
+	NotTargeted                          // the task no longer targets the user (moved to another executor, or the user left its group); the user's heap is stale
+	PhaseBound                           // the rollout's current phase has given its cap (nothing is due for the user until the phase moves)
+	NotInRollout                         // a snapshot rollout, and the user joined the group after its start
 )
+
+var claimOutcomeNames = [...]string{Claimed: "claimed", Exhausted: "exhausted", AlreadyHad: "already_had",
+	Gone: "gone", UserBusy: "user_busy", NotDue: "not_due", Holding: "holding", Filtered: "filtered",
+	RateBound: "rate_bound", NotTargeted: "not_targeted", PhaseBound: "phase_bound", NotInRollout: "not_in_rollout"}
+
+// String is the outcome's name in logs and metric labels: "claimed", "user_busy",
+// "not_in_rollout" and so on; "" for the zero value (no outcome).
+func (o ClaimOutcome) String() string {
+	if int(o) < len(claimOutcomeNames) {
+		return claimOutcomeNames[o]
+	}
+	return "ClaimOutcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// EntryStep is what a claim's outcome does to the heap entry that was claimed, within
+// the fetch that claimed it.
+type EntryStep uint8
+
+const (
+	// EntryTaken: handed out; the entry is popped (an until_exhausted occurrence stays
+	// on offer while its quota lasts).
+	EntryTaken EntryStep = iota + 1
+	// EntryRetry: the slot was not free (another request of the user took it); the
+	// entry may go into another slot.
+	EntryRetry
+	// EntryKeep: the entry stays in the heap and is not tried again in this fetch.
+	EntryKeep
+	// EntryPop: the entry is popped for good.
+	EntryPop
+)
+
+// Step is what o does to the claimed entry: Claimed takes it; UserBusy retries it;
+// Holding, NotDue, Filtered, RateBound and PhaseBound keep it; Exhausted, AlreadyHad,
+// Gone, NotTargeted and NotInRollout pop it. The zero value (no outcome) has none.
+func (o ClaimOutcome) Step() EntryStep {
+	switch o {
+	case Claimed:
+		return EntryTaken
+	case UserBusy:
+		return EntryRetry
+	case Holding, NotDue, Filtered, RateBound, PhaseBound:
+		return EntryKeep
+	case Exhausted, AlreadyHad, Gone, NotTargeted, NotInRollout:
+		return EntryPop
+	}
+	return 0
+}
 
 // CompleteOutcome is what a complete came to.
 type CompleteOutcome uint8

@@ -1,6 +1,7 @@
 package taskd_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -204,5 +205,42 @@ func TestResolve(t *testing.T) {
 	e, _ = taskd.Resolve(taskd.Settings{LeaseSeconds: ptr(0)}, tpl)
 	if e.LeaseSeconds != 0 || e.MaxAttempts != 1 {
 		t.Fatalf("own lease 0 over the template's: %+v", e)
+	}
+}
+
+// Every claim outcome has a name and a step, and the names are the metric labels the
+// README lists.
+func TestClaimOutcomeNamesAndSteps(t *testing.T) {
+	want := map[taskd.ClaimOutcome]struct {
+		name string
+		step taskd.EntryStep
+	}{
+		taskd.Claimed:      {"claimed", taskd.EntryTaken},
+		taskd.Exhausted:    {"exhausted", taskd.EntryPop},
+		taskd.AlreadyHad:   {"already_had", taskd.EntryPop},
+		taskd.Gone:         {"gone", taskd.EntryPop},
+		taskd.UserBusy:     {"user_busy", taskd.EntryRetry},
+		taskd.NotDue:       {"not_due", taskd.EntryKeep},
+		taskd.Holding:      {"holding", taskd.EntryKeep},
+		taskd.Filtered:     {"filtered", taskd.EntryKeep},
+		taskd.RateBound:    {"rate_bound", taskd.EntryKeep},
+		taskd.NotTargeted:  {"not_targeted", taskd.EntryPop},
+		taskd.PhaseBound:   {"phase_bound", taskd.EntryKeep},
+		taskd.NotInRollout: {"not_in_rollout", taskd.EntryPop},
+	}
+	for o := taskd.ClaimOutcome(0); o < 20; o++ {
+		w, known := want[o]
+		if got := o.Step(); got != w.step {
+			t.Errorf("%d.Step() = %v, want %v", o, got, w.step)
+		}
+		if !known {
+			if o == 0 && o.String() != "" || o != 0 && o.String() != fmt.Sprintf("ClaimOutcome(%d)", o) {
+				t.Errorf("unknown outcome %d named %q", o, o.String())
+			}
+			continue
+		}
+		if o.String() != w.name {
+			t.Errorf("%d.String() = %q, want %q", o, o.String(), w.name)
+		}
 	}
 }

@@ -298,20 +298,6 @@ func (s *Service) notTargeted(ctx context.Context, uid string, outcome taskd.Cla
 	}
 }
 
-func refusal(o taskd.ClaimOutcome) string {
-	switch o {
-	case taskd.Exhausted:
-		return "exhausted"
-	case taskd.AlreadyHad:
-		return "already_had"
-	case taskd.NotTargeted:
-		return "not_targeted"
-	case taskd.NotInRollout:
-		return "not_in_rollout"
-	}
-	return "gone"
-}
-
 // nextDue is when the user's next entry after taken is due, as far as its heap (a day
 // ahead at least) knows: the first of the entries after it, the first not yet due, and
 // taken's own next occurrence (a rotate task). nil when nothing more is scheduled.

@@ -14,20 +14,13 @@ import (
 // fetch into its free slots. It walks the user's due entries in heap order, each round
 // submitting as many claims as there are free slots, together (the group commit
 // decides them in one transaction), and a slot whose claim was refused goes to the
-// next entry. Each outcome is handled here, once:
-//
-//   - Claimed: handed out; the entry is popped (an until_exhausted occurrence stays on
-//     offer: see staysOnOffer).
-//   - UserBusy: another request of the user took the slot: the slot is not free, and
-//     the entry may still go into another. The caller hands out what holds its slot.
-//   - Holding, NotDue, Filtered: the entry stays (the user holds the occurrence open in
-//     another slot; a retry a little early by this node's clock; another template) and
-//     is not tried again in this fetch.
-//   - RateBound: the entry stays; the minute's end is when to look again.
-//   - PhaseBound: the entry stays (a rollout's phase gave its cap; the next phase may
-//     give the user a slot), and is not what the user waits for.
-//   - Exhausted, AlreadyHad, Gone, NotTargeted, NotInRollout: the entry is popped for
-//     good (NotTargeted also makes the user's heap stale).
+// next entry. Each outcome is handled here, once, by its step (taskd.ClaimOutcome.Step):
+// a taken entry is handed out and popped (an until_exhausted occurrence stays on offer:
+// see staysOnOffer); a retried one goes back into the walk for another slot (another
+// request of the user took this one, and the caller hands out what holds it); a kept one
+// stays in the heap, not tried again in this fetch (a rate-bound task is looked at again
+// at the minute's end); a popped one is gone for good (NotTargeted also makes the user's
+// heap stale).
 //
 // A popped rotation's next occurrence takes its place, as the heap's pop does: when it
 // is due it joins the walk at once, without another peek. view is a peek of asked
@@ -130,10 +123,10 @@ func (s *Service) takeInto(ctx context.Context, uid string, view schedule.View, 
 		var failed error
 		for _, t := range batch {
 			tried[t.entry] = true
-			switch t.outcome {
+			switch t.outcome.Step() {
 			case 0:
 				failed = t.err
-			case taskd.Claimed:
+			case taskd.EntryTaken:
 				if !t.redo {
 					s.cfg.Metrics.Dispatched(t.d.Occurrence.Task.Kind.String())
 				}
@@ -146,28 +139,25 @@ func (s *Service) takeInto(ctx context.Context, uid string, view schedule.View, 
 					slot1 = t.d.LogID
 				}
 				out.tasks = append(out.tasks, assignment(t.d, t.redo))
-			case taskd.UserBusy:
-				s.cfg.Metrics.ClaimRefused("user_busy")
+			case taskd.EntryRetry:
+				s.cfg.Metrics.ClaimRefused(t.outcome.String())
 				out.busy = true
 				delete(tried, t.entry)
 				walk = append(walk, t.entry)
-			case taskd.Holding:
-				s.cfg.Metrics.ClaimRefused("user_busy")
-				out.holding = true
+			case taskd.EntryKeep:
 				again = append(again, t.slot)
-			case taskd.NotDue, taskd.Filtered:
-				again = append(again, t.slot)
-			case taskd.PhaseBound:
-				// The rollout's phase has given its cap: the entry stays, and is not
-				// what the user waits for (nothing is due for it until the phase moves).
-				s.cfg.Metrics.ClaimRefused("phase_bound")
-				again = append(again, t.slot)
-			case taskd.RateBound:
-				s.cfg.Metrics.ClaimRefused("rate_bound")
-				again = append(again, t.slot)
-				after = append(after, now.Truncate(time.Minute).Add(time.Minute))
-			default:
-				s.cfg.Metrics.ClaimRefused(refusal(t.outcome))
+				switch t.outcome {
+				case taskd.Holding:
+					s.cfg.Metrics.ClaimRefused(taskd.UserBusy.String()) // the occurrence is the user's, in another slot
+					out.holding = true
+				case taskd.RateBound:
+					s.cfg.Metrics.ClaimRefused(t.outcome.String())
+					after = append(after, now.Truncate(time.Minute).Add(time.Minute))
+				case taskd.PhaseBound:
+					s.cfg.Metrics.ClaimRefused(t.outcome.String()) // not what the user waits for: the next phase may give it a slot
+				}
+			case taskd.EntryPop:
+				s.cfg.Metrics.ClaimRefused(t.outcome.String())
 				pop(t.entry)
 				s.notTargeted(ctx, uid, t.outcome)
 				again = append(again, t.slot)
