@@ -43,6 +43,18 @@ type ClaimRollout struct {
 	Snapshot bool
 }
 
+// ClaimView is the rollout r, at st, as the claims of a task of quota see it: the
+// current phase (1-based), its cap, and whether only the members at its start may
+// claim (snapshot targeting, until the rollout completes). A ramped claim rate bounds
+// settings' dispatch rate, when lower.
+func (r Rollout) ClaimView(st RolloutStatus, quota int, settings *Effective) *ClaimRollout {
+	if rate := r.Rate(st); rate > 0 && (settings.DispatchRatePerMinute == 0 || rate < settings.DispatchRatePerMinute) {
+		settings.DispatchRatePerMinute = rate
+	}
+	return &ClaimRollout{Phase: st.Phase + 1, Cap: r.Cap(st, quota),
+		Snapshot: r.Targeting == TargetingSnapshot && st.State != RolloutCompleted}
+}
+
 // Counted reports whether a claim of the task reads its occurrence's counter: its
 // quota is limited, or a rollout caps it.
 func (t *ClaimTask) Counted() bool {
@@ -182,6 +194,18 @@ type Claim struct {
 	InSnapshot bool
 	// Prior is what UID did before at the occurrence.
 	Prior Prior
+}
+
+// Target says whether the claim's task targets its user, from what the claim's
+// transaction read: member says the user is a member of the task's group now, atStart
+// that it was one when the task's snapshot rollout started. A task for one user
+// targets that user alone (ids compare without case, as MySQL's columns do).
+func (c *Claim) Target(member, atStart bool) {
+	if c.Task.Executor.Group {
+		c.Targeted, c.InSnapshot = member, atStart
+		return
+	}
+	c.Targeted = strings.EqualFold(c.Task.Executor.ID, c.UID)
 }
 
 // Refusal is what a claim comes to before the user's history and the shared counters

@@ -1,6 +1,10 @@
 package taskd_test
 
 import (
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -8,48 +12,145 @@ import (
 	"github.com/taskpull/taskd/internal/claimtest"
 )
 
-// The claim scenarios through the decision alone: one batch of each scenario's claims,
-// against the state its history leaves. internal/store runs the same scenarios against
-// MySQL, in batches of one and of many.
+// The claim scenarios through the decision alone: internal/store runs the same
+// scenarios against MySQL.
 func TestDecideClaimsScenarios(t *testing.T) {
-	for _, sc := range claimtest.Scenarios {
-		t.Run(sc.Name, func(t *testing.T) {
-			claims, counts := sc.Domain()
-			got := taskd.DecideClaims(claims, counts)
-			for i, c := range sc.Claims {
-				if got[i] != c.Want {
-					t.Errorf("claim %d (%s of %s, slot %d): %v, want %v", i, c.UID, c.Task, c.Slot, got[i], c.Want)
-				}
-				if got[i] == taskd.Claimed {
-					if d := claims[i].NewDispatch("x", claimtest.At); d.Attempt != max(c.Attempt, 1) {
-						t.Errorf("claim %d: attempt %d, want %d", i, d.Attempt, max(c.Attempt, 1))
-					}
-				}
-			}
-		})
-	}
+	claimtest.Run(t, newDecider)
 }
 
 // The decision leaves the state it was given as it was: a store that decides a batch
 // again (a slot found taken at the insert) starts from the same counts.
 func TestDecideClaimsChangesNothing(t *testing.T) {
 	for _, sc := range claimtest.Scenarios {
-		claims, counts := sc.Domain()
-		before := len(counts.Claimed) + len(counts.Rate) + len(counts.Busy)
-		sum := 0
-		for _, n := range counts.Claimed {
-			sum += n
+		d := newDecider(t, sc).(*decider)
+		for _, b := range sc.Before {
+			d.Before(t, b)
 		}
-		taskd.DecideClaims(claims, counts)
-		after := len(counts.Claimed) + len(counts.Rate) + len(counts.Busy)
-		sum2 := 0
-		for _, n := range counts.Claimed {
-			sum2 += n
-		}
-		if before != after || sum != sum2 {
+		counts := d.counts()
+		batch := d.batch(sc.Claims)
+		taskd.DecideClaims(batch, counts)
+		if !reflect.DeepEqual(counts, d.counts()) {
 			t.Errorf("%s: the counts changed", sc.Name)
 		}
 	}
+}
+
+// decider is the claim rules alone, for a scenario: its world is the domain's records,
+// its history is played through the domain's own steps (a claim decided and made, a
+// record's Finish, its ExpiryState), and each batch is decided against what the records
+// hold, read as the store reads its rows.
+type decider struct {
+	sc      claimtest.Scenario
+	tasks   map[string]*taskd.ClaimTask
+	keys    map[string]taskd.TaskKey
+	records []*taskd.Dispatch
+}
+
+var deciderTemplates = map[string]int64{"a": 1, "b": 2}
+
+func newDecider(t *testing.T, sc claimtest.Scenario) claimtest.Claimer {
+	d := &decider{sc: sc, tasks: map[string]*taskd.ClaimTask{}, keys: map[string]taskd.TaskKey{}}
+	for i, task := range sc.Tasks {
+		ct := &taskd.ClaimTask{Executor: taskd.Executor{Group: true, ID: "g"}, Status: taskd.StatusActive,
+			Start: claimtest.At, Quota: task.Quota, Mode: task.TaskMode(), TemplateID: deciderTemplates[task.TemplateName()],
+			Settings: taskd.Effective{MaxAttempts: max(task.MaxAttempts, 1), LeaseSeconds: claimtest.LeaseSeconds,
+				DispatchRatePerMinute: task.Rate}}
+		if task.Paused {
+			ct.Status = taskd.StatusPaused
+		}
+		if task.ForUser != "" {
+			ct.Executor = taskd.Executor{ID: task.ForUser}
+		}
+		if r := task.Rollout(); r != nil {
+			ct.Rollout = r.ClaimView(taskd.RolloutStatus{State: taskd.RolloutRunning}, ct.Quota, &ct.Settings)
+		}
+		d.tasks[task.Name], d.keys[task.Name] = ct, taskd.TaskKey{Kind: taskd.KindOnce, ID: int64(i + 1)}
+	}
+	return d
+}
+
+func (d *decider) Before(t *testing.T, b claimtest.Before) {
+	got := d.Claim(t, []claimtest.Claim{{UID: b.UID, Task: b.Task}})
+	if got[0].Outcome != taskd.Claimed {
+		t.Fatalf("before: %s's claim of %s: %v", b.UID, b.Task, got[0].Outcome)
+	}
+	r := d.records[len(d.records)-1]
+	switch b.What {
+	case claimtest.Finished:
+		r.Finish(taskd.ResultSuccess, claimtest.At)
+	case claimtest.Expired:
+		r.State = r.ExpiryState()
+	}
+}
+
+func (d *decider) Claim(t *testing.T, claims []claimtest.Claim) []claimtest.Got {
+	batch := d.batch(claims)
+	out := taskd.DecideClaims(batch, d.counts())
+	got := make([]claimtest.Got, len(claims))
+	for i, o := range out {
+		got[i].Outcome = o
+		if o == taskd.Claimed {
+			r := batch[i].NewDispatch("r"+strconv.Itoa(len(d.records)), claimtest.At)
+			d.records = append(d.records, r)
+			got[i].Attempt = r.Attempt
+		}
+	}
+	return got
+}
+
+// batch is claims as DecideClaims takes them, each with its user's prior.
+func (d *decider) batch(claims []claimtest.Claim) []taskd.Claim {
+	out := make([]taskd.Claim, len(claims))
+	for i, c := range claims {
+		var ids []int64
+		for _, name := range c.Templates {
+			ids = append(ids, deciderTemplates[name])
+		}
+		cl := taskd.Claim{UID: c.UID, Occurrence: taskd.Occurrence{Task: d.keys[c.Task], DueAt: claimtest.At},
+			Take: taskd.Take{Slot: c.Slot, Templates: ids}, Task: d.tasks[c.Task]}
+		cl.Target(!slices.Contains(d.sc.Strangers, c.UID), !slices.Contains(d.sc.Latecomers, c.UID))
+		cl.Prior = d.prior(cl)
+		out[i] = cl
+	}
+	return out
+}
+
+// prior reads the user's records of the claim's occurrence as the store reads its
+// rows: a once_per_user hold (taken by the first claim, released by an expiry with
+// attempts left), or the records themselves (until_exhausted).
+func (d *decider) prior(c taskd.Claim) taskd.Prior {
+	var latest *taskd.Dispatch
+	var open, waits bool
+	for _, r := range d.records {
+		if r.Occurrence == c.Occurrence && strings.EqualFold(r.UID, c.UID) {
+			latest = r
+			open = open || r.State == taskd.StateOpen
+			waits = waits || r.State == taskd.StateRetryWait || r.State == taskd.StateStaged || r.State == taskd.StateCancelled
+		}
+	}
+	if latest == nil {
+		return taskd.Prior{}
+	}
+	if c.Task.Mode == taskd.ModeOncePerUser {
+		return taskd.HoldPrior(true, latest.State == taskd.StateExpired, latest.Attempt)
+	}
+	return taskd.RecordsPrior(open, waits, true, latest.State, latest.Attempt)
+}
+
+// counts is the shared state the records hold: the quota slots they keep, the claims of
+// this minute, and the open slots.
+func (d *decider) counts() taskd.ClaimCounts {
+	counts := taskd.ClaimCounts{Claimed: map[taskd.Occurrence]int{}, Rate: map[taskd.TaskKey]int{}, Busy: map[taskd.UserSlot]bool{}}
+	for _, r := range d.records {
+		if r.KeepsSlot() {
+			counts.Claimed[r.Occurrence]++
+		}
+		counts.Rate[r.Occurrence.Task] += taskd.RateUsed(r.DispatchedAt, 1, claimtest.At)
+		if r.State == taskd.StateOpen {
+			counts.Busy[taskd.UserSlot{UID: strings.ToLower(r.UID), Slot: r.Slot}] = true
+		}
+	}
+	return counts
 }
 
 func TestPriorMayTake(t *testing.T) {

@@ -248,6 +248,13 @@ func (d *Dispatch) FinishStage(next string, context json.RawMessage, delay time.
 	return StageDone
 }
 
+// KeepsSlot reports whether the record holds one of its occurrence's quota slots:
+// every record does but an expired one (its lease ran out with attempts left, and the
+// slot went back) and a retried one (its next attempt holds the slot now).
+func (d *Dispatch) KeepsSlot() bool {
+	return d.State != StateExpired && d.State != StateRetried
+}
+
 // ExpiryState is the state an open record takes when its lease runs out: expired
 // (taken again later) with attempts left, dead on the last attempt.
 func (d *Dispatch) ExpiryState() DispatchState {

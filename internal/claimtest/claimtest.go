@@ -1,12 +1,14 @@
 // Package claimtest holds the claim scenarios every implementation of the claim rules
-// runs and must agree on: taskd.DecideClaims alone (no database), and the store's
-// claims against MySQL in batches of one and of many. Each scenario gives what came
-// before (claims held, finished or expired) and a list of claims in order, with the
-// outcome each must come to: a batch decides its claims as if they had run one after
-// another.
+// must agree on, and runs them: Run plays each scenario against a Claimer, its claims
+// in batches of one and as one batch. The domain's test runs them through
+// taskd.DecideClaims alone (no database), the store's against MySQL. Each scenario
+// gives what came before (claims held, finished or expired) and a list of claims in
+// order, with the outcome each must come to: a batch decides its claims as if they had
+// run one after another.
 package claimtest
 
 import (
+	"testing"
 	"time"
 
 	"github.com/taskpull/taskd"
@@ -35,6 +37,8 @@ type Task struct {
 	// snapshot.
 	PhaseCap *int
 	Snapshot bool
+	// RolloutRate, with PhaseCap, ramps the rollout's claims from this many a minute.
+	RolloutRate int
 }
 
 // History is what a user did at a task's occurrence before the claims.
@@ -199,12 +203,21 @@ var Scenarios = []Scenario{
 		Claims: []Claim{{UID: "late", Task: "t", Want: taskd.NotInRollout}, {UID: "a", Task: "t", Want: taskd.Claimed},
 			{UID: "late", Task: "u", Want: taskd.Claimed}},
 	},
+	{
+		Name:  "a rollout's ramped rate bounds the task's, when lower",
+		Tasks: []Task{{Name: "t", Quota: 10, PhaseCap: new(5), RolloutRate: 1, Rate: 3}, {Name: "u", Quota: 10, PhaseCap: new(5), RolloutRate: 3, Rate: 1}},
+		Claims: []Claim{{UID: "a", Task: "t", Want: taskd.Claimed}, {UID: "b", Task: "t", Want: taskd.RateBound},
+			{UID: "c", Task: "u", Want: taskd.Claimed}, {UID: "d", Task: "u", Want: taskd.RateBound}},
+	},
+	{
+		Name:  "a task for one user: its id compares without case",
+		Tasks: []Task{{Name: "x", Quota: taskd.Unlimited, ForUser: "x"}},
+		Claims: []Claim{{UID: "X", Task: "x", Want: taskd.Claimed}, {UID: "x", Task: "x", Slot: 2, Want: taskd.AlreadyHad},
+			{UID: "y", Task: "x", Want: taskd.NotTargeted}},
+	},
 }
 
-// templateIDs are the ids Domain gives the templates.
-var templateIDs = map[string]int64{"a": 1, "b": 2}
-
-// Template is a task's template name.
+// TemplateName is a task's template name: "a" or "b".
 func (t Task) TemplateName() string {
 	if t.Template == "" {
 		return "a"
@@ -212,77 +225,91 @@ func (t Task) TemplateName() string {
 	return t.Template
 }
 
-// Domain is the scenario as taskd.DecideClaims takes it: one batch of its claims, with
-// the state what came before leaves (a hold counts a quota slot and takes slot 1; a
-// completion keeps the slot; an expiry with attempts left gives it back, the last one
-// keeps it).
-func (sc Scenario) Domain() ([]taskd.Claim, taskd.ClaimCounts) {
-	tasks := map[string]*taskd.ClaimTask{}
-	keys := map[string]taskd.TaskKey{}
-	for i, t := range sc.Tasks {
-		ct := &taskd.ClaimTask{Executor: taskd.Executor{Group: true, ID: "g"}, Status: taskd.StatusActive, Start: At,
-			Quota: t.Quota, Mode: t.Mode, TemplateID: templateIDs[t.TemplateName()],
-			Settings: taskd.Effective{MaxAttempts: max(t.MaxAttempts, 1), LeaseSeconds: LeaseSeconds, DispatchRatePerMinute: t.Rate}}
-		if ct.Mode == 0 {
-			ct.Mode = taskd.ModeOncePerUser
-		}
-		if t.Paused {
-			ct.Status = taskd.StatusPaused
-		}
-		if t.ForUser != "" {
-			ct.Executor = taskd.Executor{ID: t.ForUser}
-		}
-		if t.PhaseCap != nil {
-			ct.Rollout = &taskd.ClaimRollout{Phase: 1, Cap: *t.PhaseCap, Snapshot: t.Snapshot}
-		}
-		tasks[t.Name], keys[t.Name] = ct, taskd.TaskKey{Kind: taskd.KindOnce, ID: int64(i + 1)}
+// TaskMode is a task's mode: once_per_user unless said.
+func (t Task) TaskMode() taskd.Mode {
+	if t.Mode == 0 {
+		return taskd.ModeOncePerUser
 	}
-	counts := taskd.ClaimCounts{Claimed: map[taskd.Occurrence]int{}, Rate: map[taskd.TaskKey]int{}, Busy: map[taskd.UserSlot]bool{}}
-	prior := map[[2]string]taskd.Prior{}
-	for _, b := range sc.Before {
-		t, occ := tasks[b.Task], taskd.Occurrence{Task: keys[b.Task], DueAt: At}
-		untilExhausted := t.Mode == taskd.ModeUntilExhausted
-		k := [2]string{b.UID, b.Task}
-		if t.Settings.DispatchRatePerMinute > 0 {
-			counts.Rate[occ.Task]++
-		}
-		switch b.What {
-		case Holds:
-			counts.Claimed[occ]++
-			counts.Busy[taskd.UserSlot{UID: b.UID, Slot: 1}] = true
-			prior[k] = taskd.Prior{Holding: untilExhausted, Barred: !untilExhausted}
-		case Finished:
-			counts.Claimed[occ]++
-			prior[k] = taskd.Prior{Barred: !untilExhausted}
-		case Expired:
-			if taskd.MaxAttemptsOf(t.Settings.MaxAttempts) <= 1 {
-				counts.Claimed[occ]++ // dead: the slot is kept
-				prior[k] = taskd.Prior{Barred: true}
-				continue
-			}
-			prior[k] = taskd.Prior{Attempts: 1}
-		}
-	}
-	claims := make([]taskd.Claim, len(sc.Claims))
-	for i, c := range sc.Claims {
-		t := tasks[c.Task]
-		var ids []int64
-		for _, name := range c.Templates {
-			ids = append(ids, templateIDs[name])
-		}
-		claims[i] = taskd.Claim{UID: c.UID, Occurrence: taskd.Occurrence{Task: keys[c.Task], DueAt: At},
-			Take: taskd.Take{Slot: c.Slot, Templates: ids}, Task: t, Prior: prior[[2]string{c.UID, c.Task}],
-			Targeted:   t.Executor.Group && !contains(sc.Strangers, c.UID) || !t.Executor.Group && t.Executor.ID == c.UID,
-			InSnapshot: !contains(sc.Latecomers, c.UID)}
-	}
-	return claims, counts
+	return t.Mode
 }
 
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
+// Rollout is the rollout a task is made with (nil: none): a first phase of PhaseCap
+// claims, then the whole quota, moved by hand.
+func (t Task) Rollout() *taskd.Rollout {
+	if t.PhaseCap == nil {
+		return nil
+	}
+	r := taskd.Rollout{Phases: []taskd.Phase{{Count: t.PhaseCap}, {Percent: new(100.0)}}, Advance: taskd.AdvanceManual,
+		RatePerMinute: t.RolloutRate}
+	if t.Snapshot {
+		r.Targeting = taskd.TargetingSnapshot
+	}
+	r = r.WithDefaults()
+	return &r
+}
+
+// Got is what a claim came to: its outcome and, when granted, its attempt.
+type Got struct {
+	Outcome taskd.ClaimOutcome
+	Attempt int
+}
+
+// A Claimer is an implementation of the claim rules, made for one scenario's world:
+// its tasks (each due At, with a LeaseSeconds lease), a group every user of the
+// scenario is a member of but its strangers, and its latecomers joining the group
+// after the tasks were made.
+type Claimer interface {
+	// Before plays one thing done before the claims.
+	Before(t *testing.T, b Before)
+	// Claim claims a batch, deciding its claims in order as if each ran after the ones
+	// before it, and says what each came to.
+	Claim(t *testing.T, claims []Claim) []Got
+}
+
+// A Checker is a Claimer that checks its own state once a scenario's claims are done.
+type Checker interface {
+	Check(t *testing.T)
+}
+
+// Run plays every scenario against claimers newClaimer makes, one for each scenario
+// and way of batching (its claims in batches of one, and as one batch), and checks
+// each claim's outcome and attempt.
+func Run(t *testing.T, newClaimer func(t *testing.T, sc Scenario) Claimer) {
+	for _, sc := range Scenarios {
+		for _, together := range []bool{false, true} {
+			name := sc.Name + "/batches of one"
+			if together {
+				name = sc.Name + "/one batch"
+			}
+			t.Run(name, func(t *testing.T) {
+				c := newClaimer(t, sc)
+				for _, b := range sc.Before {
+					c.Before(t, b)
+				}
+				var got []Got
+				if together {
+					got = c.Claim(t, sc.Claims)
+				} else {
+					for _, cl := range sc.Claims {
+						got = append(got, c.Claim(t, []Claim{cl})...)
+					}
+				}
+				if len(got) != len(sc.Claims) {
+					t.Fatalf("%d claims came to %d outcomes", len(sc.Claims), len(got))
+				}
+				for i, c := range sc.Claims {
+					want := Got{Outcome: c.Want}
+					if c.Want == taskd.Claimed {
+						want.Attempt = max(c.Attempt, 1)
+					}
+					if got[i] != want {
+						t.Errorf("claim %d (%s of %s, slot %d): %+v, want %+v", i, c.UID, c.Task, c.Slot, got[i], want)
+					}
+				}
+				if ch, ok := c.(Checker); ok {
+					ch.Check(t)
+				}
+			})
 		}
 	}
-	return false
 }

@@ -51,18 +51,14 @@ type member struct {
 	uid  string
 }
 
-// claimRollout is a rollout (declared as spec, at st) as the claims of a task of quota
-// see it: the phase's cap and targeting; a ramped claim rate bounds settings' rate.
+// claimRollout is the rollout declared as spec, at st, as the claims of a task of
+// quota see it (taskd.Rollout.ClaimView).
 func claimRollout(spec string, st taskd.RolloutStatus, quota int, settings *taskd.Effective) (*taskd.ClaimRollout, error) {
 	var r taskd.Rollout
 	if err := json.Unmarshal([]byte(spec), &r); err != nil {
 		return nil, fmt.Errorf("task rollout: %w", err)
 	}
-	if rate := r.Rate(st); rate > 0 && (settings.DispatchRatePerMinute == 0 || rate < settings.DispatchRatePerMinute) {
-		settings.DispatchRatePerMinute = rate
-	}
-	return &taskd.ClaimRollout{Phase: st.Phase + 1, Cap: r.Cap(st, quota),
-		Snapshot: r.Targeting == taskd.TargetingSnapshot && st.State != taskd.RolloutCompleted}, nil
+	return r.ClaimView(st, quota, settings), nil
 }
 
 // snapshotMember is the key under which loadClaimTargets says uid was a member at the
@@ -317,12 +313,7 @@ func (s *Store) claimAll(ctx context.Context, c *claimRun) error {
 		if cl.Task = tasks[keys[i]]; cl.Task == nil {
 			continue
 		}
-		if cl.Task.Executor.Group {
-			cl.Targeted = members[member{keys[i], strings.ToLower(cl.UID)}]
-			cl.InSnapshot = members[snapshotMember(keys[i], cl.UID)]
-		} else {
-			cl.Targeted = strings.EqualFold(cl.Task.Executor.ID, cl.UID) // as the id columns compare
-		}
+		cl.Target(members[member{keys[i], strings.ToLower(cl.UID)}], members[snapshotMember(keys[i], cl.UID)])
 	}
 	for i := range c.claims {
 		if c.claims[i].Refusal() == 0 {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,82 +15,65 @@ import (
 	"github.com/taskpull/taskd/internal/testenv"
 )
 
-// The claim scenarios through the store: each scenario's claims in batches of one (one
-// transaction each, one after another) and as one batch, against MySQL, must come to
-// what the decision alone gives (the taskd package runs them through it).
+// The claim scenarios through the store, against MySQL: each scenario's claims in
+// batches of one (one transaction each) and as one batch must come to what the
+// decision alone gives (the taskd package runs them through it).
 func TestClaimScenarios(t *testing.T) {
 	t.Parallel()
 	st := testenv.Store(t)
-	ctx := context.Background()
 	tpl := map[string]int64{}
 	for _, name := range []string{"a", "b"} {
-		created, err := st.CreateTemplate(ctx, "test", taskd.Template{Name: name, Schema: []byte(`{}`)}, claimtest.At)
+		created, err := st.CreateTemplate(context.Background(), "test", taskd.Template{Name: name, Schema: []byte(`{}`)}, claimtest.At)
 		if err != nil {
 			t.Fatal(err)
 		}
 		tpl[name] = created.ID
 	}
-	for n, sc := range claimtest.Scenarios {
-		for _, batch := range []string{"one", "many"} {
-			t.Run(fmt.Sprintf("%s/batches of %s", sc.Name, batch), func(t *testing.T) {
-				runScenario(t, st, tpl, fmt.Sprintf("s%d%s-", n, batch), sc, batch == "many")
-			})
-		}
-	}
+	var runs atomic.Int64
+	claimtest.Run(t, func(t *testing.T, sc claimtest.Scenario) claimtest.Claimer {
+		return newStoreClaimer(t, st, tpl, fmt.Sprintf("s%d-", runs.Add(1)), sc)
+	})
 }
 
-// runScenario plays sc against st: its tasks, its history, then its claims, with
-// every user id prefixed (so that runs share no user's slots).
-func runScenario(t *testing.T, st *store.Store, tpl map[string]int64, prefix string, sc claimtest.Scenario, together bool) {
-	ctx := context.Background()
-	at := claimtest.At
+// storeClaimer plays a scenario against the store, every user id prefixed (so that
+// runs share no user's slots).
+type storeClaimer struct {
+	st     *store.Store
+	tpl    map[string]int64
+	prefix string
+	occ    map[string]taskd.Occurrence
+}
+
+func newStoreClaimer(t *testing.T, st *store.Store, tpl map[string]int64, prefix string, sc claimtest.Scenario) *storeClaimer {
+	ctx, at := context.Background(), claimtest.At
+	c := &storeClaimer{st: st, tpl: tpl, prefix: prefix, occ: map[string]taskd.Occurrence{}}
 	var members []string
-	strangers := map[string]bool{}
-	for _, s := range sc.Strangers {
-		strangers[s] = true
-	}
-	late := map[string]bool{}
-	for _, l := range sc.Latecomers {
-		late[l] = true
-	}
 	addMember := func(uid string) {
-		if !strangers[uid] && !late[uid] && !slices.Contains(members, prefix+uid) {
+		if !slices.Contains(sc.Strangers, uid) && !slices.Contains(sc.Latecomers, uid) && !slices.Contains(members, prefix+uid) {
 			members = append(members, prefix+uid)
 		}
 	}
 	for _, b := range sc.Before {
 		addMember(b.UID)
 	}
-	for _, c := range sc.Claims {
-		addMember(c.UID)
+	for _, cl := range sc.Claims {
+		addMember(cl.UID)
 	}
 	gid := prefix + "g"
 	if _, err := st.AddMembers(ctx, "test", gid, members, at); err != nil {
 		t.Fatal(err)
 	}
-	occ := map[string]taskd.Occurrence{}
 	for _, task := range sc.Tasks {
 		lease, attempts, rate := claimtest.LeaseSeconds, max(task.MaxAttempts, 1), task.Rate
-		def := taskd.Task{Key: taskd.TaskKey{Kind: taskd.KindOnce}, Executor: "gid_" + gid, StartTime: at,
-			TemplateID: tpl[task.TemplateName()], Params: []byte(`{}`), DispatchTimes: task.Quota, Mode: task.Mode,
-			Priority: 5, Status: taskd.StatusActive,
+		def := taskd.Task{Key: taskd.TaskKey{Kind: taskd.KindOnce}, Executor: taskd.GroupExecutor(gid), StartTime: at,
+			TemplateID: tpl[task.TemplateName()], Params: []byte(`{}`), DispatchTimes: task.Quota, Mode: task.TaskMode(),
+			Priority: 5, Status: taskd.StatusActive, Rollout: task.Rollout(),
 			Own: taskd.Settings{LeaseSeconds: &lease, MaxAttempts: &attempts}}
 		if rate > 0 {
 			def.Own.DispatchRatePerMinute = &rate
 		}
-		if def.Mode == 0 {
-			def.Mode = taskd.ModeOncePerUser
-		}
 		if task.ForUser != "" {
-			def.Executor = "uid_" + prefix + task.ForUser
-		}
-		if task.PhaseCap != nil {
-			r := taskd.Rollout{Phases: []taskd.Phase{{Count: task.PhaseCap}, {Percent: new(100.0)}}, Advance: taskd.AdvanceManual}
-			if task.Snapshot {
-				r.Targeting = taskd.TargetingSnapshot
-			}
-			r = r.WithDefaults()
-			def.Rollout = &r
+			def.Executor = taskd.UserExecutor(prefix + task.ForUser)
 		}
 		if task.Paused {
 			def.Status = taskd.StatusPaused
@@ -97,7 +82,7 @@ func runScenario(t *testing.T, st *store.Store, tpl map[string]int64, prefix str
 		if err != nil {
 			t.Fatal(err)
 		}
-		occ[task.Name] = taskd.Occurrence{Task: created.Key, DueAt: at}
+		c.occ[task.Name] = taskd.Occurrence{Task: created.Key, DueAt: at}
 	}
 	if len(sc.Latecomers) > 0 {
 		var uids []string
@@ -108,73 +93,74 @@ func runScenario(t *testing.T, st *store.Store, tpl map[string]int64, prefix str
 			t.Fatal(err)
 		}
 	}
-	for _, b := range sc.Before {
-		uid := prefix + b.UID
-		outcome, d, err := st.Claim(ctx, uid, occ[b.Task], at, taskd.Single)
-		if err != nil || outcome != taskd.Claimed {
-			t.Fatalf("before: %s's claim of %s: %v, %v", b.UID, b.Task, outcome, err)
+	return c
+}
+
+func (c *storeClaimer) Before(t *testing.T, b claimtest.Before) {
+	ctx, at, uid := context.Background(), claimtest.At, c.prefix+b.UID
+	outcome, d, err := c.st.Claim(ctx, uid, c.occ[b.Task], at, taskd.Single)
+	if err != nil || outcome != taskd.Claimed {
+		t.Fatalf("before: %s's claim of %s: %v, %v", b.UID, b.Task, outcome, err)
+	}
+	switch b.What {
+	case claimtest.Finished:
+		if outcome, _, err := c.st.Complete(ctx, uid, d.LogID, taskd.ResultSuccess, nil, at); err != nil || outcome != taskd.Completed {
+			t.Fatalf("before: %s's complete of %s: %v, %v", b.UID, b.Task, outcome, err)
 		}
-		switch b.What {
-		case claimtest.Finished:
-			if outcome, _, err := st.Complete(ctx, uid, d.LogID, taskd.ResultSuccess, nil, at); err != nil || outcome != taskd.Completed {
-				t.Fatalf("before: %s's complete of %s: %v, %v", b.UID, b.Task, outcome, err)
-			}
-		case claimtest.Expired:
-			if expired, err := st.Expire(ctx, d.LogID, at.Add(2*claimtest.LeaseSeconds*time.Second)); err != nil || expired == nil {
-				t.Fatalf("before: expiry of %s's %s: %v, %v", b.UID, b.Task, expired, err)
-			}
+	case claimtest.Expired:
+		if expired, err := c.st.Expire(ctx, d.LogID, at.Add(2*claimtest.LeaseSeconds*time.Second)); err != nil || expired == nil {
+			t.Fatalf("before: expiry of %s's %s: %v, %v", b.UID, b.Task, expired, err)
 		}
 	}
-	claims := make([]store.BatchClaim, len(sc.Claims))
-	for i, c := range sc.Claims {
+}
+
+func (c *storeClaimer) Claim(t *testing.T, claims []claimtest.Claim) []claimtest.Got {
+	batch := make([]store.BatchClaim, len(claims))
+	for i, cl := range claims {
 		var ids []int64
-		for _, name := range c.Templates {
-			ids = append(ids, tpl[name])
+		for _, name := range cl.Templates {
+			ids = append(ids, c.tpl[name])
 		}
-		claims[i] = store.BatchClaim{UID: prefix + c.UID, Occ: occ[c.Task], Now: at, Take: taskd.Take{Slot: c.Slot, Templates: ids}}
+		batch[i] = store.BatchClaim{UID: c.prefix + cl.UID, Occ: c.occ[cl.Task], Now: claimtest.At, Take: taskd.Take{Slot: cl.Slot, Templates: ids}}
 	}
-	var got []store.BatchResult[taskd.ClaimOutcome]
-	if together {
-		res, err := st.ClaimBatch(ctx, claims)
-		if err != nil {
-			t.Fatal(err)
+	res, err := c.st.ClaimBatch(context.Background(), batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]claimtest.Got, len(res))
+	for i, r := range res {
+		got[i].Outcome = r.Outcome
+		if (r.Outcome == taskd.Claimed) != (r.D != nil) {
+			t.Errorf("claim %d: %v with record %v", i, r.Outcome, r.D != nil)
 		}
-		got = res
-	} else {
-		for _, c := range claims {
-			res, err := st.ClaimBatch(ctx, []store.BatchClaim{c})
-			if err != nil {
-				t.Fatal(err)
-			}
-			got = append(got, res[0])
+		if r.D != nil {
+			got[i].Attempt = r.D.Attempt
 		}
 	}
-	for i, c := range sc.Claims {
-		g := got[i]
-		if g.Outcome != c.Want || (g.Outcome == taskd.Claimed) != (g.D != nil) {
-			t.Errorf("claim %d (%s of %s, slot %d): %v (record %v), want %v", i, c.UID, c.Task, c.Slot, g.Outcome, g.D != nil, c.Want)
-			continue
-		}
-		if g.D != nil && g.D.Attempt != max(c.Attempt, 1) {
-			t.Errorf("claim %d: attempt %d, want %d", i, g.D.Attempt, max(c.Attempt, 1))
+	return got
+}
+
+// Check says the counters hold the slots the records keep (taskd.Dispatch.KeepsSlot).
+func (c *storeClaimer) Check(t *testing.T) {
+	var keeping []string
+	for s := taskd.StateOpen; s <= taskd.StateStaged; s++ {
+		if (&taskd.Dispatch{State: s}).KeepsSlot() {
+			keeping = append(keeping, fmt.Sprint(int(s)))
 		}
 	}
-	// The counters hold the slots held: granted claims plus what the history kept.
-	for name, o := range occ {
+	db := c.st.DB()
+	for name, o := range c.occ {
 		var counter, holders int
-		db := st.DB()
 		if err := db.QueryRow(`SELECT COALESCE(SUM(claimed), 0) FROM occurrence_claim WHERE task_kind = ? AND task_id = ? AND due_at = ?`,
 			o.Task.Kind, o.Task.ID, o.DueAt).Scan(&counter); err != nil {
 			t.Fatal(err)
 		}
-		// A slot is held by a record that is open, done, or dead (expired with attempts
-		// left, it went back).
-		if err := db.QueryRow(`SELECT COUNT(*) FROM dispatch WHERE task_kind = ? AND task_id = ? AND due_at = ? AND state IN (?, ?, ?)`,
-			o.Task.Kind, o.Task.ID, o.DueAt, taskd.StateOpen, taskd.StateDone, taskd.StateDead).Scan(&holders); err != nil {
+		if err := db.QueryRow(`SELECT COUNT(*) FROM dispatch WHERE task_kind = ? AND task_id = ? AND due_at = ? AND state IN (`+
+			strings.Join(keeping, ", ")+`)`, o.Task.Kind, o.Task.ID, o.DueAt).Scan(&holders); err != nil {
 			t.Fatal(err)
 		}
 		if counter != holders {
-			t.Errorf("task %s: counter %d, records holding a slot %d", name, counter, holders)
+			t.Errorf("task %s: counter %d, records keeping a slot %d", name, counter, holders)
 		}
 	}
 }
