@@ -835,43 +835,6 @@ func insertDispatches(ctx context.Context, tx *sql.Tx, ds []*taskd.Dispatch) err
 	return err
 }
 
-// nullInt is an optional integer column's value (NULL for 0).
-func nullInt(n int) any {
-	if n == 0 {
-		return nil
-	}
-	return n
-}
-
-// marks is n comma-separated placeholders.
-func marks(n int) string {
-	return "?" + strings.Repeat(", ?", n-1)
-}
-
-// anys is vs as arguments.
-func anys[T any](vs []T) []any {
-	out := make([]any, len(vs))
-	for i, v := range vs {
-		out[i] = v
-	}
-	return out
-}
-
-// tuples is n parenthesized groups of width placeholders: a multi-row VALUES list.
-func tuples(n, width int) string {
-	one := "(" + marks(width) + ")"
-	return one + strings.Repeat(", "+one, n-1)
-}
-
 // holdCols is the key of a once_per_user hold; its first three columns an
 // occurrence's.
 var holdCols = []string{"task_kind", "task_id", "due_at", "uid"}
-
-// anyOf matches rows whose cols equal any of n groups of arguments:
-// "(a = ? AND b = ?) OR (a = ? AND b = ?)". Not a row IN: MariaDB reads a row IN of one
-// element in a DELETE by scanning the table (locking what it reads), where this form
-// is a range on the key in every statement.
-func anyOf(n int, cols ...string) string {
-	one := "(" + strings.Join(cols, " = ? AND ") + " = ?)"
-	return one + strings.Repeat(" OR "+one, n-1)
-}

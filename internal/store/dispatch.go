@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/taskpull/taskd"
-	"github.com/taskpull/taskd/schedule"
 )
 
 const dispatchColumns = `log_id, uid, task_kind, task_id, due_at, mode, attempt, max_attempts,
@@ -18,8 +17,6 @@ const dispatchColumns = `log_id, uid, task_kind, task_id, due_at, mode, attempt,
 	dispatched_at, lease_expires_at, retry_at, finished_at, redo_count, checkpoint, COALESCE(stage, ''), context,
 	COALESCE(next_stage, ''), next_context, resumed, retried_at IS NOT NULL, cancelled_at IS NOT NULL, COALESCE(rollout_phase, 0),
 	judged, COALESCE(reason, '')`
-
-type scanner interface{ Scan(...any) error }
 
 // scanDispatch scans dispatchColumns, then any extra columns into extra.
 func scanDispatch(row scanner, extra ...any) (*taskd.Dispatch, error) {
@@ -265,11 +262,6 @@ func parkTask(ctx context.Context, tx *sql.Tx, key taskd.TaskKey) error {
 	return err
 }
 
-// rowQuerier is a *sql.DB or a *sql.Tx.
-type rowQuerier interface {
-	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
-}
-
 // userState reads uid's cursor and exclude set (zero and empty for a new user).
 func userState(ctx context.Context, q rowQuerier, uid string) (time.Time, []string, error) {
 	var cursor time.Time
@@ -427,198 +419,4 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit, of int,
 		ids = append(ids, id)
 	}
 	return ids, mysqlErr("expired leases", rows.Err())
-}
-
-// emit writes the event for d to the outbox, in the caller's transaction, when a relay
-// is configured; otherwise the dispatch record itself is the event's durable form.
-func (s *Store) emit(ctx context.Context, tx *sql.Tx, d *taskd.Dispatch, typ taskd.EventType, now time.Time) error {
-	return s.emitAll(ctx, tx, s.withEvent(nil, d, typ, now))
-}
-
-// withEvent appends d's event of type typ at now to evs, if events are written at all
-// (without an outbox, nothing is built).
-func (s *Store) withEvent(evs []taskd.Event, d *taskd.Dispatch, typ taskd.EventType, now time.Time) []taskd.Event {
-	if !s.events.Outbox {
-		return evs
-	}
-	return append(evs, s.event(d, typ, now))
-}
-
-// emitAll writes events to the outbox as emit does, in one statement.
-func (s *Store) emitAll(ctx context.Context, tx *sql.Tx, evs []taskd.Event) error {
-	if !s.events.Outbox || len(evs) == 0 {
-		return nil
-	}
-	return appendOutboxTx(ctx, tx, evs)
-}
-
-// event is d's event of type typ at now.
-func (s *Store) event(d *taskd.Dispatch, typ taskd.EventType, now time.Time) taskd.Event {
-	ev := taskd.Event{
-		EventID: taskd.EventID(d.LogID, typ, d.RedoCount),
-		Type:    typ,
-		LogID:   d.LogID,
-		UID:     d.UID,
-		TaskID:  d.Occurrence.Task.String(),
-		Kind:    d.Occurrence.Task.Kind.String(),
-		DueAt:   d.Occurrence.DueAt,
-		Attempt: d.Attempt,
-		Stage:   d.Stage,
-		Reason:  d.Reason,
-		Node:    s.events.Node,
-		At:      now,
-	}
-	if typ == taskd.EventComplete {
-		ev.Result = d.Result.String()
-		ms := now.Sub(d.DispatchedAt).Milliseconds()
-		ev.LatencyMS = &ms
-	}
-	return ev
-}
-
-// EventsConfig says whether state changes also write outbox events, and the node name
-// they carry.
-type EventsConfig struct {
-	Outbox bool
-	Node   string
-}
-
-// SetEvents configures event emission; call before serving.
-func (s *Store) SetEvents(c EventsConfig) { s.events = c }
-
-// ---- the heap's source (queue.Loader) ----
-
-// UserGroups returns the ids of the groups uid belongs to.
-func (s *Store) UserGroups(ctx context.Context, uid string) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT gid FROM group_member WHERE uid = ? ORDER BY gid", uid)
-	if err != nil {
-		return nil, mysqlErr("user groups", err)
-	}
-	defer rows.Close()
-	var gids []string
-	for rows.Next() {
-		var g string
-		if err := rows.Scan(&g); err != nil {
-			return nil, mysqlErr("user groups", err)
-		}
-		gids = append(gids, g)
-	}
-	return gids, mysqlErr("user groups", rows.Err())
-}
-
-// LoadSource reads uid's cursor and exclude set and (see OfferTasks) the active tasks
-// targeted at uid or its groups that can have an occurrence in [from, until).
-func (s *Store) LoadSource(ctx context.Context, uid string, groups []string, from, until time.Time) (schedule.Source, error) {
-	var src schedule.Source
-	cursor, keys, err := userState(ctx, s.db, uid)
-	if err != nil {
-		return src, mysqlErr("load source", err)
-	}
-	src.Cursor = cursor
-	src.Exclude = make(map[string]bool, len(keys))
-	for _, k := range keys {
-		src.Exclude[k] = true
-	}
-
-	executors := make([]string, 0, 1+len(groups))
-	executors = append(executors, taskd.UserExecutor(uid))
-	for _, g := range groups {
-		executors = append(executors, taskd.GroupExecutor(g))
-	}
-	tasks, err := s.OfferTasks(ctx, executors, from, until)
-	if err != nil {
-		return src, err
-	}
-	src.Once, src.Rotate = tasks.Once, tasks.Rotate
-	if src.Waiting, err = s.waiting(ctx, uid); err != nil {
-		return src, err
-	}
-	return src, nil
-}
-
-// waiting lists uid's dispatches waiting beside its open slot: retries, next stages
-// and dead attempts an admin retried (from their retry time), and, when their task is active, parked open dispatches and expired ones
-// with attempts left (at once).
-func (s *Store) waiting(ctx context.Context, uid string) ([]schedule.WaitingDispatch, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT d.log_id, d.state, d.due_at, d.retry_at,
-		COALESCE(o.status, r.status, 3), COALESCE(o.priority, r.priority, 5)
-		FROM dispatch d
-		LEFT JOIN task_once o ON d.task_kind = 1 AND o.id = d.task_id
-		LEFT JOIN task_rotate r ON d.task_kind = 2 AND r.id = d.task_id
-		WHERE d.waiting_uid = ?`, uid)
-	if err != nil {
-		return nil, mysqlErr("waiting dispatches", err)
-	}
-	defer rows.Close()
-	var out []schedule.WaitingDispatch
-	for rows.Next() {
-		var w schedule.WaitingDispatch
-		var state taskd.DispatchState
-		var due time.Time
-		var retryAt sql.NullTime
-		var status taskd.Status
-		if err := rows.Scan(&w.LogID, &state, &due, &retryAt, &status, &w.Priority); err != nil {
-			return nil, mysqlErr("waiting dispatches", err)
-		}
-		switch {
-		case (state == taskd.StateRetryWait || state == taskd.StateStaged || state == taskd.StateDead) && retryAt.Valid &&
-			status != taskd.StatusPaused:
-			w.At = retryAt.Time.UTC()
-		case (state == taskd.StateOpen || state == taskd.StateExpired) && status == taskd.StatusActive:
-			w.At = due.UTC()
-		default:
-			continue // its task is paused: the resume rebuilds the heap
-		}
-		out = append(out, w)
-	}
-	return out, mysqlErr("waiting dispatches", rows.Err())
-}
-
-// OfferTasks reads the active tasks targeted at executors that can have an occurrence
-// in [from, until): once tasks starting in the range, rotate tasks started before until
-// and not ended before from. Both queries lead with executor, the index's first column.
-func (s *Store) OfferTasks(ctx context.Context, executors []string, from, until time.Time) (schedule.TaskSet, error) {
-	out := schedule.TaskSet{Quota: map[taskd.TaskKey]int{}}
-	in := "?" + strings.Repeat(", ?", len(executors)-1)
-	args := make([]any, 0, 2*len(executors)+6)
-	for _, e := range executors {
-		args = append(args, e)
-	}
-	args = append(args, from, until, taskd.StatusActive)
-	for _, e := range executors {
-		args = append(args, e)
-	}
-	args = append(args, until, from, taskd.StatusActive)
-	rows, err := s.db.QueryContext(ctx, `
-		SELECT 1, id, start_time, 0, NULL, priority, dispatch_times FROM task_once
-		 WHERE executor IN (`+in+`) AND start_time >= ? AND start_time < ? AND status = ?
-		UNION ALL
-		SELECT 2, id, start_time, space_minutes, end_time, priority, dispatch_times FROM task_rotate
-		 WHERE executor IN (`+in+`) AND start_time < ? AND (end_time IS NULL OR end_time >= ?) AND status = ?`,
-		args...)
-	if err != nil {
-		return out, mysqlErr("offer tasks", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var kind taskd.Kind
-		var id, space int64
-		var start time.Time
-		var end sql.NullTime
-		var prio, quota int
-		if err := rows.Scan(&kind, &id, &start, &space, &end, &prio, &quota); err != nil {
-			return out, mysqlErr("offer tasks", err)
-		}
-		out.Quota[taskd.TaskKey{Kind: kind, ID: id}] = quota
-		if kind == taskd.KindOnce {
-			out.Once = append(out.Once, schedule.OnceTask{ID: id, Start: start.UTC(), Priority: prio})
-			continue
-		}
-		rt := schedule.RotateTask{ID: id, Start: start.UTC(), Space: time.Duration(space) * time.Minute, Priority: prio}
-		if end.Valid {
-			rt.End = end.Time.UTC()
-		}
-		out.Rotate = append(out.Rotate, rt)
-	}
-	return out, mysqlErr("offer tasks", rows.Err())
 }
