@@ -251,7 +251,7 @@ func DecideClaims(claims []Claim, counts ClaimCounts) []ClaimOutcome {
 	var added map[Occurrence]int
 	var rated map[TaskKey]int
 	var taken map[UserSlot]bool
-	var holds map[occUser]bool
+	var holds map[Holder]bool
 	for i := range claims {
 		c := &claims[i]
 		if out[i] = c.Refusal(); out[i] != 0 {
@@ -261,7 +261,7 @@ func DecideClaims(claims []Claim, counts ClaimCounts) []ClaimOutcome {
 		uid := strings.ToLower(c.UID) // ids compare without case, as MySQL's columns do
 		slot := UserSlot{uid, c.Take.OpenSlot()}
 		prior := c.Prior
-		if holds[occUser{c.Occurrence, uid}] { // granted before in this batch
+		if holds[c.Holder()] { // granted before in this batch
 			prior = Prior{Holding: t.Mode == ModeUntilExhausted, Barred: t.Mode != ModeUntilExhausted}
 		}
 		switch {
@@ -282,17 +282,21 @@ func DecideClaims(claims []Claim, counts ClaimCounts) []ClaimOutcome {
 			added = count(added, c.Occurrence)
 			rated = count(rated, c.Occurrence.Task)
 			taken = set(taken, slot)
-			holds = set(holds, occUser{c.Occurrence, uid})
+			holds = set(holds, c.Holder())
 		}
 	}
 	return out
 }
 
-// occUser is a user's claim of an occurrence.
-type occUser struct {
-	occ Occurrence
-	uid string
+// Holder is a user's claim of an occurrence, the key of a once_per_user hold: the uid
+// in lower case (ids compare without case, as MySQL's columns do).
+type Holder struct {
+	Occurrence Occurrence
+	UID        string
 }
+
+// Holder is c's key as the holder of its occurrence.
+func (c *Claim) Holder() Holder { return Holder{c.Occurrence, strings.ToLower(c.UID)} }
 
 func count[K comparable](m map[K]int, k K) map[K]int {
 	if m == nil {

@@ -67,119 +67,153 @@ func snapshotMember(task taskd.TaskKey, uid string) member {
 	return member{task, "\x00snapshot:" + strings.ToLower(uid)}
 }
 
-// claimPairs are the (task id, uid) arguments of the claims of tasks of kind, keys[i]
-// claimed by uids[i]; none without uids.
-func claimPairs(keys []taskd.TaskKey, uids []string, kind taskd.Kind) []any {
-	var pairs []any
-	for i, u := range uids {
-		if keys[i].Kind == kind {
-			pairs = append(pairs, keys[i].ID, u)
+// The statements that read a batch's tasks. claimTargetsSQL reads, for each claim of a
+// task of one kind, the task, its template and its rollout's state, whether the
+// claiming user is a member of the task's group (m) and was one at the start of its
+// snapshot rollout (rm). The claims' (task id, n) pairs drive it (w: a derived table,
+// so that every join is a lookup by key), and the n-th uid is picked from the list
+// with ELT, so that it stays a literal: a derived table's string column would compare
+// under the connection's collation, which MySQL 8 may refuse to mix with the
+// column's. claimTasksSQL reads the tasks alone. Both are in share mode, and their
+// columns are scanned by scanClaimTarget, in this order. The verbs: %[1]s the task
+// table, %[2]d its kind, %[3]s the rotate task's space and end (0 and NULL for a once
+// task), %[4]s the pairs or the ids, %[5]s the uids.
+const (
+	claimTaskColumns = `t.id, t.executor, t.status, t.start_time, t.dispatch_times, t.mode, t.template_id, t.params,
+		t.lease_seconds, t.max_attempts, t.retry_backoff_seconds, t.retry_multiplier, t.retry_max_seconds, t.dispatch_rate_per_minute,
+		p.lease_seconds, p.max_attempts, p.retry_backoff_seconds, p.retry_multiplier, p.retry_max_seconds, p.dispatch_rate_per_minute,
+		p.stages, t.rollout, r.state, r.phase, p.result_schema IS NOT NULL, %[3]s`
+	claimTargetsSQL = `SELECT ` + claimTaskColumns + `, m.uid, rm.uid
+		FROM (%[4]s) w
+		JOIN %[1]s t ON t.id = w.id
+		LEFT JOIN task_params_template p ON p.id = t.template_id
+		LEFT JOIN task_rollout r ON r.task_kind = %[2]d AND r.task_id = t.id
+		LEFT JOIN group_member m ON t.executor LIKE 'gid\_%%' AND m.gid = SUBSTRING(t.executor, 5) AND m.uid = ELT(w.n, %[5]s)
+		LEFT JOIN rollout_member rm ON rm.task_kind = %[2]d AND rm.task_id = t.id AND rm.uid = m.uid
+		LOCK IN SHARE MODE`
+	claimTasksSQL = `SELECT ` + claimTaskColumns + `, NULL, NULL
+		FROM %[1]s t
+		LEFT JOIN task_params_template p ON p.id = t.template_id
+		LEFT JOIN task_rollout r ON r.task_kind = %[2]d AND r.task_id = t.id
+		WHERE t.id IN (%[4]s)
+		LOCK IN SHARE MODE`
+)
+
+// claimTarget is a row of claimTargetsSQL or claimTasksSQL.
+type claimTarget struct {
+	id                  int64
+	task                taskd.ClaimTask
+	own, tpl            taskd.Settings
+	stages              *string
+	executor, params    string
+	rollout, rstate     sql.NullString
+	rphase              sql.NullInt64
+	space               int64
+	end                 sql.NullTime
+	member, snapshotted sql.NullString
+}
+
+// scanClaimTarget scans a row of claimTaskColumns, then the member columns.
+func scanClaimTarget(rows *sql.Rows) (claimTarget, error) {
+	var r claimTarget
+	t, own, tpl := &r.task, &r.own, &r.tpl
+	err := rows.Scan(&r.id, &r.executor, &t.Status, &t.Start, &t.Quota, &t.Mode, &t.TemplateID, &r.params,
+		&own.LeaseSeconds, &own.MaxAttempts, &own.RetryBackoffSeconds, &own.RetryMultiplier, &own.RetryMaxSeconds, &own.DispatchRatePerMinute,
+		&tpl.LeaseSeconds, &tpl.MaxAttempts, &tpl.RetryBackoffSeconds, &tpl.RetryMultiplier, &tpl.RetryMaxSeconds, &tpl.DispatchRatePerMinute,
+		&r.stages, &r.rollout, &r.rstate, &r.rphase, &t.Judged, &r.space, &r.end,
+		&r.member, &r.snapshotted)
+	return r, err
+}
+
+// claimTask is the task of a row, resolved: its settings over its template's, its
+// rollout as its claims see it.
+func (r *claimTarget) claimTask() (*taskd.ClaimTask, error) {
+	t := r.task
+	var err error
+	if t.Stages, err = parseStages(r.stages); err != nil {
+		return nil, err
+	}
+	t.Settings, _ = taskd.Resolve(r.own, r.tpl)
+	if r.rollout.Valid && r.rstate.Valid {
+		st := taskd.RolloutStatus{State: taskd.RolloutState(r.rstate.String), Phase: int(r.rphase.Int64)}
+		if t.Rollout, err = claimRollout(r.rollout.String, st, t.Quota, &t.Settings); err != nil {
+			return nil, err
 		}
 	}
-	return pairs
+	t.Start, t.Space, t.Params = t.Start.UTC(), time.Duration(r.space)*time.Minute, json.RawMessage(r.params)
+	if r.end.Valid {
+		t.End = &r.end.Time
+	}
+	t.Executor, _ = taskd.ParseExecutor(r.executor)
+	return &t, nil
 }
 
 // loadClaimTargets reads the tasks of keys, with their templates, and, in the same
-// statement, which of uids are members of each group task's group, all in share mode:
-// an edit of the task or its template, or a member's removal, committed after this
-// read waits for the claim's commit, so an admin told a member is gone is never
-// followed by a claim of the member's; and a claim after such a commit sees it. A
-// removed member's cached heap may still offer the group's tasks (its invalidation may
-// not have reached Redis yet): MySQL's membership is what a claim goes by.
+// statement, whether uids[i] is a member of keys[i]'s group (when uids is not nil), all
+// in share mode: an edit of the task or its template, or a member's removal, committed
+// after this read waits for the claim's commit, so an admin told a member is gone is
+// never followed by a claim of the member's; and a claim after such a commit sees it.
+// A removed member's cached heap may still offer the group's tasks (its invalidation
+// may not have reached Redis yet): MySQL's membership is what a claim goes by.
 func loadClaimTargets(ctx context.Context, tx *sql.Tx, keys []taskd.TaskKey, uids []string) (map[taskd.TaskKey]*taskd.ClaimTask, map[member]bool, error) {
 	tasks := make(map[taskd.TaskKey]*taskd.ClaimTask, len(keys))
 	members := map[member]bool{}
-	var users []any // the claims' distinct uids
-	for _, u := range uids {
-		if !slices.Contains(users, any(u)) {
-			users = append(users, u)
-		}
-	}
 	for _, kind := range []taskd.Kind{taskd.KindOnce, taskd.KindRotate} {
-		var ids []any
-		for _, k := range keys {
-			if k.Kind == kind && !slices.Contains(ids, any(k.ID)) {
-				ids = append(ids, k.ID)
-			}
-		}
-		if len(ids) == 0 {
-			continue
-		}
-		cols := "t.id, t.executor, t.status, t.start_time, t.dispatch_times, t.mode, t.template_id, t.params, " +
-			settingsCols("t") + ", " + settingsCols("p") + ", p.stages, t.rollout, r.state, r.phase, p.result_schema IS NOT NULL"
-		q := "SELECT " + cols + ", 0, NULL"
-		table := "task_once"
+		table, rotate := "task_once", "0, NULL"
 		if kind == taskd.KindRotate {
-			q, table = "SELECT "+cols+", t.space_minutes, t.end_time", "task_rotate"
+			table, rotate = "task_rotate", "t.space_minutes, t.end_time"
 		}
-		// A rolled-out task's state (none for the others: one lookup by key, in the
-		// same statement).
-		k := strconv.Itoa(int(kind))
-		join := " LEFT JOIN task_rollout r ON r.task_kind = " + k + " AND r.task_id = t.id"
-		args := ids
-		if pairs := claimPairs(keys, uids, kind); len(pairs) > 0 {
-			// The member rows of each task's group among the claims' users, and of
-			// those only the (task, uid) pairs claimed: a row per task and claim, not
-			// per task and user; and whether each was a member at a snapshot
-			// rollout's start.
-			q += ", m.uid, rm.uid"
-			join += " LEFT JOIN group_member m ON t.executor LIKE 'gid\\_%' AND m.gid = SUBSTRING(t.executor, 5) AND m.uid IN (" +
-				marks(len(users)) + ") AND (t.id, m.uid) IN (" + tuples(len(pairs)/2, 2) + ")" +
-				" LEFT JOIN rollout_member rm ON rm.task_kind = " + k + " AND rm.task_id = t.id AND rm.uid = m.uid"
-			args = append(append(slices.Clone(users), pairs...), ids...)
+		var q string
+		var args []any
+		if uids == nil {
+			var ids []any
+			for _, k := range keys {
+				if k.Kind == kind && !slices.Contains(ids, any(k.ID)) {
+					ids = append(ids, k.ID)
+				}
+			}
+			if len(ids) == 0 {
+				continue
+			}
+			q, args = fmt.Sprintf(claimTasksSQL, table, kind, rotate, marks(len(ids))), ids
+		} else {
+			var pairs, users []any
+			for i, k := range keys {
+				if k.Kind == kind {
+					pairs = append(pairs, k.ID, len(users)+1)
+					users = append(users, uids[i])
+				}
+			}
+			if len(users) == 0 {
+				continue
+			}
+			w := "SELECT ? AS id, ? AS n" + strings.Repeat(" UNION ALL SELECT ?, ?", len(users)-1)
+			q, args = fmt.Sprintf(claimTargetsSQL, table, kind, rotate, w, marks(len(users))), append(pairs, users...)
 		}
-		rows, err := tx.QueryContext(ctx, q+" FROM "+table+" t LEFT JOIN task_params_template p ON p.id = t.template_id"+join+
-			" WHERE t.id IN ("+marks(len(ids))+") LOCK IN SHARE MODE", args...)
+		rows, err := tx.QueryContext(ctx, q, args...)
 		if err != nil {
 			return nil, nil, err
 		}
 		for rows.Next() {
-			var id, space int64
-			var t taskd.ClaimTask
-			var own, tpl taskd.Settings
-			var stages *string
-			var executor, params string
-			var end sql.NullTime
-			var uid, snapUID, rollout, rstate sql.NullString
-			var rphase sql.NullInt64
-			dest := []any{&id, &executor, &t.Status, &t.Start, &t.Quota, &t.Mode, &t.TemplateID, &params}
-			dest = append(append(dest, settingsDest(&own)...), settingsDest(&tpl)...)
-			dest = append(dest, &stages, &rollout, &rstate, &rphase, &t.Judged, &space, &end)
-			if len(users) > 0 {
-				dest = append(dest, &uid, &snapUID)
-			}
-			err := rows.Scan(dest...)
-			if err == nil {
-				t.Stages, err = parseStages(stages)
-			}
+			r, err := scanClaimTarget(rows)
 			if err != nil {
 				rows.Close()
 				return nil, nil, err
 			}
-			key := taskd.TaskKey{Kind: kind, ID: id}
-			if uid.Valid {
-				members[member{key, strings.ToLower(uid.String)}] = true
+			key := taskd.TaskKey{Kind: kind, ID: r.id}
+			if r.member.Valid {
+				members[member{key, strings.ToLower(r.member.String)}] = true
 			}
-			if snapUID.Valid {
-				members[snapshotMember(key, snapUID.String)] = true
+			if r.snapshotted.Valid {
+				members[snapshotMember(key, r.snapshotted.String)] = true
 			}
 			if tasks[key] != nil {
-				continue // the task's row again, with another member
+				continue // the task's row again, for another claim
 			}
-			t.Settings, _ = taskd.Resolve(own, tpl)
-			if rollout.Valid && rstate.Valid {
-				if t.Rollout, err = claimRollout(rollout.String, taskd.RolloutStatus{State: taskd.RolloutState(rstate.String),
-					Phase: int(rphase.Int64)}, t.Quota, &t.Settings); err != nil {
-					rows.Close()
-					return nil, nil, err
-				}
+			if tasks[key], err = r.claimTask(); err != nil {
+				rows.Close()
+				return nil, nil, err
 			}
-			t.Start, t.Space, t.Params = t.Start.UTC(), time.Duration(space)*time.Minute, json.RawMessage(params)
-			if end.Valid {
-				t.End = &end.Time
-			}
-			t.Executor, _ = taskd.ParseExecutor(executor)
-			tasks[key] = &t
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -264,7 +298,7 @@ type claimRun struct {
 	now      time.Time // the first claim's: the batch's claims share one rate minute
 	claims   []taskd.Claim
 	open     []int // the claims Refusal leaves to decide, in batch order
-	holds    map[occUser]*hold
+	holds    map[taskd.Holder]*hold
 	counts   taskd.ClaimCounts
 	outcomes []taskd.ClaimOutcome
 	ds       []*taskd.Dispatch // the records of the claims granted, by claim
@@ -353,17 +387,6 @@ func (s *Store) claimAll(ctx context.Context, c *claimRun) error {
 	return s.emitAll(ctx, c.tx, evs)
 }
 
-// occUser is a once_per_user hold's key (the uid in lower case: ids compare without
-// case, as the columns do).
-type occUser struct {
-	occ taskd.Occurrence
-	uid string
-}
-
-func occUserOf(c *taskd.Claim) occUser {
-	return occUser{c.Occurrence, strings.ToLower(c.UID)}
-}
-
 // takeHolds takes the once_per_user holds of the open claims and sets their priors:
 // a hold is inserted (none yet: a first claim), or, where the user has one, locked and
 // read (held: barred; released by an expiry: a re-take of the next attempt). A second
@@ -373,11 +396,11 @@ func (c *claimRun) takeHolds(ctx context.Context) error {
 	if len(idx) == 0 {
 		return nil
 	}
-	c.holds = map[occUser]*hold{}
-	prior := map[occUser]taskd.Prior{}
+	c.holds = map[taskd.Holder]*hold{}
+	prior := map[taskd.Holder]taskd.Prior{}
 	var want []int // one claim per hold
 	for _, i := range idx {
-		if k := occUserOf(&c.claims[i]); c.holds[k] == nil {
+		if k := c.claims[i].Holder(); c.holds[k] == nil {
 			c.holds[k] = &hold{}
 			want = append(want, i)
 		}
@@ -388,7 +411,7 @@ func (c *claimRun) takeHolds(ctx context.Context) error {
 			tuples(len(want), 4), args...)
 		if err == nil {
 			for _, i := range want {
-				c.holds[occUserOf(&c.claims[i])].fresh = true
+				c.holds[c.claims[i].Holder()].fresh = true
 			}
 			break
 		}
@@ -403,14 +426,14 @@ func (c *claimRun) takeHolds(ctx context.Context) error {
 		}
 		found := 0
 		for rows.Next() {
-			var k occUser
+			var k taskd.Holder
 			var released bool
 			var attempts int
-			if err := rows.Scan(&k.occ.Task.Kind, &k.occ.Task.ID, &k.occ.DueAt, &k.uid, &released, &attempts); err != nil {
+			if err := rows.Scan(&k.Occurrence.Task.Kind, &k.Occurrence.Task.ID, &k.Occurrence.DueAt, &k.UID, &released, &attempts); err != nil {
 				rows.Close()
 				return err
 			}
-			k.occ.DueAt, k.uid = k.occ.DueAt.UTC(), strings.ToLower(k.uid)
+			k.Occurrence.DueAt, k.UID = k.Occurrence.DueAt.UTC(), strings.ToLower(k.UID)
 			prior[k] = taskd.HoldPrior(true, released, attempts)
 			c.holds[k].retaken = released
 			found++
@@ -423,12 +446,12 @@ func (c *claimRun) takeHolds(ctx context.Context) error {
 			return errConflict // a concurrent claim's hold, rolled back since: look again
 		}
 		want = slices.DeleteFunc(want, func(i int) bool {
-			_, ok := prior[occUserOf(&c.claims[i])]
+			_, ok := prior[c.claims[i].Holder()]
 			return ok
 		})
 	}
 	for _, i := range idx {
-		c.claims[i].Prior = prior[occUserOf(&c.claims[i])] // none found: a first claim
+		c.claims[i].Prior = prior[c.claims[i].Holder()] // none found: a first claim
 	}
 	return nil
 }
@@ -465,26 +488,26 @@ func (c *claimRun) readPriors(ctx context.Context) error {
 		return err
 	}
 	defer rows.Close()
-	prior := map[occUser]taskd.Prior{}
+	prior := map[taskd.Holder]taskd.Prior{}
 	for rows.Next() {
-		var k occUser
+		var k taskd.Holder
 		var open, waits bool
 		var latest string
-		if err := rows.Scan(&k.occ.Task.Kind, &k.occ.Task.ID, &k.occ.DueAt, &k.uid, &open, &waits, &latest); err != nil {
+		if err := rows.Scan(&k.Occurrence.Task.Kind, &k.Occurrence.Task.ID, &k.Occurrence.DueAt, &k.UID, &open, &waits, &latest); err != nil {
 			return err
 		}
 		state, attempt, err := parseLatest(latest)
 		if err != nil {
 			return err
 		}
-		k.occ.DueAt, k.uid = k.occ.DueAt.UTC(), strings.ToLower(k.uid)
+		k.Occurrence.DueAt, k.UID = k.Occurrence.DueAt.UTC(), strings.ToLower(k.UID)
 		prior[k] = taskd.RecordsPrior(open, waits, true, state, attempt)
 	}
 	if err := rows.Err(); err != nil {
 		return err
 	}
 	for _, i := range idx {
-		c.claims[i].Prior = prior[occUserOf(&c.claims[i])] // no record: never taken
+		c.claims[i].Prior = prior[c.claims[i].Holder()] // no record: never taken
 	}
 	return nil
 }
@@ -640,16 +663,16 @@ func (c *claimRun) settleHolds(ctx context.Context) error {
 	if len(c.holds) == 0 {
 		return nil
 	}
-	granted := map[occUser]bool{}
+	granted := map[taskd.Holder]bool{}
 	for i, o := range c.outcomes {
 		if o == taskd.Claimed {
-			granted[occUserOf(&c.claims[i])] = true
+			granted[c.claims[i].Holder()] = true
 		}
 	}
 	var drop, retake []int
-	seen := map[occUser]bool{}
+	seen := map[taskd.Holder]bool{}
 	for _, i := range c.open {
-		k := occUserOf(&c.claims[i])
+		k := c.claims[i].Holder()
 		h := c.holds[k]
 		if h == nil || seen[k] {
 			continue
