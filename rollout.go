@@ -260,6 +260,19 @@ const (
 	GateFailed
 )
 
+// String is v's label as the admin API shows it: "pending", "passed" or "failed".
+func (v GateVerdict) String() string {
+	switch v {
+	case GatePending:
+		return "pending"
+	case GatePassed:
+		return "passed"
+	case GateFailed:
+		return "failed"
+	}
+	return "GateVerdict(" + strconv.Itoa(int(v)) + ")"
+}
+
 // Verdict decides the gate on f: nothing before MinFinished have finished; then
 // failed when the failures reach FailureRatio (if set), passed when the successes
 // reach SuccessRatio.

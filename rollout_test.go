@@ -193,3 +193,13 @@ func TestRolloutMoves(t *testing.T) {
 		t.Errorf("an unknown move: %v", err)
 	}
 }
+
+// A verdict's label is what the admin API shows as a rollout's gate.
+func TestGateVerdictString(t *testing.T) {
+	for v, want := range map[taskd.GateVerdict]string{taskd.GatePending: "pending", taskd.GatePassed: "passed",
+		taskd.GateFailed: "failed"} {
+		if got := v.String(); got != want {
+			t.Errorf("%d: %q, want %q", v, got, want)
+		}
+	}
+}
