@@ -290,25 +290,13 @@ func (g Gate) Verdict(f PhaseFigures) GateVerdict {
 	return GatePending
 }
 
-// RolloutChange is what a step or a move did: Event names it ("rollout.phase",
-// "rollout.baking", "rollout.waiting", "rollout.aborted", "rollout.completed",
-// "rollout.paused", "rollout.resumed"); "" when nothing changed.
+// RolloutChange is what a step or a move did: Event names it (one of the EventRollout
+// events); "" when nothing changed.
 type RolloutChange struct {
-	Event string
+	Event EventType
 	From  RolloutStatus
 	To    RolloutStatus
 }
-
-// Rollout events.
-const (
-	EventRolloutPhase     = "rollout.phase"
-	EventRolloutBaking    = "rollout.baking"
-	EventRolloutWaiting   = "rollout.waiting"
-	EventRolloutAborted   = "rollout.aborted"
-	EventRolloutCompleted = "rollout.completed"
-	EventRolloutPaused    = "rollout.paused"
-	EventRolloutResumed   = "rollout.resumed"
-)
 
 // StartRollout is the status of a rollout that starts at now.
 func StartRollout(now time.Time) RolloutStatus {
@@ -449,7 +437,7 @@ func (v RolloutView) Version() Version {
 type RolloutMoveRecord struct {
 	Phase int       `json:"phase"`
 	At    time.Time `json:"at"`
-	Event string    `json:"event"`
+	Event EventType `json:"event"`
 	PhaseFigures
 	Actor string `json:"actor,omitempty"`
 }

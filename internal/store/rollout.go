@@ -283,7 +283,7 @@ func (s *Store) applyRollout(ctx context.Context, tx *sql.Tx, v taskd.RolloutVie
 	}
 	return v, appendOutboxTx(ctx, tx, []taskd.Event{{
 		EventID: taskd.RolloutEventID(k, c.Event, now),
-		Type:    taskd.EventType(c.Event),
+		Type:    c.Event,
 		TaskID:  k.String(),
 		Kind:    k.Kind.String(),
 		Node:    s.events.Node,
