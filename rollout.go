@@ -240,6 +240,11 @@ type RolloutStatus struct {
 	GateFailed bool `json:"gate_failed"`
 }
 
+// PhaseNumber is the current phase counted from 1: the number the admin API, the
+// rollout's events and history, and its dispatches (their rollout_phase) know it by.
+// Phase, 0-based, indexes the declaration's Phases.
+func (st RolloutStatus) PhaseNumber() int { return st.Phase + 1 }
+
 // PhaseFigures are a phase's dispatches: claimed (first attempts), and of the finished
 // ones, the successes and the failures (failures, expiries, deaths, results the
 // template's result schema refused, successes left unconfirmed). Open ones, and

@@ -203,3 +203,12 @@ func TestGateVerdictString(t *testing.T) {
 		}
 	}
 }
+
+// A status's phase number counts from 1; its Phase, from 0.
+func TestRolloutPhaseNumber(t *testing.T) {
+	for phase, want := range []int{1, 2, 3} {
+		if got := (taskd.RolloutStatus{Phase: phase}).PhaseNumber(); got != want {
+			t.Errorf("phase %d: number %d, want %d", phase, got, want)
+		}
+	}
+}

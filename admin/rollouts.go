@@ -119,7 +119,7 @@ type rolloutReply struct {
 }
 
 func viewRollout(v taskd.RolloutView) rolloutReply {
-	r := rolloutReply{TaskID: v.TaskID, State: v.Status.State, Phase: v.Status.Phase + 1, Phases: len(v.Rollout.Phases),
+	r := rolloutReply{TaskID: v.TaskID, State: v.Status.State, Phase: v.Status.PhaseNumber(), Phases: len(v.Rollout.Phases),
 		Quota: v.Quota, Claimed: v.Claimed, PhaseClaimed: v.Figures.Claimed, Finished: v.Figures.Finished,
 		Succeeded: v.Figures.Succeeded, Failed: v.Figures.Failed, Gate: v.Rollout.Gate.Verdict(v.Figures).String(),
 		GateFailed: v.Status.GateFailed, PhaseStartedAt: v.Status.PhaseStartedAt, BakeUntil: v.Status.BakeUntil,
