@@ -303,6 +303,24 @@ type RolloutChange struct {
 	To    RolloutStatus
 }
 
+// endsPhase reports whether c ends its phase: it opens another, or ends the rollout
+// (completed or aborted). Baking, waiting, a pause and a resume leave the phase open.
+func (c RolloutChange) endsPhase() bool {
+	return c.To.Phase != c.From.Phase || c.To.State == RolloutCompleted || c.To.State == RolloutAborted
+}
+
+// AppendHistory is a rollout's history after c: when c ends its phase (it opens
+// another, completes the rollout or aborts it), history with c's record appended (the
+// phase it ends, at, its event, the phase's figures f it was decided on, and actor: the
+// admin's, "" for the server's own moves); history as it is otherwise, since the
+// history is of the phases, not of every move.
+func (c RolloutChange) AppendHistory(history []RolloutMoveRecord, f PhaseFigures, actor string, at time.Time) []RolloutMoveRecord {
+	if !c.endsPhase() {
+		return history
+	}
+	return append(history, RolloutMoveRecord{Phase: c.From.PhaseNumber(), At: at, Event: c.Event, PhaseFigures: f, Actor: actor})
+}
+
 // StartRollout is the status of a rollout that starts at now.
 func StartRollout(now time.Time) RolloutStatus {
 	return RolloutStatus{State: RolloutRunning, PhaseStartedAt: now}

@@ -233,17 +233,14 @@ func (s *Store) MoveRollout(ctx context.Context, actor string, key taskd.TaskKey
 	return v, mysqlErr("rollout "+key.String(), err)
 }
 
-// applyRollout writes change c of rollout v (of task t) at now: the state row, the
-// event; an abort pauses the task (its open dispatches kept parked beside their users'
-// slots, or cancelled, as the rollout says). actor is the admin's ("" for the server's
-// own moves).
+// applyRollout writes change c of rollout v (of task t) at now: the state row, with
+// the history the change leaves (taskd.RolloutChange.AppendHistory), and the event; an
+// abort pauses the task (its open dispatches kept parked beside their users' slots, or
+// cancelled, as the rollout says). actor is the admin's ("" for the server's own moves).
 func (s *Store) applyRollout(ctx context.Context, tx *sql.Tx, v taskd.RolloutView, t taskd.Task, c taskd.RolloutChange, actor string, now time.Time) (taskd.RolloutView, error) {
 	k := t.Key
 	to := c.To
-	if to.Phase != c.From.Phase || to.State == taskd.RolloutCompleted || to.State == taskd.RolloutAborted {
-		v.History = append(v.History, taskd.RolloutMoveRecord{Phase: c.From.PhaseNumber(), At: now, Event: c.Event,
-			PhaseFigures: v.Figures, Actor: actor})
-	}
+	v.History = c.AppendHistory(v.History, v.Figures, actor, now)
 	history, err := json.Marshal(v.History)
 	if err != nil {
 		return v, err
