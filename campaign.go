@@ -117,6 +117,13 @@ type Campaign struct {
 	Salt string `json:"-"`
 }
 
+// Version is c's version, the ETag of its reads and moves: its epoch, state and total.
+// Its progress moves on its own every second and is nobody's edit, so it is not part of
+// it (see version.go).
+func (c Campaign) Version() Version {
+	return Version(strconv.FormatInt(c.Epoch, 10) + "-" + string(c.State) + "-" + strconv.FormatInt(c.Total, 10))
+}
+
 // CampaignFailure is one failure of a campaign item: a failure result (Cause
 // "failure", with the agent's detail) or a lease that ran out ("lease_expired"). Final
 // says the item failed for good (its last attempt); else it is retried. The error

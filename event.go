@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// EventType is what happened to a dispatch.
+// EventType is what happened to a dispatch, or to a task's rollout (rollout.*).
 type EventType string
 
 const (
@@ -23,6 +23,17 @@ const (
 	// EventRetry: an admin sent a dead occurrence back to its user, attempts counted
 	// afresh (the event carries the dead record's log id and attempt).
 	EventRetry EventType = "retry"
+)
+
+// A rollout's events: the moves of its state (RolloutChange); they name the task alone.
+const (
+	EventRolloutPhase     EventType = "rollout.phase"     // the next phase opened
+	EventRolloutBaking    EventType = "rollout.baking"    // the gate passed: the bake before the next phase
+	EventRolloutWaiting   EventType = "rollout.waiting"   // an admin's move is awaited
+	EventRolloutAborted   EventType = "rollout.aborted"   // stopped: the task is paused
+	EventRolloutCompleted EventType = "rollout.completed" // the last phase passed
+	EventRolloutPaused    EventType = "rollout.paused"    // an admin paused it
+	EventRolloutResumed   EventType = "rollout.resumed"   // an admin resumed it
 )
 
 // EventID is the id of an event: the same in the admin API, the outbox, Kafka and
@@ -74,6 +85,6 @@ type RolloutEvent struct {
 }
 
 // RolloutEventID is the id of a rollout event of task at at: unique per move.
-func RolloutEventID(task TaskKey, typ string, at time.Time) string {
-	return "rollout:" + task.String() + ":" + at.UTC().Format(time.RFC3339Nano) + ":" + typ
+func RolloutEventID(task TaskKey, typ EventType, at time.Time) string {
+	return "rollout:" + task.String() + ":" + at.UTC().Format(time.RFC3339Nano) + ":" + string(typ)
 }

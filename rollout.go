@@ -240,6 +240,11 @@ type RolloutStatus struct {
 	GateFailed bool `json:"gate_failed"`
 }
 
+// PhaseNumber is the current phase counted from 1: the number the admin API, the
+// rollout's events and history, and its dispatches (their rollout_phase) know it by.
+// Phase, 0-based, indexes the declaration's Phases.
+func (st RolloutStatus) PhaseNumber() int { return st.Phase + 1 }
+
 // PhaseFigures are a phase's dispatches: claimed (first attempts), and of the finished
 // ones, the successes and the failures (failures, expiries, deaths, results the
 // template's result schema refused, successes left unconfirmed). Open ones, and
@@ -260,6 +265,19 @@ const (
 	GateFailed
 )
 
+// String is v's label as the admin API shows it: "pending", "passed" or "failed".
+func (v GateVerdict) String() string {
+	switch v {
+	case GatePending:
+		return "pending"
+	case GatePassed:
+		return "passed"
+	case GateFailed:
+		return "failed"
+	}
+	return "GateVerdict(" + strconv.Itoa(int(v)) + ")"
+}
+
 // Verdict decides the gate on f: nothing before MinFinished have finished; then
 // failed when the failures reach FailureRatio (if set), passed when the successes
 // reach SuccessRatio.
@@ -277,25 +295,31 @@ func (g Gate) Verdict(f PhaseFigures) GateVerdict {
 	return GatePending
 }
 
-// RolloutChange is what a step or a move did: Event names it ("rollout.phase",
-// "rollout.baking", "rollout.waiting", "rollout.aborted", "rollout.completed",
-// "rollout.paused", "rollout.resumed"); "" when nothing changed.
+// RolloutChange is what a step or a move did: Event names it (one of the EventRollout
+// events); "" when nothing changed.
 type RolloutChange struct {
-	Event string
+	Event EventType
 	From  RolloutStatus
 	To    RolloutStatus
 }
 
-// Rollout events.
-const (
-	EventRolloutPhase     = "rollout.phase"
-	EventRolloutBaking    = "rollout.baking"
-	EventRolloutWaiting   = "rollout.waiting"
-	EventRolloutAborted   = "rollout.aborted"
-	EventRolloutCompleted = "rollout.completed"
-	EventRolloutPaused    = "rollout.paused"
-	EventRolloutResumed   = "rollout.resumed"
-)
+// endsPhase reports whether c ends its phase: it opens another, or ends the rollout
+// (completed or aborted). Baking, waiting, a pause and a resume leave the phase open.
+func (c RolloutChange) endsPhase() bool {
+	return c.To.Phase != c.From.Phase || c.To.State == RolloutCompleted || c.To.State == RolloutAborted
+}
+
+// AppendHistory is a rollout's history after c: when c ends its phase (it opens
+// another, completes the rollout or aborts it), history with c's record appended (the
+// phase it ends, at, its event, the phase's figures f it was decided on, and actor: the
+// admin's, "" for the server's own moves); history as it is otherwise, since the
+// history is of the phases, not of every move.
+func (c RolloutChange) AppendHistory(history []RolloutMoveRecord, f PhaseFigures, actor string, at time.Time) []RolloutMoveRecord {
+	if !c.endsPhase() {
+		return history
+	}
+	return append(history, RolloutMoveRecord{Phase: c.From.PhaseNumber(), At: at, Event: c.Event, PhaseFigures: f, Actor: actor})
+}
 
 // StartRollout is the status of a rollout that starts at now.
 func StartRollout(now time.Time) RolloutStatus {
@@ -436,7 +460,7 @@ func (v RolloutView) Version() Version {
 type RolloutMoveRecord struct {
 	Phase int       `json:"phase"`
 	At    time.Time `json:"at"`
-	Event string    `json:"event"`
+	Event EventType `json:"event"`
 	PhaseFigures
 	Actor string `json:"actor,omitempty"`
 }

@@ -193,3 +193,81 @@ func TestRolloutMoves(t *testing.T) {
 		t.Errorf("an unknown move: %v", err)
 	}
 }
+
+// A verdict's label is what the admin API shows as a rollout's gate.
+func TestGateVerdictString(t *testing.T) {
+	for v, want := range map[taskd.GateVerdict]string{taskd.GatePending: "pending", taskd.GatePassed: "passed",
+		taskd.GateFailed: "failed"} {
+		if got := v.String(); got != want {
+			t.Errorf("%d: %q, want %q", v, got, want)
+		}
+	}
+}
+
+// A status's phase number counts from 1; its Phase, from 0.
+func TestRolloutPhaseNumber(t *testing.T) {
+	for phase, want := range []int{1, 2, 3} {
+		if got := (taskd.RolloutStatus{Phase: phase}).PhaseNumber(); got != want {
+			t.Errorf("phase %d: number %d, want %d", phase, got, want)
+		}
+	}
+}
+
+// A rollout's history keeps the changes that end a phase: the next phase opened, the
+// rollout completed or aborted, by the server's step or an admin's move, each with the
+// phase it ends (1-based), its event, figures and actor. Baking, waiting, a pause and
+// a resume leave the phase open, and the history as it was.
+func TestRolloutHistory(t *testing.T) {
+	auto := taskd.Rollout{Phases: []taskd.Phase{pct(10), pct(100)}, BakeSeconds: 60,
+		Gate: taskd.Gate{MinFinished: 2, SuccessRatio: 1, FailureRatio: 0.5}}.WithDefaults()
+	manual, noBake := auto, auto
+	manual.Advance, noBake.BakeSeconds = taskd.AdvanceManual, 0
+	pass := taskd.PhaseFigures{Claimed: 3, Finished: 2, Succeeded: 2}
+	fail := taskd.PhaseFigures{Claimed: 3, Finished: 2, Succeeded: 1, Failed: 1}
+	running := taskd.StartRollout(now)
+	baking := auto.Step(running, pass, now).To
+	last := taskd.RolloutStatus{State: taskd.RolloutRunning, Phase: 1, PhaseStartedAt: now}
+	paused := taskd.RolloutStatus{State: taskd.RolloutPaused, Phase: 1, PhaseStartedAt: now}
+	at := now.Add(time.Minute)
+	move := func(st taskd.RolloutStatus, m taskd.RolloutMove) taskd.RolloutChange {
+		c, err := auto.Move(st, m, at)
+		if err != nil {
+			t.Fatalf("%s from %s: %v", m, st.State, err)
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name  string
+		c     taskd.RolloutChange
+		f     taskd.PhaseFigures
+		actor string
+		phase int // the phase recorded, 1-based; 0: no record
+		event taskd.EventType
+	}{
+		{"baking", auto.Step(running, pass, at), pass, "", 0, ""},
+		{"waiting on a passed gate", manual.Step(running, pass, at), pass, "", 0, ""},
+		{"waiting on a failed gate", manual.Step(running, fail, at), fail, "", 0, ""},
+		{"the bake over", auto.Step(baking, pass, at), pass, "", 1, taskd.EventRolloutPhase},
+		{"no bake", noBake.Step(running, pass, at), pass, "", 1, taskd.EventRolloutPhase},
+		{"a failed gate", auto.Step(running, fail, at), fail, "", 1, taskd.EventRolloutAborted},
+		{"the last phase passed", noBake.Step(last, pass, at), pass, "", 2, taskd.EventRolloutCompleted},
+		{"a pause", move(running, taskd.RolloutPause), pass, "admin", 0, ""},
+		{"a resume", move(paused, taskd.RolloutResume), pass, "admin", 0, ""},
+		{"an advance on a failing gate", move(running, taskd.RolloutAdvance), fail, "admin", 1, taskd.EventRolloutPhase},
+		{"an advance past the last phase", move(last, taskd.RolloutAdvance), pass, "admin", 2, taskd.EventRolloutCompleted},
+		{"an abort of a paused rollout", move(paused, taskd.RolloutAbort), pass, "admin", 2, taskd.EventRolloutAborted},
+	} {
+		earlier := taskd.RolloutMoveRecord{Phase: 1, At: now, Event: taskd.EventRolloutPhase}
+		got := tc.c.AppendHistory([]taskd.RolloutMoveRecord{earlier}, tc.f, tc.actor, at)
+		if tc.phase == 0 {
+			if len(got) != 1 || got[0] != earlier {
+				t.Errorf("%s (%s): history %+v; want it as it was", tc.name, tc.c.Event, got)
+			}
+			continue
+		}
+		want := taskd.RolloutMoveRecord{Phase: tc.phase, At: at, Event: tc.event, PhaseFigures: tc.f, Actor: tc.actor}
+		if len(got) != 2 || got[0] != earlier || got[1] != want {
+			t.Errorf("%s: history %+v; want %+v appended", tc.name, got, want)
+		}
+	}
+}

@@ -22,11 +22,6 @@ func Count(n int64) Version { return Version(strconv.FormatInt(n, 10)) }
 // ETag is v as an HTTP entity tag (strong).
 func (v Version) ETag() string { return `"` + string(v) + `"` }
 
-// Version is c's version: its epoch, state and total (see the section comment).
-func (c Campaign) Version() Version {
-	return Version(strconv.FormatInt(c.Epoch, 10) + "-" + string(c.State) + "-" + strconv.FormatInt(c.Total, 10))
-}
-
 // IfMatch is the versions a write may be made against; nil matches any.
 type IfMatch []Version
 

@@ -119,16 +119,14 @@ type rolloutReply struct {
 }
 
 func viewRollout(v taskd.RolloutView) rolloutReply {
-	r := rolloutReply{TaskID: v.TaskID, State: v.Status.State, Phase: v.Status.Phase + 1, Phases: len(v.Rollout.Phases),
+	r := rolloutReply{TaskID: v.TaskID, State: v.Status.State, Phase: v.Status.PhaseNumber(), Phases: len(v.Rollout.Phases),
 		Quota: v.Quota, Claimed: v.Claimed, PhaseClaimed: v.Figures.Claimed, Finished: v.Figures.Finished,
-		Succeeded: v.Figures.Succeeded, Failed: v.Figures.Failed, GateFailed: v.Status.GateFailed,
-		PhaseStartedAt: v.Status.PhaseStartedAt, BakeUntil: v.Status.BakeUntil, MayAdvanceAt: v.Status.BakeUntil,
-		Rollout: v.Rollout, History: v.History}
+		Succeeded: v.Figures.Succeeded, Failed: v.Figures.Failed, Gate: v.Rollout.Gate.Verdict(v.Figures).String(),
+		GateFailed: v.Status.GateFailed, PhaseStartedAt: v.Status.PhaseStartedAt, BakeUntil: v.Status.BakeUntil,
+		MayAdvanceAt: v.Status.BakeUntil, Rollout: v.Rollout, History: v.History}
 	if v.Cap >= 0 {
 		r.Cap = &v.Cap
 	}
-	r.Gate = map[taskd.GateVerdict]string{taskd.GatePending: "pending", taskd.GatePassed: "passed",
-		taskd.GateFailed: "failed"}[v.Rollout.Gate.Verdict(v.Figures)]
 	return r
 }
 

@@ -133,7 +133,7 @@ func readRollout(ctx context.Context, tx *sql.Tx, key taskd.TaskKey, now time.Ti
 	}
 	v.TaskID, v.Rollout, v.Quota, v.TaskVersion = key.String(), *t.Rollout, t.DispatchTimes, t.Version
 	v.Cap = v.Rollout.Cap(v.Status, v.Quota)
-	if v.Figures, err = phaseFigures(ctx, tx, key, v.Status.Phase+1, now); err != nil {
+	if v.Figures, err = phaseFigures(ctx, tx, key, v.Status.PhaseNumber(), now); err != nil {
 		return v, t, err
 	}
 	// The occurrence the cap bounds now: a once task's, or the latest due of a
@@ -233,17 +233,14 @@ func (s *Store) MoveRollout(ctx context.Context, actor string, key taskd.TaskKey
 	return v, mysqlErr("rollout "+key.String(), err)
 }
 
-// applyRollout writes change c of rollout v (of task t) at now: the state row, the
-// event; an abort pauses the task (its open dispatches kept parked beside their users'
-// slots, or cancelled, as the rollout says). actor is the admin's ("" for the server's
-// own moves).
+// applyRollout writes change c of rollout v (of task t) at now: the state row, with
+// the history the change leaves (taskd.RolloutChange.AppendHistory), and the event; an
+// abort pauses the task (its open dispatches kept parked beside their users' slots, or
+// cancelled, as the rollout says). actor is the admin's ("" for the server's own moves).
 func (s *Store) applyRollout(ctx context.Context, tx *sql.Tx, v taskd.RolloutView, t taskd.Task, c taskd.RolloutChange, actor string, now time.Time) (taskd.RolloutView, error) {
 	k := t.Key
 	to := c.To
-	if to.Phase != c.From.Phase || to.State == taskd.RolloutCompleted || to.State == taskd.RolloutAborted {
-		v.History = append(v.History, taskd.RolloutMoveRecord{Phase: c.From.Phase + 1, At: now, Event: c.Event,
-			PhaseFigures: v.Figures, Actor: actor})
-	}
+	v.History = c.AppendHistory(v.History, v.Figures, actor, now)
 	history, err := json.Marshal(v.History)
 	if err != nil {
 		return v, err
@@ -274,7 +271,7 @@ func (s *Store) applyRollout(ctx context.Context, tx *sql.Tx, v taskd.RolloutVie
 	v.Cap = v.Rollout.Cap(to, v.Quota)
 	if to.Phase != c.From.Phase {
 		var err error
-		if v.Figures, err = phaseFigures(ctx, tx, k, to.Phase+1, now); err != nil {
+		if v.Figures, err = phaseFigures(ctx, tx, k, to.PhaseNumber(), now); err != nil {
 			return v, err
 		}
 	}
@@ -283,12 +280,12 @@ func (s *Store) applyRollout(ctx context.Context, tx *sql.Tx, v taskd.RolloutVie
 	}
 	return v, appendOutboxTx(ctx, tx, []taskd.Event{{
 		EventID: taskd.RolloutEventID(k, c.Event, now),
-		Type:    taskd.EventType(c.Event),
+		Type:    c.Event,
 		TaskID:  k.String(),
 		Kind:    k.Kind.String(),
 		Node:    s.events.Node,
 		At:      now,
-		RolloutEvent: &taskd.RolloutEvent{FromState: string(c.From.State), State: string(to.State), Phase: to.Phase + 1,
+		RolloutEvent: &taskd.RolloutEvent{FromState: string(c.From.State), State: string(to.State), Phase: to.PhaseNumber(),
 			Cap: v.Cap, PhaseFigures: figures, Actor: actor},
 	}})
 }
@@ -360,12 +357,11 @@ func (s *Store) ActiveRollouts(ctx context.Context) ([]taskd.RolloutSummary, err
 	out := []taskd.RolloutSummary{}
 	for rows.Next() {
 		var k taskd.TaskKey
-		var r taskd.RolloutSummary
-		if err := rows.Scan(&k.Kind, &k.ID, &r.State, &r.Phase); err != nil {
+		var st taskd.RolloutStatus
+		if err := rows.Scan(&k.Kind, &k.ID, &st.State, &st.Phase); err != nil {
 			return nil, mysqlErr("rollouts", err)
 		}
-		r.TaskID, r.Phase = k.String(), r.Phase+1
-		out = append(out, r)
+		out = append(out, taskd.RolloutSummary{TaskID: k.String(), State: st.State, Phase: st.PhaseNumber()})
 	}
 	return out, mysqlErr("rollouts", rows.Err())
 }
