@@ -51,7 +51,7 @@ func (r Rollout) ClaimView(st RolloutStatus, quota int, settings *Effective) *Cl
 	if rate := r.Rate(st); rate > 0 && (settings.DispatchRatePerMinute == 0 || rate < settings.DispatchRatePerMinute) {
 		settings.DispatchRatePerMinute = rate
 	}
-	return &ClaimRollout{Phase: st.Phase + 1, Cap: r.Cap(st, quota),
+	return &ClaimRollout{Phase: st.PhaseNumber(), Cap: r.Cap(st, quota),
 		Snapshot: r.Targeting == TargetingSnapshot && st.State != RolloutCompleted}
 }
 
