@@ -442,24 +442,51 @@ type TakeResult struct {
 
 // Take hands uid up to n items of campaign id; uid holds at most limit at once.
 func (c *Campaigns) Take(ctx context.Context, id int64, uid string, n, limit int, now time.Time) (TakeResult, error) {
-	v, err := campaignTakeScript.Run(ctx, c.rdb, c.keys.Campaign(id), now.UnixMilli(), uid, n, limit, now.UnixMicro()).Slice()
+	r, err := arrayReply("campaign take", campaignTakeScript.Run(ctx, c.rdb, c.keys.Campaign(id), now.UnixMilli(), uid, n, limit, now.UnixMicro()))
 	if err != nil {
 		return TakeResult{}, unavailable("campaign take", err)
 	}
-	switch v[0].(int64) {
+	res, err := decodeTake(r)
+	if err != nil {
+		return TakeResult{}, unavailable("campaign take", err)
+	}
+	return res, nil
+}
+
+// decodeTake reads campaignTakeScript's reply.
+func decodeTake(r *reply) (TakeResult, error) {
+	status := r.int(0)
+	if r.err != nil {
+		return TakeResult{}, r.err
+	}
+	switch status {
 	case -1:
 		return TakeResult{}, ErrCampaignMissing
 	case 0:
-		return TakeResult{State: taskd.CampaignState(v[1].(string))}, nil
+		st := r.str(1)
+		if r.err != nil {
+			return TakeResult{}, r.err
+		}
+		return TakeResult{State: taskd.CampaignState(st)}, nil
+	case 1:
+	default:
+		r.fail(0, "-1, 0 or 1", status)
+		return TakeResult{}, r.err
 	}
-	res := TakeResult{State: taskd.CampaignRunning, Wait: time.Duration(v[1].(int64)) * time.Millisecond}
-	for i := 2; i+4 < len(v); i += 5 {
-		h := Handout{Item: v[i].(int64), Attempt: int(v[i+1].(int64)),
-			LeaseUntil: time.UnixMilli(v[i+2].(int64)).UTC(), Redo: v[i+3].(int64) == 1}
-		if cp := v[i+4].(string); cp != "" {
+	res := TakeResult{State: taskd.CampaignRunning, Wait: time.Duration(r.int(1)) * time.Millisecond}
+	if (r.len()-2)%5 != 0 {
+		r.fail(r.len(), "five fields to each item", nil)
+	}
+	for i := 2; i+4 < r.len() && r.err == nil; i += 5 {
+		h := Handout{Item: r.int(i), Attempt: int(r.int(i + 1)),
+			LeaseUntil: time.UnixMilli(r.int(i + 2)).UTC(), Redo: r.int(i+3) == 1}
+		if cp := r.str(i + 4); cp != "" {
 			h.Checkpoint = json.RawMessage(cp)
 		}
 		res.Items = append(res.Items, h)
+	}
+	if r.err != nil {
+		return TakeResult{}, r.err
 	}
 	return res, nil
 }
@@ -487,14 +514,17 @@ func (c *Campaigns) Complete(ctx context.Context, id, idx int64, att int, uid st
 	if len(detail) > MaxFailureDetail {
 		detail = json.RawMessage(`{"truncated":true,"bytes":` + strconv.Itoa(len(detail)) + `}`)
 	}
-	n, err := campaignCompleteScript.Run(ctx, c.rdb, c.keys.Campaign(id), idx, att, uid, result, now.UnixMilli(), string(detail)).Int()
+	n, err := intReply("campaign complete", campaignCompleteScript.Run(ctx, c.rdb, c.keys.Campaign(id), idx, att, uid, result, now.UnixMilli(), string(detail)))
 	if err != nil {
 		return 0, unavailable("campaign complete", err)
 	}
-	if CompleteOutcome(n) == itemsMissing {
+	switch o := CompleteOutcome(n); o {
+	case itemsMissing:
 		return 0, ErrCampaignMissing
+	case ItemStale, ItemDone, ItemRepeat, ItemFailed:
+		return o, nil
 	}
-	return CompleteOutcome(n), nil
+	return 0, unavailable("campaign complete", &replyError{script: "campaign complete", pos: -1, want: "-1, 0, 1, 2 or 3", got: n})
 }
 
 // Progress saves checkpoint (nil: keep the last) for the item uid holds at attempt att
@@ -505,7 +535,7 @@ func (c *Campaigns) Progress(ctx context.Context, id, idx int64, att int, uid st
 	if extend {
 		ext = 1
 	}
-	n, err := campaignProgressScript.Run(ctx, c.rdb, c.keys.Campaign(id), idx, att, uid, now.UnixMilli(), ext, string(checkpoint)).Int64()
+	n, err := intReply("campaign progress", campaignProgressScript.Run(ctx, c.rdb, c.keys.Campaign(id), idx, att, uid, now.UnixMilli(), ext, string(checkpoint)))
 	switch {
 	case err != nil:
 		return time.Time{}, false, unavailable("campaign progress", err)
@@ -520,21 +550,29 @@ func (c *Campaigns) Progress(ctx context.Context, id, idx int64, att int, uid st
 // Sync fails campaign id's leases that ran out by now and returns its window; nil when
 // Redis has none.
 func (c *Campaigns) Sync(ctx context.Context, id int64, now time.Time) (*taskd.CampaignProgress, error) {
-	v, err := campaignSyncScript.Run(ctx, c.rdb, c.keys.Campaign(id), now.UnixMilli()).StringSlice()
+	r, err := arrayReply("campaign sync", campaignSyncScript.Run(ctx, c.rdb, c.keys.Campaign(id), now.UnixMilli()))
 	if err != nil {
 		return nil, unavailable("campaign sync", err)
 	}
-	if len(v) < 8 {
+	p, err := decodeSync(r)
+	if err != nil {
+		return nil, unavailable("campaign sync", err)
+	}
+	return p, nil
+}
+
+// decodeSync reads campaignSyncScript's reply: nil for the empty one (no window).
+func decodeSync(r *reply) (*taskd.CampaignProgress, error) {
+	if r.len() == 0 {
 		return nil, nil
 	}
-	n := func(i int) int64 {
-		x, _ := strconv.ParseInt(v[i], 10, 64)
-		return x
+	p := &taskd.CampaignProgress{State: taskd.CampaignState(r.str(0)), Reason: r.str(1), Epoch: r.num(2), Offset: r.num(3),
+		Next: r.num(4), Done: r.num(5), Failed: r.num(6), InFlight: r.num(7), Finished: []int64{}}
+	for i := 8; i < r.len() && r.err == nil; i++ {
+		p.Finished = append(p.Finished, r.num(i))
 	}
-	p := &taskd.CampaignProgress{State: taskd.CampaignState(v[0]), Reason: v[1], Epoch: n(2), Offset: n(3),
-		Next: n(4), Done: n(5), Failed: n(6), InFlight: n(7), Finished: []int64{}}
-	for i := 8; i < len(v); i++ {
-		p.Finished = append(p.Finished, n(i))
+	if r.err != nil {
+		return nil, r.err
 	}
 	return p, nil
 }

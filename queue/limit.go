@@ -86,14 +86,20 @@ func (c *Cache) CountEnrollment(ctx context.Context, rate float64, burst int, no
 		return 0, nil
 	}
 	interval := max(1, int64(math.Round(1e6/rate)))
-	wait, err := gcraScript.Run(ctx, c.rdb, []string{c.keys.Enroll()}, interval, max(1, burst), now.UnixMicro()).Text()
+	wait, ok, err := textReply("gcra", gcraScript.Run(ctx, c.rdb, []string{c.keys.Enroll()}, interval, max(1, burst), now.UnixMicro()))
+	if err == nil && !ok {
+		err = &replyError{script: "gcra", pos: -1, want: "a string", got: nil}
+	}
 	if err != nil {
 		return 0, unavailable("count enrollment", err)
 	}
 	if wait == "" {
 		return 0, nil
 	}
+	us, err := strconv.ParseInt(wait, 10, 64)
+	if err != nil {
+		return 0, unavailable("count enrollment", &replyError{script: "gcra", pos: -1, want: `"" or the µs to wait`, got: wait})
+	}
 	c.cfg.Metrics.RateLimited("enroll")
-	us, _ := strconv.ParseInt(wait, 10, 64)
 	return time.Duration(us) * time.Microsecond, nil
 }

@@ -75,8 +75,8 @@ func (m *Members) Join(ctx context.Context, heartbeat time.Duration) error {
 	seen := int64(-1)
 	for try := 0; ; try++ {
 		now := m.clock.Now()
-		last, err := joinScript.Run(ctx, m.rdb, []string{m.keys.nodes()}, m.node, now.UnixMilli(),
-			now.Add(-m.timeout).UnixMilli(), seen).Int64()
+		last, err := intReply("join", joinScript.Run(ctx, m.rdb, []string{m.keys.nodes()}, m.node, now.UnixMilli(),
+			now.Add(-m.timeout).UnixMilli(), seen))
 		if err != nil {
 			return unavailable("node join", err)
 		}

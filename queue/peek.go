@@ -142,7 +142,7 @@ func decodePeek(res string, groups string, gens []*redis.StringCmd) (peekReply, 
 		var gens0, cut, next, nextScore string
 		r.open, r.ver, gens0, cut, next, nextScore = field(), field(), field(), field(), field(), field()
 		if count < 7 {
-			return peekReply{}, fmt.Errorf("peek: reply of %d fields", count)
+			return peekReply{}, &replyError{script: "peek", pos: count, want: "7 fields or more with status ok"}
 		}
 		if !sameGenerations(gens0, gens) {
 			return peekReply{status: "stale", open: r.open, groups: groups, ver: r.ver}, nil
@@ -154,7 +154,7 @@ func decodePeek(res string, groups string, gens []*redis.StringCmd) (peekReply, 
 		for more {
 			member, score := field(), field()
 			if count%2 == 0 {
-				return peekReply{}, fmt.Errorf("peek: reply of %d fields", count)
+				return peekReply{}, &replyError{script: "peek", pos: count, want: "a score after each due member"}
 			}
 			e, err := parseScored(member, score)
 			if err != nil {
@@ -178,7 +178,7 @@ func decodePeek(res string, groups string, gens []*redis.StringCmd) (peekReply, 
 			r.view.Next = &schedule.Entry{DueAt: time.Unix(win, 0)}
 		}
 	default:
-		return peekReply{}, fmt.Errorf("peek: unexpected status %q", r.status)
+		return peekReply{}, &replyError{script: "peek", pos: 0, want: "a status", got: r.status}
 	}
 	return r, nil
 }
@@ -206,7 +206,10 @@ func (c *Cache) peek(ctx context.Context, uid, groups, keyHash string, now time.
 	if err := c.peeks.do(call); err != nil {
 		return peekReply{}, unavailable("peek", err)
 	}
-	res, err := call.script.Text()
+	res, ok, err := textReply("peek", call.script)
+	if err == nil && !ok {
+		err = &replyError{script: "peek", pos: -1, want: "a string", got: nil}
+	}
 	if err != nil {
 		return peekReply{}, unavailable("peek", err)
 	}

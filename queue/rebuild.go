@@ -153,14 +153,17 @@ return v
 
 func (c *Cache) build(ctx context.Context, uid string) (*built, error) {
 	started := time.Now()
-	read, err := versionScript.Run(ctx, c.rdb, []string{c.keys.User(uid)}).StringSlice()
+	r, err := arrayReply("version", versionScript.Run(ctx, c.rdb, []string{c.keys.User(uid)}))
 	if err != nil {
 		return nil, unavailable("rebuild", err)
 	}
-	if len(read) != 2 {
-		return nil, unavailable("rebuild", fmt.Errorf("version script replied %q", read))
+	ver, hat := r.str(0), r.str(1)
+	if r.len() != 2 {
+		r.fail(r.len(), "two fields", nil)
 	}
-	ver, hat := read[0], read[1]
+	if r.err != nil {
+		return nil, unavailable("rebuild", r.err)
+	}
 	gids, err := c.loader.UserGroups(ctx, uid)
 	if err != nil {
 		return nil, fmt.Errorf("rebuild %s: %w", uid, err)
@@ -178,8 +181,12 @@ func (c *Cache) build(ctx context.Context, uid string) (*built, error) {
 			return nil, unavailable("rebuild", err)
 		}
 		for i, cmd := range cmds {
+			s, ok, err := textReply("generation", cmd)
+			if err != nil {
+				return nil, unavailable("rebuild", err)
+			}
 			gens[i] = "0"
-			if s, err := cmd.Text(); err == nil {
+			if ok {
 				gens[i] = s
 			}
 		}
@@ -204,7 +211,7 @@ func (c *Cache) build(ctx context.Context, uid string) (*built, error) {
 	for _, e := range cached {
 		args = append(args, e.DueAt.Unix(), Member(e))
 	}
-	written, err := rebuildScript.Run(ctx, c.rdb, []string{c.keys.User(uid), c.keys.Heap(uid)}, args...).Int()
+	written, err := intReply("rebuild", rebuildScript.Run(ctx, c.rdb, []string{c.keys.User(uid), c.keys.Heap(uid)}, args...))
 	if err != nil {
 		return nil, unavailable("rebuild", err)
 	}

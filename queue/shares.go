@@ -183,7 +183,7 @@ func (s *Shares) fresh(order []string) []string {
 // reports whether this node holds it.
 func (s *Shares) hold(ctx context.Context, unit string) (bool, error) {
 	key := s.key(unit)
-	n, err := renewScript.Run(ctx, s.rdb, []string{key}, s.node, s.ttl.Milliseconds()).Int()
+	n, err := intReply("renew", renewScript.Run(ctx, s.rdb, []string{key}, s.node, s.ttl.Milliseconds()))
 	if err != nil {
 		return false, unavailable("lease", err)
 	}
