@@ -235,10 +235,11 @@ const MaxFailureDetail = 2048
 // events (1: record the items' events for the outbox).
 // Returns 1 restored, 2 updated, 0 unchanged (Redis has that epoch or a newer one).
 var campaignApplyScript = redis.NewScript(campaignLib + `
-local epoch = tonumber(ARGV[1])
-local settings = {'state', ARGV[2], 'reason', ARGV[3], 'epoch', epoch, 'total', ARGV[4], 'window', ARGV[5],
-  'ivl', ARGV[6], 'tol', ARGV[7], 'lease_ms', ARGV[8], 'max_att', ARGV[9], 'backoff_ms', ARGV[10],
-  'fmax', ARGV[11], 'fper_ms', ARGV[12], 'events', ARGV[17]}
+local camp = cjson.decode(ARGV[1])
+local epoch = camp.epoch
+local settings = {'state', camp.state, 'reason', camp.reason, 'epoch', epoch, 'total', camp.total, 'window', camp.window,
+  'ivl', camp.ivl, 'tol', camp.tol, 'lease_ms', camp.lease_ms, 'max_att', camp.max_att, 'backoff_ms', camp.backoff_ms,
+  'fmax', camp.fmax, 'fper_ms', camp.fper_ms, 'events', camp.events}
 local cur = redis.call('HGET', H, 'epoch')
 if cur then
   if tonumber(cur) >= epoch then return 0 end
@@ -248,7 +249,7 @@ if cur then
     -- every item finished after the move read the window: it stays finished (the
     -- runner's sync takes that to MySQL)
     redis.call('HSET', H, 'state', 'finished', 'reason', '')
-  elseif ARGV[2] == 'running' and was ~= 'running' then
+  elseif camp.state == 'running' and was ~= 'running' then
     redis.call('DEL', E)
   end
   finished()
@@ -256,8 +257,8 @@ if cur then
 end
 redis.call('DEL', F, L, A, R, E, CP, U, EV)
 redis.call('HSET', H, unpack(settings))
-redis.call('HSET', H, 'offset', ARGV[13], 'next', ARGV[13], 'done', ARGV[14], 'failed', ARGV[15], 'tat', 0)
-local fin = cjson.decode(ARGV[16])
+redis.call('HSET', H, 'offset', camp.offset, 'next', camp.offset, 'done', camp.done, 'failed', camp.failed, 'tat', 0)
+local fin = camp.finished
 for i = 1, #fin, 1000 do
   redis.call('SADD', F, unpack(fin, i, math.min(i + 999, #fin)))
 end
@@ -409,18 +410,46 @@ func (c *Campaigns) Apply(ctx context.Context, camp taskd.Campaign) error {
 	if b := camp.ErrorBudget; b != nil {
 		fmax, fper = int64(b.MaxFailures), int64(b.PerSeconds)*1000
 	}
-	fin, _ := json.Marshal(camp.FinishedAbove)
-	if camp.FinishedAbove == nil {
-		fin = []byte("[]")
+	a := campaignApply{Epoch: camp.Epoch, State: string(camp.State), Reason: camp.Reason, Total: camp.Total,
+		Window: camp.Window, Interval: ivl, Tolerance: (burst - 1) * ivl, LeaseMS: camp.LeaseSeconds * 1000,
+		MaxAttempts: camp.MaxAttempts, BackoffMS: camp.RetryBackoffSeconds * 1000, MaxFailures: fmax, PerMS: fper,
+		Offset: camp.Offset, Done: camp.Done, Failed: camp.Failed, Finished: camp.FinishedAbove}
+	if a.Finished == nil {
+		a.Finished = []int64{} // [], not null: the script counts it
 	}
-	events := 0
 	if c.events {
-		events = 1
+		a.Events = 1
 	}
-	err := campaignApplyScript.Run(ctx, c.rdb, c.keys.Campaign(camp.ID), camp.Epoch, string(camp.State), camp.Reason,
-		camp.Total, camp.Window, ivl, (burst-1)*ivl, camp.LeaseSeconds*1000, camp.MaxAttempts,
-		camp.RetryBackoffSeconds*1000, fmax, fper, camp.Offset, camp.Done, camp.Failed, string(fin), events).Err()
+	arg, err := json.Marshal(a)
+	if err != nil {
+		return unavailable("campaign apply", err)
+	}
+	err = campaignApplyScript.Run(ctx, c.rdb, c.keys.Campaign(camp.ID), arg).Err()
 	return unavailableIf("campaign apply", err)
+}
+
+// campaignApply is campaignApplyScript's one argument, sent as JSON: the campaign's
+// state and settings as MySQL has them, each field under the name the window's hash
+// gives it. Every number is an integer well below 2^53, which the script's cjson reads
+// exactly and HSET writes back in the same digits.
+type campaignApply struct {
+	Epoch       int64   `json:"epoch"`
+	State       string  `json:"state"`
+	Reason      string  `json:"reason"`
+	Total       int64   `json:"total"`
+	Window      int     `json:"window"`
+	Interval    int64   `json:"ivl"`        // µs between two items (the rate)
+	Tolerance   int64   `json:"tol"`        // µs the rate limiter lets a burst run ahead
+	LeaseMS     int     `json:"lease_ms"`   // an item's lease
+	MaxAttempts int     `json:"max_att"`    // attempts before an item fails for good
+	BackoffMS   int     `json:"backoff_ms"` // a failed item's wait before its retry
+	MaxFailures int64   `json:"fmax"`       // the error budget: failures allowed within PerMS
+	PerMS       int64   `json:"fper_ms"`    // the error budget's period (0: no budget)
+	Offset      int64   `json:"offset"`     // every item below it is finished
+	Done        int64   `json:"done"`
+	Failed      int64   `json:"failed"`
+	Finished    []int64 `json:"finished"` // the finished items at or above Offset
+	Events      int     `json:"events"`   // 1: record the items' events for the outbox
 }
 
 // Handout is one item a take handed out.
