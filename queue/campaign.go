@@ -126,7 +126,20 @@ func (k Keys) campaignEvents(id int64) string { return k.campaignHash(id) + ":ev
 // MySQL (Apply) and the call made again.
 var ErrCampaignMissing = errors.New("campaign window missing in redis")
 
-// campaignLib is the scripts' shared part: keys, and the moves of an item.
+// campaignLib is the campaign scripts' shared part: their keys, under short names,
+// and the moves of an item. Every campaign script takes the same keys, all of one
+// campaign's (Keys.Campaign, one hash tag):
+//
+//	KEYS[1] -> H, the window's hash ({c:id})
+//	KEYS[2] -> F, the finished items at or above offset ({c:id}:fin)
+//	KEYS[3] -> L, the leases, by end ms ({c:id}:lease)
+//	KEYS[4] -> A, item -> "attempt|uid" ({c:id}:att)
+//	KEYS[5] -> R, the items waiting out their backoff, by due ms ({c:id}:retry)
+//	KEYS[6] -> E, the recent failures the error budget counts ({c:id}:fails)
+//	KEYS[7] -> CP, item -> its latest checkpoint ({c:id}:cp)
+//	KEYS[8] -> U, uid -> the items it holds ({c:id}:users)
+//	KEYS[9] -> EV, the items' events for the outbox ({c:id}:events)
+//	KEYS[10] -> FL, the latest failures, newest first ({c:id}:flog)
 const campaignLib = `
 local H, F, L, A, R, E, CP, U, EV, FL = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local function num(f) return tonumber(redis.call('HGET', H, f) or '0') end
@@ -228,12 +241,39 @@ const FailureLogSize = 50
 // replaced by a note of its size.
 const MaxFailureDetail = 2048
 
+// campaignApply is campaignApplyScript's one argument, sent as JSON: the campaign's
+// state and settings as MySQL has them, each field under the name the window's hash
+// gives it. Every number is an integer well below 2^53, which the script's cjson reads
+// exactly and HSET writes back in the same digits.
+type campaignApply struct {
+	Epoch       int64   `json:"epoch"`
+	State       string  `json:"state"`
+	Reason      string  `json:"reason"`
+	Total       int64   `json:"total"`
+	Window      int     `json:"window"`
+	Interval    int64   `json:"ivl"`        // µs between two items (the rate)
+	Tolerance   int64   `json:"tol"`        // µs the rate limiter lets a burst run ahead
+	LeaseMS     int     `json:"lease_ms"`   // an item's lease
+	MaxAttempts int     `json:"max_att"`    // attempts before an item fails for good
+	BackoffMS   int     `json:"backoff_ms"` // a failed item's wait before its retry
+	MaxFailures int64   `json:"fmax"`       // the error budget: failures allowed within PerMS
+	PerMS       int64   `json:"fper_ms"`    // the error budget's period (0: no budget)
+	Offset      int64   `json:"offset"`     // every item below it is finished
+	Done        int64   `json:"done"`
+	Failed      int64   `json:"failed"`
+	Finished    []int64 `json:"finished"` // the finished items at or above Offset
+	Events      int     `json:"events"`   // 1: record the items' events for the outbox
+}
+
 // campaignApplyScript restores a missing window from MySQL's copy, or takes a newer
-// epoch's state and settings into an existing one. ARGV: epoch, state, reason, total,
-// window, interval (µs per item), tolerance (µs), lease ms, max attempts, backoff ms,
-// max failures, per ms (0: no budget), offset, done, failed, finished (JSON list),
-// events (1: record the items' events for the outbox).
-// Returns 1 restored, 2 updated, 0 unchanged (Redis has that epoch or a newer one).
+// epoch's state and settings into an existing one. Its one argument is JSON with named
+// fields (campaignApply), decoded once a call: Apply runs when a campaign is created,
+// moved or restored, not per item.
+//
+//	KEYS[1..10] -> the campaign's keys (campaignLib)
+//	ARGV[1] -> the campaign, JSON: campaignApply
+//	Returns -> integer: 1 restored, 2 updated, 0 unchanged (Redis has that epoch or a
+//	           newer one); Apply does not read it
 var campaignApplyScript = redis.NewScript(campaignLib + `
 local camp = cjson.decode(ARGV[1])
 local epoch = camp.epoch
@@ -266,12 +306,65 @@ finished()
 return 1
 `)
 
-// campaignTakeScript hands uid up to n items. ARGV: now (ms), uid, n, cap (how many the
-// user may hold at once), now (µs). A user at its cap gets the items it holds again
-// (redo). Returns {1, wait ms, idx, attempt, lease end ms, redo, checkpoint, ...};
-// {0, state} when the campaign is not running; {-1} when the window is missing.
-// wait is, when nothing was handed out, how soon something may be: the rate, a retry
-// or a lease coming due (0: not known).
+// Apply takes c (as MySQL has it) to Redis: it restores a missing window from c's
+// synced progress, or takes c's state and settings to a window at an older epoch.
+func (c *Campaigns) Apply(ctx context.Context, camp taskd.Campaign) error {
+	ivl := int64(math.Ceil(1e6 / camp.RatePerSecond))
+	burst := max(int64(math.Ceil(camp.RatePerSecond)), 1) // one second's worth
+	var fmax, fper int64
+	if b := camp.ErrorBudget; b != nil {
+		fmax, fper = int64(b.MaxFailures), int64(b.PerSeconds)*1000
+	}
+	a := campaignApply{Epoch: camp.Epoch, State: string(camp.State), Reason: camp.Reason, Total: camp.Total,
+		Window: camp.Window, Interval: ivl, Tolerance: (burst - 1) * ivl, LeaseMS: camp.LeaseSeconds * 1000,
+		MaxAttempts: camp.MaxAttempts, BackoffMS: camp.RetryBackoffSeconds * 1000, MaxFailures: fmax, PerMS: fper,
+		Offset: camp.Offset, Done: camp.Done, Failed: camp.Failed, Finished: camp.FinishedAbove}
+	if a.Finished == nil {
+		a.Finished = []int64{} // [], not null: the script counts it
+	}
+	if c.events {
+		a.Events = 1
+	}
+	arg, err := json.Marshal(a)
+	if err != nil {
+		return unavailable("campaign apply", err)
+	}
+	err = campaignApplyScript.Run(ctx, c.rdb, c.keys.Campaign(camp.ID), arg).Err()
+	return unavailableIf("campaign apply", err)
+}
+
+// Handout is one item a take handed out.
+type Handout struct {
+	Item       int64
+	Attempt    int
+	LeaseUntil time.Time
+	Redo       bool
+	Checkpoint json.RawMessage
+}
+
+// TakeResult is what a take got: items, or, with none, the campaign's state (when not
+// running) and how soon something may be (0: not known).
+type TakeResult struct {
+	State taskd.CampaignState
+	Items []Handout
+	Wait  time.Duration
+}
+
+// campaignTakeScript hands uid up to n items. A user at its cap gets the items it
+// holds again (redo). It is the hot campaign script (one a fetch): its five arguments
+// stay positional, each named in the script's first line, and no JSON is decoded.
+//
+//	KEYS[1..10] -> the campaign's keys (campaignLib)
+//	ARGV[1] -> now, Unix ms
+//	ARGV[2] -> uid
+//	ARGV[3] -> n, the most items to hand out
+//	ARGV[4] -> cap, how many items the user may hold at once
+//	ARGV[5] -> now, Unix µs (the rate's clock)
+//	Returns -> array (decodeTake): {1, wait ms, then for each item idx, attempt, lease
+//	           end ms, redo (1/0), checkpoint (a string, "" for none)}, wait being, when
+//	           nothing was handed out, how soon something may be (the rate, a retry or
+//	           a lease coming due; 0: not known); {0, state} when the campaign is not
+//	           running; {-1} when the window is missing
 var campaignTakeScript = redis.NewScript(campaignLib + `
 local now, uid, n, cap, nowus = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local st = redis.call('HGET', H, 'state')
@@ -338,137 +431,6 @@ out[2] = wait
 return out
 `)
 
-// campaignCompleteScript records uid's complete of attempt att of item idx. ARGV: idx,
-// attempt, uid, 1 success / 2 failure, now (ms), a failure's detail (JSON, or empty). A success is taken from any attempt
-// (the work is done, and counts once); a failure only from the attempt that holds the
-// item now. Returns 1 done, 2 already finished (a repeat: nothing counted), 3 failure
-// recorded, 0 stale (not the caller's), -1 window missing.
-var campaignCompleteScript = redis.NewScript(campaignLib + `
-local idx, att, uid, ok, now = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1', tonumber(ARGV[5])
-if not redis.call('HGET', H, 'state') then return -1 end
-local i = tonumber(idx)
-if i >= num('total') then return 0 end
-local catt, cuid = holder(idx)
-if i < num('offset') or redis.call('SISMEMBER', F, idx) == 1 then
-  -- finished before (a repeat): a lease on it, if any, is moot
-  if redis.call('ZREM', L, idx) == 1 then unhold(cuid, idx) end
-  redis.call('HDEL', A, idx)
-  return 2
-end
-if i >= num('next') and catt == 0 then return 0 end
-if ok then
-  if att > catt then return 0 end
-  redis.call('ZREM', L, idx)
-  redis.call('ZREM', R, idx)
-  unhold(cuid, idx)
-  finish(idx, true, now)
-  event('complete', idx, att, uid, 'success', now)
-  return 1
-end
-if catt ~= att or cuid ~= uid or redis.call('ZSCORE', L, idx) == false then return 0 end
-event('complete', idx, att, uid, 'failure', now)
-failed(idx, att, uid, now, 'a failure result', 'failure', ARGV[6])
-return 3
-`)
-
-// campaignProgressScript saves a checkpoint for, and with extend pushes out the lease
-// of, the item uid holds at attempt att. ARGV: idx, attempt, uid, now (ms), extend
-// (1/0), checkpoint (empty keeps the last). Returns the lease end (ms); 0 stale; -1
-// window missing.
-var campaignProgressScript = redis.NewScript(campaignLib + `
-local idx, att, uid, now = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
-if not redis.call('HGET', H, 'state') then return -1 end
-local catt, cuid = holder(idx)
-local lease = tonumber(redis.call('ZSCORE', L, idx) or '0')
-if catt ~= att or cuid ~= uid or lease <= now then return 0 end
-if ARGV[6] ~= '' then redis.call('HSET', CP, idx, ARGV[6]) end
-if ARGV[5] == '1' then
-  lease = now + num('lease_ms')
-  redis.call('ZADD', L, lease, idx)
-end
-return lease
-`)
-
-// campaignSyncScript fails the leases that ran out (whatever the state: a stopping
-// campaign ends when nothing is in flight) and returns the window: {state, reason,
-// epoch, offset, next, done, failed, in flight, finished...}; {} when missing.
-var campaignSyncScript = redis.NewScript(campaignLib + `
-if not redis.call('HGET', H, 'state') then return {} end
-reap(tonumber(ARGV[1]), 1000)
-local v = redis.call('HMGET', H, 'state', 'reason', 'epoch', 'offset', 'next', 'done', 'failed')
-local out = {v[1], v[2] or '', v[3] or '0', v[4] or '0', v[5] or '0', v[6] or '0', v[7] or '0', tostring(redis.call('ZCARD', L))}
-for _, x in ipairs(redis.call('SMEMBERS', F)) do out[#out + 1] = x end
-return out
-`)
-
-// Apply takes c (as MySQL has it) to Redis: it restores a missing window from c's
-// synced progress, or takes c's state and settings to a window at an older epoch.
-func (c *Campaigns) Apply(ctx context.Context, camp taskd.Campaign) error {
-	ivl := int64(math.Ceil(1e6 / camp.RatePerSecond))
-	burst := max(int64(math.Ceil(camp.RatePerSecond)), 1) // one second's worth
-	var fmax, fper int64
-	if b := camp.ErrorBudget; b != nil {
-		fmax, fper = int64(b.MaxFailures), int64(b.PerSeconds)*1000
-	}
-	a := campaignApply{Epoch: camp.Epoch, State: string(camp.State), Reason: camp.Reason, Total: camp.Total,
-		Window: camp.Window, Interval: ivl, Tolerance: (burst - 1) * ivl, LeaseMS: camp.LeaseSeconds * 1000,
-		MaxAttempts: camp.MaxAttempts, BackoffMS: camp.RetryBackoffSeconds * 1000, MaxFailures: fmax, PerMS: fper,
-		Offset: camp.Offset, Done: camp.Done, Failed: camp.Failed, Finished: camp.FinishedAbove}
-	if a.Finished == nil {
-		a.Finished = []int64{} // [], not null: the script counts it
-	}
-	if c.events {
-		a.Events = 1
-	}
-	arg, err := json.Marshal(a)
-	if err != nil {
-		return unavailable("campaign apply", err)
-	}
-	err = campaignApplyScript.Run(ctx, c.rdb, c.keys.Campaign(camp.ID), arg).Err()
-	return unavailableIf("campaign apply", err)
-}
-
-// campaignApply is campaignApplyScript's one argument, sent as JSON: the campaign's
-// state and settings as MySQL has them, each field under the name the window's hash
-// gives it. Every number is an integer well below 2^53, which the script's cjson reads
-// exactly and HSET writes back in the same digits.
-type campaignApply struct {
-	Epoch       int64   `json:"epoch"`
-	State       string  `json:"state"`
-	Reason      string  `json:"reason"`
-	Total       int64   `json:"total"`
-	Window      int     `json:"window"`
-	Interval    int64   `json:"ivl"`        // µs between two items (the rate)
-	Tolerance   int64   `json:"tol"`        // µs the rate limiter lets a burst run ahead
-	LeaseMS     int     `json:"lease_ms"`   // an item's lease
-	MaxAttempts int     `json:"max_att"`    // attempts before an item fails for good
-	BackoffMS   int     `json:"backoff_ms"` // a failed item's wait before its retry
-	MaxFailures int64   `json:"fmax"`       // the error budget: failures allowed within PerMS
-	PerMS       int64   `json:"fper_ms"`    // the error budget's period (0: no budget)
-	Offset      int64   `json:"offset"`     // every item below it is finished
-	Done        int64   `json:"done"`
-	Failed      int64   `json:"failed"`
-	Finished    []int64 `json:"finished"` // the finished items at or above Offset
-	Events      int     `json:"events"`   // 1: record the items' events for the outbox
-}
-
-// Handout is one item a take handed out.
-type Handout struct {
-	Item       int64
-	Attempt    int
-	LeaseUntil time.Time
-	Redo       bool
-	Checkpoint json.RawMessage
-}
-
-// TakeResult is what a take got: items, or, with none, the campaign's state (when not
-// running) and how soon something may be (0: not known).
-type TakeResult struct {
-	State taskd.CampaignState
-	Items []Handout
-	Wait  time.Duration
-}
-
 // Take hands uid up to n items of campaign id; uid holds at most limit at once.
 func (c *Campaigns) Take(ctx context.Context, id int64, uid string, n, limit int, now time.Time) (TakeResult, error) {
 	r, err := arrayReply("campaign take", campaignTakeScript.Run(ctx, c.rdb, c.keys.Campaign(id), now.UnixMilli(), uid, n, limit, now.UnixMicro()))
@@ -531,6 +493,48 @@ const (
 	itemsMissing CompleteOutcome = -1
 )
 
+// campaignCompleteScript records uid's complete of attempt att of item idx. A success
+// is taken from any attempt (the work is done, and counts once); a failure only from
+// the attempt that holds the item now.
+//
+//	KEYS[1..10] -> the campaign's keys (campaignLib)
+//	ARGV[1] -> idx, the item
+//	ARGV[2] -> att, the attempt
+//	ARGV[3] -> uid
+//	ARGV[4] -> 1 success, 2 failure
+//	ARGV[5] -> now, Unix ms
+//	ARGV[6] -> a failure's detail: JSON, or empty
+//	Returns -> integer (CompleteOutcome): 1 done, 2 already finished (a repeat: nothing
+//	           counted), 3 failure recorded, 0 stale (not the caller's), -1 window
+//	           missing
+var campaignCompleteScript = redis.NewScript(campaignLib + `
+local idx, att, uid, ok, now = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1', tonumber(ARGV[5])
+if not redis.call('HGET', H, 'state') then return -1 end
+local i = tonumber(idx)
+if i >= num('total') then return 0 end
+local catt, cuid = holder(idx)
+if i < num('offset') or redis.call('SISMEMBER', F, idx) == 1 then
+  -- finished before (a repeat): a lease on it, if any, is moot
+  if redis.call('ZREM', L, idx) == 1 then unhold(cuid, idx) end
+  redis.call('HDEL', A, idx)
+  return 2
+end
+if i >= num('next') and catt == 0 then return 0 end
+if ok then
+  if att > catt then return 0 end
+  redis.call('ZREM', L, idx)
+  redis.call('ZREM', R, idx)
+  unhold(cuid, idx)
+  finish(idx, true, now)
+  event('complete', idx, att, uid, 'success', now)
+  return 1
+end
+if catt ~= att or cuid ~= uid or redis.call('ZSCORE', L, idx) == false then return 0 end
+event('complete', idx, att, uid, 'failure', now)
+failed(idx, att, uid, now, 'a failure result', 'failure', ARGV[6])
+return 3
+`)
+
 // Complete records uid's complete of attempt att of item idx of campaign id; a
 // failure's detail (nil: none) goes to the failure log, replaced by a note of its size
 // when longer than MaxFailureDetail.
@@ -556,6 +560,31 @@ func (c *Campaigns) Complete(ctx context.Context, id, idx int64, att int, uid st
 	return 0, unavailable("campaign complete", &replyError{script: "campaign complete", pos: -1, want: "-1, 0, 1, 2 or 3", got: n})
 }
 
+// campaignProgressScript saves a checkpoint for, and with extend pushes out the lease
+// of, the item uid holds at attempt att.
+//
+//	KEYS[1..10] -> the campaign's keys (campaignLib)
+//	ARGV[1] -> idx, the item
+//	ARGV[2] -> att, the attempt
+//	ARGV[3] -> uid
+//	ARGV[4] -> now, Unix ms
+//	ARGV[5] -> extend: 1 pushes the lease out, 0 does not
+//	ARGV[6] -> the checkpoint (empty keeps the last)
+//	Returns -> integer: the lease end, Unix ms; 0 stale; -1 window missing
+var campaignProgressScript = redis.NewScript(campaignLib + `
+local idx, att, uid, now = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+if not redis.call('HGET', H, 'state') then return -1 end
+local catt, cuid = holder(idx)
+local lease = tonumber(redis.call('ZSCORE', L, idx) or '0')
+if catt ~= att or cuid ~= uid or lease <= now then return 0 end
+if ARGV[6] ~= '' then redis.call('HSET', CP, idx, ARGV[6]) end
+if ARGV[5] == '1' then
+  lease = now + num('lease_ms')
+  redis.call('ZADD', L, lease, idx)
+end
+return lease
+`)
+
 // Progress saves checkpoint (nil: keep the last) for the item uid holds at attempt att
 // and, with extend, pushes its lease out by the campaign's lease. ok is false when uid
 // does not hold it (any more).
@@ -575,6 +604,23 @@ func (c *Campaigns) Progress(ctx context.Context, id, idx int64, att int, uid st
 	}
 	return time.UnixMilli(n).UTC(), true, nil
 }
+
+// campaignSyncScript fails the leases that ran out (whatever the state: a stopping
+// campaign ends when nothing is in flight) and returns the window.
+//
+//	KEYS[1..10] -> the campaign's keys (campaignLib)
+//	ARGV[1] -> now, Unix ms
+//	Returns -> array of strings (decodeSync): {state, reason, epoch, offset, next, done,
+//	           failed, in flight, then the finished items at or above offset}; {} when
+//	           the window is missing
+var campaignSyncScript = redis.NewScript(campaignLib + `
+if not redis.call('HGET', H, 'state') then return {} end
+reap(tonumber(ARGV[1]), 1000)
+local v = redis.call('HMGET', H, 'state', 'reason', 'epoch', 'offset', 'next', 'done', 'failed')
+local out = {v[1], v[2] or '', v[3] or '0', v[4] or '0', v[5] or '0', v[6] or '0', v[7] or '0', tostring(redis.call('ZCARD', L))}
+for _, x in ipairs(redis.call('SMEMBERS', F)) do out[#out + 1] = x end
+return out
+`)
 
 // Sync fails campaign id's leases that ran out by now and returns its window; nil when
 // Redis has none.
