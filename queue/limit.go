@@ -66,8 +66,11 @@ func (c *Cache) limited(uid string, wait time.Duration) error {
 // second after a whole burst is free again (the margin keeps a node's clock, which now
 // comes from, and Redis's, which expires it, from disagreeing).
 //
-// KEYS[1] the limiter. ARGV[1] emission interval in µs, ARGV[2] burst, ARGV[3] now in
-// µs. Returns "" or the µs to wait.
+//	KEYS[1] -> the limiter (Keys.Enroll)
+//	ARGV[1] -> the emission interval, µs
+//	ARGV[2] -> burst
+//	ARGV[3] -> now, Unix µs
+//	Returns -> string: "" counted, or the µs to wait (decimal; the event is not counted)
 var gcraScript = redis.NewScript(`
 local interval, burst, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local tat = math.max(tonumber(redis.call('GET', KEYS[1]) or '0'), now) + interval

@@ -48,13 +48,13 @@ type nodeInfo struct {
 // timeout, other than the one the caller saw and judged dead. One script, so two
 // processes joining at once cannot both take it.
 //
-//	KEYS[1] the nodes' sorted set
-//	ARGV[1] the node's name
-//	ARGV[2] now, in Unix milliseconds
-//	ARGV[3] the oldest beat that is still live, in Unix milliseconds
-//	ARGV[4] the holder's beat the caller saw not move (Unix milliseconds), or -1
-//
-// It replies -1 when the name was taken, else the holder's last beat.
+//	KEYS[1] -> the nodes' sorted set
+//	ARGV[1] -> the node's name
+//	ARGV[2] -> now, Unix ms
+//	ARGV[3] -> the oldest beat that is still live, Unix ms
+//	ARGV[4] -> the holder's beat the caller saw not move (Unix ms), or -1
+//	Returns -> integer: -1 when the name was taken, else the live holder's last beat
+//	           (Unix ms)
 var joinScript = redis.NewScript(`
 local last = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if last and tonumber(last) >= tonumber(ARGV[3]) and tonumber(last) ~= tonumber(ARGV[4]) then
