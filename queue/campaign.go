@@ -126,7 +126,20 @@ func (k Keys) campaignEvents(id int64) string { return k.campaignHash(id) + ":ev
 // MySQL (Apply) and the call made again.
 var ErrCampaignMissing = errors.New("campaign window missing in redis")
 
-// campaignLib is the scripts' shared part: keys, and the moves of an item.
+// campaignLib is the campaign scripts' shared part: their keys, under short names,
+// and the moves of an item. Every campaign script takes the same keys, all of one
+// campaign's (Keys.Campaign, one hash tag):
+//
+//	KEYS[1] -> H, the window's hash ({c:id})
+//	KEYS[2] -> F, the finished items at or above offset ({c:id}:fin)
+//	KEYS[3] -> L, the leases, by end ms ({c:id}:lease)
+//	KEYS[4] -> A, item -> "attempt|uid" ({c:id}:att)
+//	KEYS[5] -> R, the items waiting out their backoff, by due ms ({c:id}:retry)
+//	KEYS[6] -> E, the recent failures the error budget counts ({c:id}:fails)
+//	KEYS[7] -> CP, item -> its latest checkpoint ({c:id}:cp)
+//	KEYS[8] -> U, uid -> the items it holds ({c:id}:users)
+//	KEYS[9] -> EV, the items' events for the outbox ({c:id}:events)
+//	KEYS[10] -> FL, the latest failures, newest first ({c:id}:flog)
 const campaignLib = `
 local H, F, L, A, R, E, CP, U, EV, FL = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local function num(f) return tonumber(redis.call('HGET', H, f) or '0') end
@@ -228,17 +241,45 @@ const FailureLogSize = 50
 // replaced by a note of its size.
 const MaxFailureDetail = 2048
 
+// campaignApply is campaignApplyScript's one argument, sent as JSON: the campaign's
+// state and settings as MySQL has them, each field under the name the window's hash
+// gives it. Every number is an integer well below 2^53, which the script's cjson reads
+// exactly and HSET writes back in the same digits.
+type campaignApply struct {
+	Epoch       int64   `json:"epoch"`
+	State       string  `json:"state"`
+	Reason      string  `json:"reason"`
+	Total       int64   `json:"total"`
+	Window      int     `json:"window"`
+	Interval    int64   `json:"ivl"`        // µs between two items (the rate)
+	Tolerance   int64   `json:"tol"`        // µs the rate limiter lets a burst run ahead
+	LeaseMS     int     `json:"lease_ms"`   // an item's lease
+	MaxAttempts int     `json:"max_att"`    // attempts before an item fails for good
+	BackoffMS   int     `json:"backoff_ms"` // a failed item's wait before its retry
+	MaxFailures int64   `json:"fmax"`       // the error budget: failures allowed within PerMS
+	PerMS       int64   `json:"fper_ms"`    // the error budget's period (0: no budget)
+	Offset      int64   `json:"offset"`     // every item below it is finished
+	Done        int64   `json:"done"`
+	Failed      int64   `json:"failed"`
+	Finished    []int64 `json:"finished"` // the finished items at or above Offset
+	Events      int     `json:"events"`   // 1: record the items' events for the outbox
+}
+
 // campaignApplyScript restores a missing window from MySQL's copy, or takes a newer
-// epoch's state and settings into an existing one. ARGV: epoch, state, reason, total,
-// window, interval (µs per item), tolerance (µs), lease ms, max attempts, backoff ms,
-// max failures, per ms (0: no budget), offset, done, failed, finished (JSON list),
-// events (1: record the items' events for the outbox).
-// Returns 1 restored, 2 updated, 0 unchanged (Redis has that epoch or a newer one).
+// epoch's state and settings into an existing one. Its one argument is JSON with named
+// fields (campaignApply), decoded once a call: Apply runs when a campaign is created,
+// moved or restored, not per item.
+//
+//	KEYS[1..10] -> the campaign's keys (campaignLib)
+//	ARGV[1] -> the campaign, JSON: campaignApply
+//	Returns -> integer: 1 restored, 2 updated, 0 unchanged (Redis has that epoch or a
+//	           newer one); Apply does not read it
 var campaignApplyScript = redis.NewScript(campaignLib + `
-local epoch = tonumber(ARGV[1])
-local settings = {'state', ARGV[2], 'reason', ARGV[3], 'epoch', epoch, 'total', ARGV[4], 'window', ARGV[5],
-  'ivl', ARGV[6], 'tol', ARGV[7], 'lease_ms', ARGV[8], 'max_att', ARGV[9], 'backoff_ms', ARGV[10],
-  'fmax', ARGV[11], 'fper_ms', ARGV[12], 'events', ARGV[17]}
+local camp = cjson.decode(ARGV[1])
+local epoch = camp.epoch
+local settings = {'state', camp.state, 'reason', camp.reason, 'epoch', epoch, 'total', camp.total, 'window', camp.window,
+  'ivl', camp.ivl, 'tol', camp.tol, 'lease_ms', camp.lease_ms, 'max_att', camp.max_att, 'backoff_ms', camp.backoff_ms,
+  'fmax', camp.fmax, 'fper_ms', camp.fper_ms, 'events', camp.events}
 local cur = redis.call('HGET', H, 'epoch')
 if cur then
   if tonumber(cur) >= epoch then return 0 end
@@ -248,7 +289,7 @@ if cur then
     -- every item finished after the move read the window: it stays finished (the
     -- runner's sync takes that to MySQL)
     redis.call('HSET', H, 'state', 'finished', 'reason', '')
-  elseif ARGV[2] == 'running' and was ~= 'running' then
+  elseif camp.state == 'running' and was ~= 'running' then
     redis.call('DEL', E)
   end
   finished()
@@ -256,8 +297,8 @@ if cur then
 end
 redis.call('DEL', F, L, A, R, E, CP, U, EV)
 redis.call('HSET', H, unpack(settings))
-redis.call('HSET', H, 'offset', ARGV[13], 'next', ARGV[13], 'done', ARGV[14], 'failed', ARGV[15], 'tat', 0)
-local fin = cjson.decode(ARGV[16])
+redis.call('HSET', H, 'offset', camp.offset, 'next', camp.offset, 'done', camp.done, 'failed', camp.failed, 'tat', 0)
+local fin = camp.finished
 for i = 1, #fin, 1000 do
   redis.call('SADD', F, unpack(fin, i, math.min(i + 999, #fin)))
 end
@@ -265,12 +306,65 @@ finished()
 return 1
 `)
 
-// campaignTakeScript hands uid up to n items. ARGV: now (ms), uid, n, cap (how many the
-// user may hold at once), now (µs). A user at its cap gets the items it holds again
-// (redo). Returns {1, wait ms, idx, attempt, lease end ms, redo, checkpoint, ...};
-// {0, state} when the campaign is not running; {-1} when the window is missing.
-// wait is, when nothing was handed out, how soon something may be: the rate, a retry
-// or a lease coming due (0: not known).
+// Apply takes c (as MySQL has it) to Redis: it restores a missing window from c's
+// synced progress, or takes c's state and settings to a window at an older epoch.
+func (c *Campaigns) Apply(ctx context.Context, camp taskd.Campaign) error {
+	ivl := int64(math.Ceil(1e6 / camp.RatePerSecond))
+	burst := max(int64(math.Ceil(camp.RatePerSecond)), 1) // one second's worth
+	var fmax, fper int64
+	if b := camp.ErrorBudget; b != nil {
+		fmax, fper = int64(b.MaxFailures), int64(b.PerSeconds)*1000
+	}
+	a := campaignApply{Epoch: camp.Epoch, State: string(camp.State), Reason: camp.Reason, Total: camp.Total,
+		Window: camp.Window, Interval: ivl, Tolerance: (burst - 1) * ivl, LeaseMS: camp.LeaseSeconds * 1000,
+		MaxAttempts: camp.MaxAttempts, BackoffMS: camp.RetryBackoffSeconds * 1000, MaxFailures: fmax, PerMS: fper,
+		Offset: camp.Offset, Done: camp.Done, Failed: camp.Failed, Finished: camp.FinishedAbove}
+	if a.Finished == nil {
+		a.Finished = []int64{} // [], not null: the script counts it
+	}
+	if c.events {
+		a.Events = 1
+	}
+	arg, err := json.Marshal(a)
+	if err != nil {
+		return unavailable("campaign apply", err)
+	}
+	err = campaignApplyScript.Run(ctx, c.rdb, c.keys.Campaign(camp.ID), arg).Err()
+	return unavailableIf("campaign apply", err)
+}
+
+// Handout is one item a take handed out.
+type Handout struct {
+	Item       int64
+	Attempt    int
+	LeaseUntil time.Time
+	Redo       bool
+	Checkpoint json.RawMessage
+}
+
+// TakeResult is what a take got: items, or, with none, the campaign's state (when not
+// running) and how soon something may be (0: not known).
+type TakeResult struct {
+	State taskd.CampaignState
+	Items []Handout
+	Wait  time.Duration
+}
+
+// campaignTakeScript hands uid up to n items. A user at its cap gets the items it
+// holds again (redo). It is the hot campaign script (one a fetch): its five arguments
+// stay positional, each named in the script's first line, and no JSON is decoded.
+//
+//	KEYS[1..10] -> the campaign's keys (campaignLib)
+//	ARGV[1] -> now, Unix ms
+//	ARGV[2] -> uid
+//	ARGV[3] -> n, the most items to hand out
+//	ARGV[4] -> cap, how many items the user may hold at once
+//	ARGV[5] -> now, Unix µs (the rate's clock)
+//	Returns -> array (decodeTake): {1, wait ms, then for each item idx, attempt, lease
+//	           end ms, redo (1/0), checkpoint (a string, "" for none)}, wait being, when
+//	           nothing was handed out, how soon something may be (the rate, a retry or
+//	           a lease coming due; 0: not known); {0, state} when the campaign is not
+//	           running; {-1} when the window is missing
 var campaignTakeScript = redis.NewScript(campaignLib + `
 local now, uid, n, cap, nowus = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local st = redis.call('HGET', H, 'state')
@@ -337,11 +431,82 @@ out[2] = wait
 return out
 `)
 
-// campaignCompleteScript records uid's complete of attempt att of item idx. ARGV: idx,
-// attempt, uid, 1 success / 2 failure, now (ms), a failure's detail (JSON, or empty). A success is taken from any attempt
-// (the work is done, and counts once); a failure only from the attempt that holds the
-// item now. Returns 1 done, 2 already finished (a repeat: nothing counted), 3 failure
-// recorded, 0 stale (not the caller's), -1 window missing.
+// Take hands uid up to n items of campaign id; uid holds at most limit at once.
+func (c *Campaigns) Take(ctx context.Context, id int64, uid string, n, limit int, now time.Time) (TakeResult, error) {
+	r, err := arrayReply("campaign take", campaignTakeScript.Run(ctx, c.rdb, c.keys.Campaign(id), now.UnixMilli(), uid, n, limit, now.UnixMicro()))
+	if err != nil {
+		return TakeResult{}, unavailable("campaign take", err)
+	}
+	res, err := decodeTake(r)
+	if err != nil {
+		return TakeResult{}, unavailable("campaign take", err)
+	}
+	return res, nil
+}
+
+// decodeTake reads campaignTakeScript's reply.
+func decodeTake(r *reply) (TakeResult, error) {
+	status := r.int(0)
+	if r.err != nil {
+		return TakeResult{}, r.err
+	}
+	switch status {
+	case -1:
+		return TakeResult{}, ErrCampaignMissing
+	case 0:
+		st := r.str(1)
+		if r.err != nil {
+			return TakeResult{}, r.err
+		}
+		return TakeResult{State: taskd.CampaignState(st)}, nil
+	case 1:
+	default:
+		r.fail(0, "-1, 0 or 1", status)
+		return TakeResult{}, r.err
+	}
+	res := TakeResult{State: taskd.CampaignRunning, Wait: time.Duration(r.int(1)) * time.Millisecond}
+	if (r.len()-2)%5 != 0 {
+		r.fail(r.len(), "five fields to each item", nil)
+	}
+	for i := 2; i+4 < r.len() && r.err == nil; i += 5 {
+		h := Handout{Item: r.int(i), Attempt: int(r.int(i + 1)),
+			LeaseUntil: time.UnixMilli(r.int(i + 2)).UTC(), Redo: r.int(i+3) == 1}
+		if cp := r.str(i + 4); cp != "" {
+			h.Checkpoint = json.RawMessage(cp)
+		}
+		res.Items = append(res.Items, h)
+	}
+	if r.err != nil {
+		return TakeResult{}, r.err
+	}
+	return res, nil
+}
+
+// CompleteOutcome is what a complete of a campaign item came to.
+type CompleteOutcome int
+
+const (
+	ItemStale    CompleteOutcome = 0 // not the caller's handout: nothing changed
+	ItemDone     CompleteOutcome = 1 // done, counted
+	ItemRepeat   CompleteOutcome = 2 // finished before: counted once, then
+	ItemFailed   CompleteOutcome = 3 // a failure: the item retries after its backoff, or failed for good
+	itemsMissing CompleteOutcome = -1
+)
+
+// campaignCompleteScript records uid's complete of attempt att of item idx. A success
+// is taken from any attempt (the work is done, and counts once); a failure only from
+// the attempt that holds the item now.
+//
+//	KEYS[1..10] -> the campaign's keys (campaignLib)
+//	ARGV[1] -> idx, the item
+//	ARGV[2] -> att, the attempt
+//	ARGV[3] -> uid
+//	ARGV[4] -> 1 success, 2 failure
+//	ARGV[5] -> now, Unix ms
+//	ARGV[6] -> a failure's detail: JSON, or empty
+//	Returns -> integer (CompleteOutcome): 1 done, 2 already finished (a repeat: nothing
+//	           counted), 3 failure recorded, 0 stale (not the caller's), -1 window
+//	           missing
 var campaignCompleteScript = redis.NewScript(campaignLib + `
 local idx, att, uid, ok, now = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1', tonumber(ARGV[5])
 if not redis.call('HGET', H, 'state') then return -1 end
@@ -370,10 +535,42 @@ failed(idx, att, uid, now, 'a failure result', 'failure', ARGV[6])
 return 3
 `)
 
+// Complete records uid's complete of attempt att of item idx of campaign id; a
+// failure's detail (nil: none) goes to the failure log, replaced by a note of its size
+// when longer than MaxFailureDetail.
+func (c *Campaigns) Complete(ctx context.Context, id, idx int64, att int, uid string, ok bool, detail json.RawMessage, now time.Time) (CompleteOutcome, error) {
+	result := 2
+	if ok {
+		result = 1
+		detail = nil
+	}
+	if len(detail) > MaxFailureDetail {
+		detail = json.RawMessage(`{"truncated":true,"bytes":` + strconv.Itoa(len(detail)) + `}`)
+	}
+	n, err := intReply("campaign complete", campaignCompleteScript.Run(ctx, c.rdb, c.keys.Campaign(id), idx, att, uid, result, now.UnixMilli(), string(detail)))
+	if err != nil {
+		return 0, unavailable("campaign complete", err)
+	}
+	switch o := CompleteOutcome(n); o {
+	case itemsMissing:
+		return 0, ErrCampaignMissing
+	case ItemStale, ItemDone, ItemRepeat, ItemFailed:
+		return o, nil
+	}
+	return 0, unavailable("campaign complete", &replyError{script: "campaign complete", pos: -1, want: "-1, 0, 1, 2 or 3", got: n})
+}
+
 // campaignProgressScript saves a checkpoint for, and with extend pushes out the lease
-// of, the item uid holds at attempt att. ARGV: idx, attempt, uid, now (ms), extend
-// (1/0), checkpoint (empty keeps the last). Returns the lease end (ms); 0 stale; -1
-// window missing.
+// of, the item uid holds at attempt att.
+//
+//	KEYS[1..10] -> the campaign's keys (campaignLib)
+//	ARGV[1] -> idx, the item
+//	ARGV[2] -> att, the attempt
+//	ARGV[3] -> uid
+//	ARGV[4] -> now, Unix ms
+//	ARGV[5] -> extend: 1 pushes the lease out, 0 does not
+//	ARGV[6] -> the checkpoint (empty keeps the last)
+//	Returns -> integer: the lease end, Unix ms; 0 stale; -1 window missing
 var campaignProgressScript = redis.NewScript(campaignLib + `
 local idx, att, uid, now = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 if not redis.call('HGET', H, 'state') then return -1 end
@@ -388,115 +585,6 @@ end
 return lease
 `)
 
-// campaignSyncScript fails the leases that ran out (whatever the state: a stopping
-// campaign ends when nothing is in flight) and returns the window: {state, reason,
-// epoch, offset, next, done, failed, in flight, finished...}; {} when missing.
-var campaignSyncScript = redis.NewScript(campaignLib + `
-if not redis.call('HGET', H, 'state') then return {} end
-reap(tonumber(ARGV[1]), 1000)
-local v = redis.call('HMGET', H, 'state', 'reason', 'epoch', 'offset', 'next', 'done', 'failed')
-local out = {v[1], v[2] or '', v[3] or '0', v[4] or '0', v[5] or '0', v[6] or '0', v[7] or '0', tostring(redis.call('ZCARD', L))}
-for _, x in ipairs(redis.call('SMEMBERS', F)) do out[#out + 1] = x end
-return out
-`)
-
-// Apply takes c (as MySQL has it) to Redis: it restores a missing window from c's
-// synced progress, or takes c's state and settings to a window at an older epoch.
-func (c *Campaigns) Apply(ctx context.Context, camp taskd.Campaign) error {
-	ivl := int64(math.Ceil(1e6 / camp.RatePerSecond))
-	burst := max(int64(math.Ceil(camp.RatePerSecond)), 1) // one second's worth
-	var fmax, fper int64
-	if b := camp.ErrorBudget; b != nil {
-		fmax, fper = int64(b.MaxFailures), int64(b.PerSeconds)*1000
-	}
-	fin, _ := json.Marshal(camp.FinishedAbove)
-	if camp.FinishedAbove == nil {
-		fin = []byte("[]")
-	}
-	events := 0
-	if c.events {
-		events = 1
-	}
-	err := campaignApplyScript.Run(ctx, c.rdb, c.keys.Campaign(camp.ID), camp.Epoch, string(camp.State), camp.Reason,
-		camp.Total, camp.Window, ivl, (burst-1)*ivl, camp.LeaseSeconds*1000, camp.MaxAttempts,
-		camp.RetryBackoffSeconds*1000, fmax, fper, camp.Offset, camp.Done, camp.Failed, string(fin), events).Err()
-	return unavailableIf("campaign apply", err)
-}
-
-// Handout is one item a take handed out.
-type Handout struct {
-	Item       int64
-	Attempt    int
-	LeaseUntil time.Time
-	Redo       bool
-	Checkpoint json.RawMessage
-}
-
-// TakeResult is what a take got: items, or, with none, the campaign's state (when not
-// running) and how soon something may be (0: not known).
-type TakeResult struct {
-	State taskd.CampaignState
-	Items []Handout
-	Wait  time.Duration
-}
-
-// Take hands uid up to n items of campaign id; uid holds at most limit at once.
-func (c *Campaigns) Take(ctx context.Context, id int64, uid string, n, limit int, now time.Time) (TakeResult, error) {
-	v, err := campaignTakeScript.Run(ctx, c.rdb, c.keys.Campaign(id), now.UnixMilli(), uid, n, limit, now.UnixMicro()).Slice()
-	if err != nil {
-		return TakeResult{}, unavailable("campaign take", err)
-	}
-	switch v[0].(int64) {
-	case -1:
-		return TakeResult{}, ErrCampaignMissing
-	case 0:
-		return TakeResult{State: taskd.CampaignState(v[1].(string))}, nil
-	}
-	res := TakeResult{State: taskd.CampaignRunning, Wait: time.Duration(v[1].(int64)) * time.Millisecond}
-	for i := 2; i+4 < len(v); i += 5 {
-		h := Handout{Item: v[i].(int64), Attempt: int(v[i+1].(int64)),
-			LeaseUntil: time.UnixMilli(v[i+2].(int64)).UTC(), Redo: v[i+3].(int64) == 1}
-		if cp := v[i+4].(string); cp != "" {
-			h.Checkpoint = json.RawMessage(cp)
-		}
-		res.Items = append(res.Items, h)
-	}
-	return res, nil
-}
-
-// CompleteOutcome is what a complete of a campaign item came to.
-type CompleteOutcome int
-
-const (
-	ItemStale    CompleteOutcome = 0 // not the caller's handout: nothing changed
-	ItemDone     CompleteOutcome = 1 // done, counted
-	ItemRepeat   CompleteOutcome = 2 // finished before: counted once, then
-	ItemFailed   CompleteOutcome = 3 // a failure: the item retries after its backoff, or failed for good
-	itemsMissing CompleteOutcome = -1
-)
-
-// Complete records uid's complete of attempt att of item idx of campaign id; a
-// failure's detail (nil: none) goes to the failure log, replaced by a note of its size
-// when longer than MaxFailureDetail.
-func (c *Campaigns) Complete(ctx context.Context, id, idx int64, att int, uid string, ok bool, detail json.RawMessage, now time.Time) (CompleteOutcome, error) {
-	result := 2
-	if ok {
-		result = 1
-		detail = nil
-	}
-	if len(detail) > MaxFailureDetail {
-		detail = json.RawMessage(`{"truncated":true,"bytes":` + strconv.Itoa(len(detail)) + `}`)
-	}
-	n, err := campaignCompleteScript.Run(ctx, c.rdb, c.keys.Campaign(id), idx, att, uid, result, now.UnixMilli(), string(detail)).Int()
-	if err != nil {
-		return 0, unavailable("campaign complete", err)
-	}
-	if CompleteOutcome(n) == itemsMissing {
-		return 0, ErrCampaignMissing
-	}
-	return CompleteOutcome(n), nil
-}
-
 // Progress saves checkpoint (nil: keep the last) for the item uid holds at attempt att
 // and, with extend, pushes its lease out by the campaign's lease. ok is false when uid
 // does not hold it (any more).
@@ -505,7 +593,7 @@ func (c *Campaigns) Progress(ctx context.Context, id, idx int64, att int, uid st
 	if extend {
 		ext = 1
 	}
-	n, err := campaignProgressScript.Run(ctx, c.rdb, c.keys.Campaign(id), idx, att, uid, now.UnixMilli(), ext, string(checkpoint)).Int64()
+	n, err := intReply("campaign progress", campaignProgressScript.Run(ctx, c.rdb, c.keys.Campaign(id), idx, att, uid, now.UnixMilli(), ext, string(checkpoint)))
 	switch {
 	case err != nil:
 		return time.Time{}, false, unavailable("campaign progress", err)
@@ -517,24 +605,49 @@ func (c *Campaigns) Progress(ctx context.Context, id, idx int64, att int, uid st
 	return time.UnixMilli(n).UTC(), true, nil
 }
 
+// campaignSyncScript fails the leases that ran out (whatever the state: a stopping
+// campaign ends when nothing is in flight) and returns the window.
+//
+//	KEYS[1..10] -> the campaign's keys (campaignLib)
+//	ARGV[1] -> now, Unix ms
+//	Returns -> array of strings (decodeSync): {state, reason, epoch, offset, next, done,
+//	           failed, in flight, then the finished items at or above offset}; {} when
+//	           the window is missing
+var campaignSyncScript = redis.NewScript(campaignLib + `
+if not redis.call('HGET', H, 'state') then return {} end
+reap(tonumber(ARGV[1]), 1000)
+local v = redis.call('HMGET', H, 'state', 'reason', 'epoch', 'offset', 'next', 'done', 'failed')
+local out = {v[1], v[2] or '', v[3] or '0', v[4] or '0', v[5] or '0', v[6] or '0', v[7] or '0', tostring(redis.call('ZCARD', L))}
+for _, x in ipairs(redis.call('SMEMBERS', F)) do out[#out + 1] = x end
+return out
+`)
+
 // Sync fails campaign id's leases that ran out by now and returns its window; nil when
 // Redis has none.
 func (c *Campaigns) Sync(ctx context.Context, id int64, now time.Time) (*taskd.CampaignProgress, error) {
-	v, err := campaignSyncScript.Run(ctx, c.rdb, c.keys.Campaign(id), now.UnixMilli()).StringSlice()
+	r, err := arrayReply("campaign sync", campaignSyncScript.Run(ctx, c.rdb, c.keys.Campaign(id), now.UnixMilli()))
 	if err != nil {
 		return nil, unavailable("campaign sync", err)
 	}
-	if len(v) < 8 {
+	p, err := decodeSync(r)
+	if err != nil {
+		return nil, unavailable("campaign sync", err)
+	}
+	return p, nil
+}
+
+// decodeSync reads campaignSyncScript's reply: nil for the empty one (no window).
+func decodeSync(r *reply) (*taskd.CampaignProgress, error) {
+	if r.len() == 0 {
 		return nil, nil
 	}
-	n := func(i int) int64 {
-		x, _ := strconv.ParseInt(v[i], 10, 64)
-		return x
+	p := &taskd.CampaignProgress{State: taskd.CampaignState(r.str(0)), Reason: r.str(1), Epoch: r.num(2), Offset: r.num(3),
+		Next: r.num(4), Done: r.num(5), Failed: r.num(6), InFlight: r.num(7), Finished: []int64{}}
+	for i := 8; i < r.len() && r.err == nil; i++ {
+		p.Finished = append(p.Finished, r.num(i))
 	}
-	p := &taskd.CampaignProgress{State: taskd.CampaignState(v[0]), Reason: v[1], Epoch: n(2), Offset: n(3),
-		Next: n(4), Done: n(5), Failed: n(6), InFlight: n(7), Finished: []int64{}}
-	for i := 8; i < len(v); i++ {
-		p.Finished = append(p.Finished, n(i))
+	if r.err != nil {
+		return nil, r.err
 	}
 	return p, nil
 }

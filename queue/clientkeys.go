@@ -11,6 +11,9 @@ import (
 	"github.com/taskpull/taskd"
 )
 
+// noKeysTTL bounds how long the answer that a uid has no key stays in Redis.
+const noKeysTTL = time.Minute
+
 // VerifyKey reports whether keyHash is one of uid's valid client keys, loading the key
 // set from MySQL when Redis does not have it.
 func (c *Cache) VerifyKey(ctx context.Context, uid, keyHash string) error {
@@ -42,8 +45,14 @@ func (c *Cache) VerifyKey(ctx context.Context, uid, keyHash string) error {
 // the same clock as the changes the feed reads), so that the feed leaves a set loaded
 // after a change alone (KeysChangedAt).
 //
-// KEYS: user hash, key set. ARGV: kver, ttl milliseconds, kat, the user hash's ttl
-// seconds, hashes...
+//	KEYS[1] -> user hash
+//	KEYS[2] -> key set
+//	ARGV[1] -> kver, the key version read before MySQL
+//	ARGV[2] -> the key set's TTL, ms
+//	ARGV[3] -> kat, µs
+//	ARGV[4] -> the user hash's TTL, s (set if it has none)
+//	ARGV[5..] -> the key hashes
+//	Returns -> integer: 1 installed, 0 refused (kver moved); loadKeys does not read it
 var loadKeysScript = redis.NewScript(`
 if (redis.call('HGET', KEYS[1], 'kver') or '0') ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[2])
@@ -53,9 +62,6 @@ redis.call('HSET', KEYS[1], 'kat', ARGV[3])
 if redis.call('TTL', KEYS[1]) == -1 then redis.call('EXPIRE', KEYS[1], ARGV[4]) end
 return 1
 `)
-
-// noKeysTTL bounds how long the answer that a uid has no key stays in Redis.
-const noKeysTTL = time.Minute
 
 // loadKeys installs uid's key hashes from the Loader in Redis. It takes nothing from
 // the rebuild budget (a key set is one indexed read, made again only after a change of
@@ -100,7 +106,12 @@ func (c *Cache) loadKeys(ctx context.Context, uid string, bounded bool) error {
 }
 
 // keysChangedScript invalidates the user's cached key set after a key was created or
-// revoked in MySQL. KEYS: user hash, key set. ARGV: ttl seconds.
+// revoked in MySQL.
+//
+//	KEYS[1] -> user hash
+//	KEYS[2] -> key set
+//	ARGV[1] -> the user hash's TTL, s (set if it has none)
+//	Returns -> integer: 1; KeysChanged does not read it
 var keysChangedScript = redis.NewScript(nextVersion + `
 local v = next_version(redis.call('HGET', KEYS[1], 'kver'))
 if v then redis.call('HSET', KEYS[1], 'kver', v) else redis.call('HINCRBY', KEYS[1], 'kver', 1) end
@@ -120,8 +131,13 @@ func (c *Cache) KeysChanged(ctx context.Context, uid string) error {
 }
 
 // keysChangedAtScript is keysChangedScript for a change the feed read, made at
-// ARGV[1] (µs): a set loaded after it (kat at or past it) holds it already and stays.
-// KEYS: user hash, key set. ARGV: the change's time in µs, ttl seconds.
+// ARGV[1]: a set loaded after it (kat at or past it) holds it already and stays.
+//
+//	KEYS[1] -> user hash
+//	KEYS[2] -> key set
+//	ARGV[1] -> the change's time, µs
+//	ARGV[2] -> the user hash's TTL, s (set if it has none)
+//	Returns -> integer: 1 dropped, 0 left alone; KeysChangedAt does not read it
 var keysChangedAtScript = redis.NewScript(nextVersion + `
 if tonumber(redis.call('HGET', KEYS[1], 'kat') or '0') >= tonumber(ARGV[1]) and redis.call('EXISTS', KEYS[2]) == 1 then
   return 0

@@ -127,39 +127,9 @@ func (f *HeapFeed) Step(ctx context.Context) error {
 	return nil
 }
 
-// heapChangedScript makes the user's heap stale after a change made before ARGV[1]
-// (its time plus the skew margin, µs), unless the user's version, or the build of its
-// current heap, is already at or past that time (see HeapChangeSkew).
-//
-// KEYS: user hash. ARGV: the change's time plus the margin in µs, ttl seconds.
-var heapChangedScript = redis.NewScript(nextVersion + `
-local h = redis.call('HMGET', KEYS[1], 'ver', 'hver', 'hat')
-local ver = h[1] or '0'
-local after = tonumber(ARGV[1])
-if (tonumber(ver) or 0) >= after then return 0 end
-if h[2] == ver and (tonumber(h[3] or '0') or 0) >= after then return 0 end
-local v = next_version(ver)
-if v then redis.call('HSET', KEYS[1], 'ver', v) else redis.call('HINCRBY', KEYS[1], 'ver', 1) end
-if redis.call('TTL', KEYS[1]) == -1 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
-return 1
-`)
-
-// generationChangedScript moves a copy of a group's generation after a change made
-// before ARGV[1] (µs), unless it moved at or after that time already.
-//
-// KEYS: the copy. ARGV: the change's time plus the margin in µs, ttl seconds.
-var generationChangedScript = redis.NewScript(nextVersion + `
-local cur = redis.call('GET', KEYS[1])
-if (tonumber(cur or '0') or 0) >= tonumber(ARGV[1]) then return 0 end
-local v = next_version(cur)
-if v then redis.call('SET', KEYS[1], v, 'KEEPTTL') else redis.call('INCR', KEYS[1]) end
-if redis.call('TTL', KEYS[1]) == -1 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
-return 1
-`)
-
 // heapsChangedAt applies the invalidation of each change that Redis misses, in one
-// round trip per usersPerRoundTrip changes. A target that is not an executor is
-// skipped.
+// round trip per usersPerRoundTrip changes (heapChanged, generationChanged). A target
+// that is not an executor is skipped.
 func (c *Cache) heapsChangedAt(ctx context.Context, changes []taskd.HeapChange) error {
 	for len(changes) > 0 {
 		n := min(len(changes), usersPerRoundTrip)
@@ -172,12 +142,10 @@ func (c *Cache) heapsChangedAt(ctx context.Context, changes []taskd.HeapChange) 
 					continue
 				}
 				after := ch.At.Add(HeapChangeSkew).UnixMicro()
-				if !e.Group {
-					heapChangedScript.EvalSha(ctx, p, []string{c.keys.User(e.ID)}, after, c.ttl())
-					continue
-				}
-				for i := range GenCopies {
-					generationChangedScript.EvalSha(ctx, p, []string{c.keys.Generation(e.ID, i)}, after, c.ttl())
+				if e.Group {
+					c.generationChanged(ctx, p, e.ID, after)
+				} else {
+					c.heapChanged(ctx, p, e.ID, after)
 				}
 			}
 		}, heapChangedScript, generationChangedScript)
@@ -186,4 +154,54 @@ func (c *Cache) heapsChangedAt(ctx context.Context, changes []taskd.HeapChange) 
 		}
 	}
 	return nil
+}
+
+// heapChangedScript makes the user's heap stale after a change made before ARGV[1]
+// (its time plus the skew margin), unless the user's version, or the build of its
+// current heap, is already at or past that time (see HeapChangeSkew).
+//
+//	KEYS[1] -> user hash
+//	ARGV[1] -> the change's time plus the margin, µs
+//	ARGV[2] -> the user hash's TTL, s (set if it has none)
+//	Returns -> integer: 1 made stale, 0 left alone; heapsChangedAt does not read it
+var heapChangedScript = redis.NewScript(nextVersion + `
+local h = redis.call('HMGET', KEYS[1], 'ver', 'hver', 'hat')
+local ver = h[1] or '0'
+local after = tonumber(ARGV[1])
+if (tonumber(ver) or 0) >= after then return 0 end
+if h[2] == ver and (tonumber(h[3] or '0') or 0) >= after then return 0 end
+local v = next_version(ver)
+if v then redis.call('HSET', KEYS[1], 'ver', v) else redis.call('HINCRBY', KEYS[1], 'ver', 1) end
+if redis.call('TTL', KEYS[1]) == -1 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
+return 1
+`)
+
+// heapChanged queues on p heapChangedScript for uid, for a change made before after
+// (µs). heapsChangedAt's round trip loads the script on NOSCRIPT.
+func (c *Cache) heapChanged(ctx context.Context, p redis.Pipeliner, uid string, after int64) {
+	heapChangedScript.EvalSha(ctx, p, []string{c.keys.User(uid)}, after, c.ttl())
+}
+
+// generationChangedScript moves a copy of a group's generation after a change made
+// before ARGV[1], unless it moved at or after that time already.
+//
+//	KEYS[1] -> the copy of the generation
+//	ARGV[1] -> the change's time plus the margin, µs
+//	ARGV[2] -> the copy's TTL, s (set if it has none)
+//	Returns -> integer: 1 moved, 0 left alone; heapsChangedAt does not read it
+var generationChangedScript = redis.NewScript(nextVersion + `
+local cur = redis.call('GET', KEYS[1])
+if (tonumber(cur or '0') or 0) >= tonumber(ARGV[1]) then return 0 end
+local v = next_version(cur)
+if v then redis.call('SET', KEYS[1], v, 'KEEPTTL') else redis.call('INCR', KEYS[1]) end
+if redis.call('TTL', KEYS[1]) == -1 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
+return 1
+`)
+
+// generationChanged queues on p generationChangedScript for every copy of gid's
+// generation, for a change made before after (µs).
+func (c *Cache) generationChanged(ctx context.Context, p redis.Pipeliner, gid string, after int64) {
+	for i := range GenCopies {
+		generationChangedScript.EvalSha(ctx, p, []string{c.keys.Generation(gid, i)}, after, c.ttl())
+	}
 }

@@ -66,8 +66,11 @@ func (c *Cache) limited(uid string, wait time.Duration) error {
 // second after a whole burst is free again (the margin keeps a node's clock, which now
 // comes from, and Redis's, which expires it, from disagreeing).
 //
-// KEYS[1] the limiter. ARGV[1] emission interval in µs, ARGV[2] burst, ARGV[3] now in
-// µs. Returns "" or the µs to wait.
+//	KEYS[1] -> the limiter (Keys.Enroll)
+//	ARGV[1] -> the emission interval, µs
+//	ARGV[2] -> burst
+//	ARGV[3] -> now, Unix µs
+//	Returns -> string: "" counted, or the µs to wait (decimal; the event is not counted)
 var gcraScript = redis.NewScript(`
 local interval, burst, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local tat = math.max(tonumber(redis.call('GET', KEYS[1]) or '0'), now) + interval
@@ -86,14 +89,20 @@ func (c *Cache) CountEnrollment(ctx context.Context, rate float64, burst int, no
 		return 0, nil
 	}
 	interval := max(1, int64(math.Round(1e6/rate)))
-	wait, err := gcraScript.Run(ctx, c.rdb, []string{c.keys.Enroll()}, interval, max(1, burst), now.UnixMicro()).Text()
+	wait, ok, err := textReply("gcra", gcraScript.Run(ctx, c.rdb, []string{c.keys.Enroll()}, interval, max(1, burst), now.UnixMicro()))
+	if err == nil && !ok {
+		err = &replyError{script: "gcra", pos: -1, want: "a string", got: nil}
+	}
 	if err != nil {
 		return 0, unavailable("count enrollment", err)
 	}
 	if wait == "" {
 		return 0, nil
 	}
+	us, err := strconv.ParseInt(wait, 10, 64)
+	if err != nil {
+		return 0, unavailable("count enrollment", &replyError{script: "gcra", pos: -1, want: `"" or the µs to wait`, got: wait})
+	}
 	c.cfg.Metrics.RateLimited("enroll")
-	us, _ := strconv.ParseInt(wait, 10, 64)
 	return time.Duration(us) * time.Microsecond, nil
 }

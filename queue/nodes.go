@@ -48,13 +48,13 @@ type nodeInfo struct {
 // timeout, other than the one the caller saw and judged dead. One script, so two
 // processes joining at once cannot both take it.
 //
-//	KEYS[1] the nodes' sorted set
-//	ARGV[1] the node's name
-//	ARGV[2] now, in Unix milliseconds
-//	ARGV[3] the oldest beat that is still live, in Unix milliseconds
-//	ARGV[4] the holder's beat the caller saw not move (Unix milliseconds), or -1
-//
-// It replies -1 when the name was taken, else the holder's last beat.
+//	KEYS[1] -> the nodes' sorted set
+//	ARGV[1] -> the node's name
+//	ARGV[2] -> now, Unix ms
+//	ARGV[3] -> the oldest beat that is still live, Unix ms
+//	ARGV[4] -> the holder's beat the caller saw not move (Unix ms), or -1
+//	Returns -> integer: -1 when the name was taken, else the live holder's last beat
+//	           (Unix ms)
 var joinScript = redis.NewScript(`
 local last = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if last and tonumber(last) >= tonumber(ARGV[3]) and tonumber(last) ~= tonumber(ARGV[4]) then
@@ -75,8 +75,8 @@ func (m *Members) Join(ctx context.Context, heartbeat time.Duration) error {
 	seen := int64(-1)
 	for try := 0; ; try++ {
 		now := m.clock.Now()
-		last, err := joinScript.Run(ctx, m.rdb, []string{m.keys.nodes()}, m.node, now.UnixMilli(),
-			now.Add(-m.timeout).UnixMilli(), seen).Int64()
+		last, err := intReply("join", joinScript.Run(ctx, m.rdb, []string{m.keys.nodes()}, m.node, now.UnixMilli(),
+			now.Add(-m.timeout).UnixMilli(), seen))
 		if err != nil {
 			return unavailable("node join", err)
 		}

@@ -75,10 +75,18 @@ const (
 // time (so a concurrent rebuild's newer content wins); a rotate member moves to its
 // next occurrence if that falls inside the window.
 //
-// KEYS: user hash, heap. ARGV: open ("" leaves it), ttl seconds, expect ("*" sets open
-// whatever it was; otherwise only if open is still expect, "" meaning absent: clearing
-// the hint must not wipe out a newer dispatch's), then member, due, next triples with
-// next 0 for none.
+// It runs in apply alone, which Pop, SetOpen and ClearOpen call.
+//
+//	KEYS[1] -> user hash
+//	KEYS[2] -> heap
+//	ARGV[1] -> open, the hint to set ("" leaves it: applyKeepOpen)
+//	ARGV[2] -> the user hash's TTL, s
+//	ARGV[3] -> expect: "*" (applyAlways) sets open whatever it was; otherwise only if
+//	           open is still expect, "" meaning absent (clearing the hint must not wipe
+//	           out a newer dispatch's)
+//	ARGV[4..] -> member, due (Unix s), next (Unix s, 0 for none) triples: the popped
+//	           entries
+//	Returns -> integer: 1; apply does not read it
 var applyScript = redis.NewScript(`
 if ARGV[1] ~= '' and (ARGV[3] == '*' or (redis.call('HGET', KEYS[1], 'open') or '') == ARGV[3]) then
   redis.call('HSET', KEYS[1], 'open', ARGV[1])
@@ -95,6 +103,8 @@ end
 return 1
 `)
 
+// apply runs applyScript for uid: sets the open hint to open (if the hint says expect)
+// and pops popped.
 func (c *Cache) apply(ctx context.Context, uid, open, expect string, popped []schedule.Entry) error {
 	args := make([]any, 0, 3+3*len(popped))
 	args = append(args, open, c.ttl(), expect)

@@ -14,37 +14,33 @@ import (
 	"github.com/taskpull/taskd/schedule"
 )
 
-// peekScript is a poll's one look at the user's slot: it checks the client key, judges
-// the heap and returns what is due. It writes nothing (the poll limit is counted in
-// the node's memory, limit.go). The generations of the user's groups live on other
-// slots: peek reads them in the same round trip and compares them with the ones the
-// heap names.
+// peekLua is the peek script, a poll's one look at the user's slot: it checks the
+// client key, judges the heap and returns what is due. It writes nothing (the poll
+// limit is counted in the node's memory, limit.go). The generations of the user's
+// groups live on other slots: the round trip that runs it (sendPeeks) reads them too,
+// and decodePeek compares them with the ones the heap names. Cache.peek makes its
+// arguments; sendPeeks, below, runs it.
 //
-// KEYS[1] user hash, KEYS[2] heap, KEYS[3] client key set.
-// ARGV[1] now (Unix s), ARGV[2] horizon (the heap must cover up to it), ARGV[3] max due
-// entries, ARGV[4] the key hash ("" to skip the check), ARGV[5] the catch-up floor (an
-// entry older than it makes the heap stale: the cursor never lags more), ARGV[6] the
-// groups the caller believes the heap was built for (comma-joined).
-//
-// Returns one string, its fields joined by newlines (no field holds one: statuses,
-// numbers, ids, heap members; decodePeek reads it): badkey; nokeys, heap status;
-// status, open, groups, ver with status cold, stale, or groups (the heap was built for
-// other groups than the caller's); or ok, open, ver, gens, cut, next member, next
-// score, then member, score of each due entry, with next "" for none, and cut the
-// window's end of a cut heap holding no entry not yet due (the next due time is then
-// the first entry left out's), else "". One string is one allocation for the client
-// to read, where an array of strings is two per field.
-//
-// It runs read-only where Redis can (7.0 and later): flagged no-writes and sent as
-// EVALSHA_RO (peekScriptRO). Redis then refuses it any write, and runs it even while
-// it refuses writes (over its memory limit, after a disk error), when a poll's answer
-// is still good. A Redis without EVALSHA_RO runs the same text without the flag
-// (peekScript): see sendPeeks.
-var (
-	peekScriptRO = redis.NewScript("#!lua flags=no-writes\n" + peekLua)
-	peekScript   = redis.NewScript(peekLua)
-)
-
+//	KEYS[1] -> user hash
+//	KEYS[2] -> heap
+//	KEYS[3] -> client key set
+//	ARGV[1] -> now, Unix s
+//	ARGV[2] -> the horizon, Unix s: the heap must cover up to it
+//	ARGV[3] -> the most due entries to return
+//	ARGV[4] -> the key hash ("" skips the check)
+//	ARGV[5] -> the catch-up floor, Unix s: an entry older than it makes the heap
+//	           stale (the cursor never lags more)
+//	ARGV[6] -> the groups the caller believes the heap was built for, comma-joined
+//	Returns -> one string, its fields joined by newlines (no field holds one:
+//	           statuses, numbers, ids, heap members), read by decodePeek:
+//	           badkey; nokeys, heap status; status, open, groups, ver with status
+//	           cold, stale, or groups (the heap was built for other groups than the
+//	           caller's); or ok, open, ver, gens, cut, next member, next score, then
+//	           member, score of each due entry, with next "" for none, and cut the
+//	           window's end of a cut heap holding no entry not yet due (the next due
+//	           time is then the first entry left out's), else "". One string is one
+//	           allocation for the client to read, where an array of strings is two
+//	           per field.
 const peekLua = `
 -- An occurrence older than the catch-up floor makes the heap stale; a waiting dispatch
 -- of the user (member <p>|d|<log_id>) does not: it stays until taken, however old.
@@ -107,6 +103,107 @@ if h[7] == '1' and reply[6] == '' then reply[5] = h[5] end
 return packed(reply)
 `
 
+// peekScriptRO and peekScript are peekLua, run read-only where Redis can (7.0 and
+// later): flagged no-writes and sent as EVALSHA_RO (peekScriptRO). Redis then refuses
+// it any write, and runs it even while it refuses writes (over its memory limit,
+// after a disk error), when a poll's answer is still good. A Redis without EVALSHA_RO
+// runs the same text without the flag (peekScript): see sendPeeks.
+var (
+	peekScriptRO = redis.NewScript("#!lua flags=no-writes\n" + peekLua)
+	peekScript   = redis.NewScript(peekLua)
+)
+
+// sendPeeks is the pipeline's round trip: every call's script and generation reads in
+// one pipeline (on a cluster, one per node concerned, in parallel). The script goes as
+// EVALSHA_RO; a Redis that does not know that command (before 7.0) makes this cache
+// send the plain script from then on. A call whose script Redis does not know
+// (NOSCRIPT: after a restart or a failover, or on a new node) is sent once more after
+// the script is loaded on every node; only the calls concerned are sent again.
+func (c *Cache) sendPeeks(calls []*peekCall) {
+	ctx, cancel := tripContext(calls)
+	defer cancel()
+	pending := calls
+	// At most: EVALSHA_RO unknown, EVALSHA NOSCRIPT, EVALSHA after the load.
+	for attempt := 0; attempt < 3; attempt++ {
+		plain := c.plainPeek.Load()
+		cmds, failed := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, call := range pending {
+				if plain {
+					call.script = peekScript.EvalSha(ctx, p, call.keys, call.args...)
+				} else {
+					call.script = peekScriptRO.EvalShaRO(ctx, p, call.keys, call.args...)
+				}
+				call.genCmds = call.cmdsBuf[:0]
+				for _, k := range call.gens {
+					call.genCmds = append(call.genCmds, p.Get(ctx, k))
+				}
+			}
+			return nil
+		})
+		// A round trip that failed as a whole (no connection) leaves its commands
+		// without an error of their own.
+		if failed != nil && !errors.Is(failed, redis.Nil) {
+			for _, cmd := range cmds {
+				if e := cmd.Err(); e != nil && !errors.Is(e, redis.Nil) {
+					failed = nil
+					break
+				}
+			}
+		} else {
+			failed = nil
+		}
+		var again []*peekCall
+		load := false
+		for _, call := range pending {
+			call.err = call.firstErr(failed)
+			switch {
+			case call.err == nil:
+			case redis.HasErrorPrefix(call.err, "NOSCRIPT"):
+				again, load = append(again, call), true
+			case !plain && unknownCommand(call.err):
+				c.plainPeek.Store(true)
+				again = append(again, call)
+			}
+		}
+		if len(again) == 0 {
+			return
+		}
+		if load {
+			script := peekScriptRO
+			if plain {
+				script = peekScript
+			}
+			if err := script.Load(ctx, c.rdb).Err(); err != nil {
+				for _, call := range again {
+					call.err = err
+				}
+				return
+			}
+		}
+		pending = again
+	}
+}
+
+// unknownCommand reports whether err is Redis's answer to a command it does not know.
+func unknownCommand(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.Contains(strings.ToLower(err.Error()), "unknown command")
+}
+
+// firstErr is the first error of the call's commands (a missing key is none), or
+// failed, the round trip's own, when they have none.
+func (call *peekCall) firstErr(failed error) error {
+	if e := call.script.Err(); e != nil && !errors.Is(e, redis.Nil) {
+		return e
+	}
+	for _, g := range call.genCmds {
+		if e := g.Err(); e != nil && !errors.Is(e, redis.Nil) {
+			return e
+		}
+	}
+	return failed
+}
+
 // peekReply is peekScript's answer, decoded, with the generations checked.
 type peekReply struct {
 	status string // ok, badkey, nokeys, cold, stale or groups
@@ -142,7 +239,7 @@ func decodePeek(res string, groups string, gens []*redis.StringCmd) (peekReply, 
 		var gens0, cut, next, nextScore string
 		r.open, r.ver, gens0, cut, next, nextScore = field(), field(), field(), field(), field(), field()
 		if count < 7 {
-			return peekReply{}, fmt.Errorf("peek: reply of %d fields", count)
+			return peekReply{}, &replyError{script: "peek", pos: count, want: "7 fields or more with status ok"}
 		}
 		if !sameGenerations(gens0, gens) {
 			return peekReply{status: "stale", open: r.open, groups: groups, ver: r.ver}, nil
@@ -154,7 +251,7 @@ func decodePeek(res string, groups string, gens []*redis.StringCmd) (peekReply, 
 		for more {
 			member, score := field(), field()
 			if count%2 == 0 {
-				return peekReply{}, fmt.Errorf("peek: reply of %d fields", count)
+				return peekReply{}, &replyError{script: "peek", pos: count, want: "a score after each due member"}
 			}
 			e, err := parseScored(member, score)
 			if err != nil {
@@ -178,7 +275,7 @@ func decodePeek(res string, groups string, gens []*redis.StringCmd) (peekReply, 
 			r.view.Next = &schedule.Entry{DueAt: time.Unix(win, 0)}
 		}
 	default:
-		return peekReply{}, fmt.Errorf("peek: unexpected status %q", r.status)
+		return peekReply{}, &replyError{script: "peek", pos: 0, want: "a status", got: r.status}
 	}
 	return r, nil
 }
@@ -206,7 +303,10 @@ func (c *Cache) peek(ctx context.Context, uid, groups, keyHash string, now time.
 	if err := c.peeks.do(call); err != nil {
 		return peekReply{}, unavailable("peek", err)
 	}
-	res, err := call.script.Text()
+	res, ok, err := textReply("peek", call.script)
+	if err == nil && !ok {
+		err = &replyError{script: "peek", pos: -1, want: "a string", got: nil}
+	}
 	if err != nil {
 		return peekReply{}, unavailable("peek", err)
 	}

@@ -2,9 +2,7 @@ package queue
 
 import (
 	"context"
-	"errors"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -79,7 +77,8 @@ type peekPipeline struct {
 	flying  int // round trips in flight
 	waiting []*peekCall
 	flights int
-	// send runs one round trip for calls, setting each one's commands and error.
+	// send runs one round trip for calls, setting each one's commands and error
+	// (Cache.sendPeeks, in peek.go beside the script it runs).
 	send func(calls []*peekCall)
 }
 
@@ -135,97 +134,6 @@ func (p *peekPipeline) take() []*peekCall {
 	clear(p.waiting[n:])
 	p.waiting = p.waiting[:n]
 	return batch
-}
-
-// sendPeeks is the pipeline's round trip: every call's script and generation reads in
-// one pipeline (on a cluster, one per node concerned, in parallel). The script goes as
-// EVALSHA_RO; a Redis that does not know that command (before 7.0) makes this cache
-// send the plain script from then on. A call whose script Redis does not know
-// (NOSCRIPT: after a restart or a failover, or on a new node) is sent once more after
-// the script is loaded on every node; only the calls concerned are sent again.
-func (c *Cache) sendPeeks(calls []*peekCall) {
-	ctx, cancel := tripContext(calls)
-	defer cancel()
-	pending := calls
-	// At most: EVALSHA_RO unknown, EVALSHA NOSCRIPT, EVALSHA after the load.
-	for attempt := 0; attempt < 3; attempt++ {
-		plain := c.plainPeek.Load()
-		cmds, failed := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, call := range pending {
-				if plain {
-					call.script = peekScript.EvalSha(ctx, p, call.keys, call.args...)
-				} else {
-					call.script = peekScriptRO.EvalShaRO(ctx, p, call.keys, call.args...)
-				}
-				call.genCmds = call.cmdsBuf[:0]
-				for _, k := range call.gens {
-					call.genCmds = append(call.genCmds, p.Get(ctx, k))
-				}
-			}
-			return nil
-		})
-		// A round trip that failed as a whole (no connection) leaves its commands
-		// without an error of their own.
-		if failed != nil && !errors.Is(failed, redis.Nil) {
-			for _, cmd := range cmds {
-				if e := cmd.Err(); e != nil && !errors.Is(e, redis.Nil) {
-					failed = nil
-					break
-				}
-			}
-		} else {
-			failed = nil
-		}
-		var again []*peekCall
-		load := false
-		for _, call := range pending {
-			call.err = call.firstErr(failed)
-			switch {
-			case call.err == nil:
-			case redis.HasErrorPrefix(call.err, "NOSCRIPT"):
-				again, load = append(again, call), true
-			case !plain && unknownCommand(call.err):
-				c.plainPeek.Store(true)
-				again = append(again, call)
-			}
-		}
-		if len(again) == 0 {
-			return
-		}
-		if load {
-			script := peekScriptRO
-			if plain {
-				script = peekScript
-			}
-			if err := script.Load(ctx, c.rdb).Err(); err != nil {
-				for _, call := range again {
-					call.err = err
-				}
-				return
-			}
-		}
-		pending = again
-	}
-}
-
-// unknownCommand reports whether err is Redis's answer to a command it does not know.
-func unknownCommand(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re) && strings.Contains(strings.ToLower(err.Error()), "unknown command")
-}
-
-// firstErr is the first error of the call's commands (a missing key is none), or
-// failed, the round trip's own, when they have none.
-func (call *peekCall) firstErr(failed error) error {
-	if e := call.script.Err(); e != nil && !errors.Is(e, redis.Nil) {
-		return e
-	}
-	for _, g := range call.genCmds {
-		if e := g.Err(); e != nil && !errors.Is(e, redis.Nil) {
-			return e
-		}
-	}
-	return failed
 }
 
 // tripContext is the context of a round trip: none of its callers' (a caller's leaving

@@ -104,6 +104,128 @@ func (c *Cache) Rebuild(ctx context.Context, uid string) error {
 	return err
 }
 
+// build reads uid's offer from MySQL and writes it to Redis as uid's heap: the
+// versions first (readVersion, keepGenerations), then MySQL, then the heap (writeHeap),
+// which Redis refuses if the user's version moved meanwhile.
+func (c *Cache) build(ctx context.Context, uid string) (*built, error) {
+	started := time.Now()
+	ver, hat, err := c.readVersion(ctx, uid)
+	if err != nil {
+		return nil, unavailable("rebuild", err)
+	}
+	gids, err := c.loader.UserGroups(ctx, uid)
+	if err != nil {
+		return nil, fmt.Errorf("rebuild %s: %w", uid, err)
+	}
+	sort.Strings(gids)
+	gens, err := c.keepGenerations(ctx, uid, gids)
+	if err != nil {
+		return nil, unavailable("rebuild", err)
+	}
+	now := c.clock.Now()
+	until := now.Add(c.cfg.Horizon + c.cfg.Refresh).Truncate(time.Second)
+	floor := now.Add(-c.cfg.CatchUp).Truncate(time.Second)
+	src, err := c.loader.LoadSource(ctx, uid, gids, floor, until)
+	if err != nil {
+		return nil, fmt.Errorf("rebuild %s: %w", uid, err)
+	}
+	entries := schedule.Offer(src, schedule.EffectiveCursor(src.Cursor, now, c.cfg.CatchUp), until)
+	sort.Slice(entries, func(i, j int) bool { return schedule.Less(entries[i], entries[j]) })
+
+	groups := strings.Join(gids, ",")
+	w := heapWrite{ver: ver, hat: hat, groups: groups, gens: strings.Join(gens, ","), entries: entries,
+		win: until.Unix(), cut: "0", exp: now.Add(c.cfg.Refresh).Unix()}
+	if len(entries) > c.cfg.MaxHeap {
+		w.entries, w.win, w.cut = cutOffer(entries, c.cfg.MaxHeap)
+	}
+	written, err := c.writeHeap(ctx, uid, w)
+	if err != nil {
+		return nil, unavailable("rebuild", err)
+	}
+	c.groups.Store(uid, groups)
+	c.cfg.Metrics.Rebuilt(time.Since(started))
+	return &built{entries: entries, written: written}, nil
+}
+
+// versionScript reads the user's version and Redis's time, on the user's node.
+//
+//	KEYS[1] -> user hash
+//	Returns -> array of two strings (readVersion): the version ("0" when none), Redis's
+//	           time in µs
+var versionScript = redis.NewScript(`
+local t = redis.call('TIME')
+return {redis.call('HGET', KEYS[1], 'ver') or '0', string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]))}
+`)
+
+// readVersion reads uid's version and Redis's time (µs, the heap's hat), before a
+// rebuild reads MySQL.
+func (c *Cache) readVersion(ctx context.Context, uid string) (ver, hat string, err error) {
+	r, err := arrayReply("version", versionScript.Run(ctx, c.rdb, []string{c.keys.User(uid)}))
+	if err != nil {
+		return "", "", err
+	}
+	ver, hat = r.str(0), r.str(1)
+	if r.len() != 2 {
+		r.fail(r.len(), "two fields", nil)
+	}
+	return ver, hat, r.err
+}
+
+// generationScript reads a group generation's copy and keeps it alive at least as long
+// as the heap about to record it (a minute more): a counter that expired first could
+// start again from a value this heap recorded and make it look fresh after a change.
+//
+//	KEYS[1] -> the copy of the generation
+//	ARGV[1] -> the seconds it must live at least
+//	Returns -> string: the generation; nil when the copy is missing (keepGenerations)
+var generationScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v and redis.call('TTL', KEYS[1]) < tonumber(ARGV[1]) then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
+return v
+`)
+
+// keepGenerations reads the generations of gids (sorted) that uid's heap records ("0"
+// for a missing one), keeping each alive past the heap, in one round trip (on a
+// cluster, one per node concerned): they live on other slots than the user's.
+func (c *Cache) keepGenerations(ctx context.Context, uid string, gids []string) ([]string, error) {
+	gens := make([]string, len(gids))
+	if len(gids) == 0 {
+		return gens, nil
+	}
+	cmds := make([]*redis.Cmd, len(gids))
+	err := c.roundTrip(ctx, func(p redis.Pipeliner) {
+		for i, g := range gids {
+			cmds[i] = generationScript.EvalSha(ctx, p, []string{c.keys.GenerationOf(g, uid)}, c.ttl()+60)
+		}
+	}, generationScript)
+	if err != nil {
+		return nil, err
+	}
+	for i, cmd := range cmds {
+		s, ok, err := textReply("generation", cmd)
+		if err != nil {
+			return nil, err
+		}
+		gens[i] = "0"
+		if ok {
+			gens[i] = s
+		}
+	}
+	return gens, nil
+}
+
+// heapWrite is what a rebuild writes (rebuildScript): the heap and its metadata.
+type heapWrite struct {
+	ver     string // the user version read before MySQL: the write's condition
+	hat     string // Redis's time (µs) when it was read
+	groups  string // the user's group ids, sorted, comma-joined
+	gens    string // their generations, in the same order, comma-joined
+	win     int64  // Unix time the heap's window ends
+	cut     string // "1": the heap holds only the offer's first entries; else "0"
+	exp     int64  // Unix time a cut heap is stale at
+	entries []schedule.Entry
+}
+
 // rebuildScript replaces the heap only if the user version is still the one the rebuild
 // read before it read MySQL: a slow rebuild never overwrites a newer invalidation of the
 // user. The group generations it records were also read before MySQL; they live on
@@ -114,8 +236,18 @@ func (c *Cache) Rebuild(ctx context.Context, uid string) error {
 // read MySQL: the heap-change feed leaves a heap built after a change alone
 // (HeapChangedAt).
 //
-// KEYS: user hash, heap. ARGV: ver, groups, gens, win, ttl seconds, cut ("1" or "0"),
-// exp, hat, then score, member pairs.
+//	KEYS[1] -> user hash
+//	KEYS[2] -> heap
+//	ARGV[1] -> ver, the version read before MySQL
+//	ARGV[2] -> groups, comma-joined
+//	ARGV[3] -> gens, comma-joined
+//	ARGV[4] -> win, Unix s
+//	ARGV[5] -> the keys' TTL, s
+//	ARGV[6] -> cut, "1" or "0"
+//	ARGV[7] -> exp, Unix s
+//	ARGV[8] -> hat, µs
+//	ARGV[9..] -> score, member pairs: the heap
+//	Returns -> integer: 1 written, 0 refused (the version moved)
 var rebuildScript = redis.NewScript(`
 if (redis.call('HGET', KEYS[1], 'ver') or '0') ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[2])
@@ -132,85 +264,16 @@ if n >= 9 then redis.call('EXPIRE', KEYS[2], ARGV[5]) end
 return 1
 `)
 
-// versionScript reads the user's version and Redis's time (µs), on the user's node.
-//
-// KEYS: user hash. Reply: ver ("0" when none), time.
-var versionScript = redis.NewScript(`
-local t = redis.call('TIME')
-return {redis.call('HGET', KEYS[1], 'ver') or '0', string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]))}
-`)
-
-// generationScript reads a group generation's copy and keeps it alive at least as long
-// as the heap about to record it (a minute more): a counter that expired first could
-// start again from a value this heap recorded and make it look fresh after a change.
-//
-// KEYS: the copy. ARGV: the seconds it must live at least.
-var generationScript = redis.NewScript(`
-local v = redis.call('GET', KEYS[1])
-if v and redis.call('TTL', KEYS[1]) < tonumber(ARGV[1]) then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
-return v
-`)
-
-func (c *Cache) build(ctx context.Context, uid string) (*built, error) {
-	started := time.Now()
-	read, err := versionScript.Run(ctx, c.rdb, []string{c.keys.User(uid)}).StringSlice()
-	if err != nil {
-		return nil, unavailable("rebuild", err)
-	}
-	if len(read) != 2 {
-		return nil, unavailable("rebuild", fmt.Errorf("version script replied %q", read))
-	}
-	ver, hat := read[0], read[1]
-	gids, err := c.loader.UserGroups(ctx, uid)
-	if err != nil {
-		return nil, fmt.Errorf("rebuild %s: %w", uid, err)
-	}
-	sort.Strings(gids)
-	gens := make([]string, len(gids))
-	if len(gids) > 0 {
-		cmds := make([]*redis.Cmd, len(gids))
-		err := c.roundTrip(ctx, func(p redis.Pipeliner) {
-			for i, g := range gids {
-				cmds[i] = generationScript.EvalSha(ctx, p, []string{c.keys.GenerationOf(g, uid)}, c.ttl()+60)
-			}
-		}, generationScript)
-		if err != nil {
-			return nil, unavailable("rebuild", err)
-		}
-		for i, cmd := range cmds {
-			gens[i] = "0"
-			if s, err := cmd.Text(); err == nil {
-				gens[i] = s
-			}
-		}
-	}
-	now := c.clock.Now()
-	until := now.Add(c.cfg.Horizon + c.cfg.Refresh).Truncate(time.Second)
-	floor := now.Add(-c.cfg.CatchUp).Truncate(time.Second)
-	src, err := c.loader.LoadSource(ctx, uid, gids, floor, until)
-	if err != nil {
-		return nil, fmt.Errorf("rebuild %s: %w", uid, err)
-	}
-	entries := schedule.Offer(src, schedule.EffectiveCursor(src.Cursor, now, c.cfg.CatchUp), until)
-	sort.Slice(entries, func(i, j int) bool { return schedule.Less(entries[i], entries[j]) })
-
-	groups := strings.Join(gids, ",")
-	cached, win, isCut := entries, until.Unix(), "0"
-	if len(entries) > c.cfg.MaxHeap {
-		cached, win, isCut = cutOffer(entries, c.cfg.MaxHeap)
-	}
-	args := make([]any, 0, 8+2*len(cached))
-	args = append(args, ver, groups, strings.Join(gens, ","), win, c.ttl(), isCut, now.Add(c.cfg.Refresh).Unix(), hat)
-	for _, e := range cached {
+// writeHeap writes w as uid's heap, unless uid's version moved past w.ver; it reports
+// whether it wrote.
+func (c *Cache) writeHeap(ctx context.Context, uid string, w heapWrite) (bool, error) {
+	args := make([]any, 0, 8+2*len(w.entries))
+	args = append(args, w.ver, w.groups, w.gens, w.win, c.ttl(), w.cut, w.exp, w.hat)
+	for _, e := range w.entries {
 		args = append(args, e.DueAt.Unix(), Member(e))
 	}
-	written, err := rebuildScript.Run(ctx, c.rdb, []string{c.keys.User(uid), c.keys.Heap(uid)}, args...).Int()
-	if err != nil {
-		return nil, unavailable("rebuild", err)
-	}
-	c.groups.Store(uid, groups)
-	c.cfg.Metrics.Rebuilt(time.Since(started))
-	return &built{entries: entries, written: written == 1}, nil
+	written, err := intReply("rebuild", rebuildScript.Run(ctx, c.rdb, []string{c.keys.User(uid), c.keys.Heap(uid)}, args...))
+	return written == 1, err
 }
 
 // cutOffer is the first entries of entries (in heap order, more than max of them) that a cut
@@ -231,6 +294,10 @@ func cutOffer(entries []schedule.Entry, max int) (cached []schedule.Entry, win i
 }
 
 // unlockScript releases the rebuild lock only if it is still ours.
+//
+//	KEYS[1] -> the user's rebuild lock
+//	ARGV[1] -> the token this rebuild took it with
+//	Returns -> integer: 1 released, 0 not ours (or gone); unlock does not read it
 var unlockScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0

@@ -19,7 +19,7 @@ import (
 // against the real Redis (a prefix of the test's own), with a fake Loader and a fake
 // clock; its effect is read back from the keys themselves.
 
-// ---- peekScript (Cache.peek, Peek) ----
+// ---- peekScript (sendPeeks, Cache.peek, Peek) ----
 
 // warm writes a heap that peekScript finds valid at e.now for a caller that believes
 // the user is in g1,g2 and skips or passes the key check with h1: ver = hver = 3, g1's
@@ -388,7 +388,7 @@ func TestPeekServesRebuildOvertakenByGroupEdits(t *testing.T) {
 	}
 }
 
-// ---- rebuildScript (build, Rebuild) ----
+// ---- rebuildScript, versionScript, generationScript (writeHeap, readVersion, keepGenerations; build, Rebuild) ----
 
 // A heap holds at most MaxHeap entries, the offer's first in heap order; it is served
 // until it is empty, then rebuilt with what the offer holds then.

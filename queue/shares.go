@@ -179,11 +179,21 @@ func (s *Shares) fresh(order []string) []string {
 	return out
 }
 
+// renewScript extends a lease only if the caller still holds it.
+//
+//	KEYS[1] -> the lease
+//	ARGV[1] -> the node
+//	ARGV[2] -> the lease's TTL, ms
+//	Returns -> integer: 1 renewed, 0 not this node's (or gone)
+var renewScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0`)
+
 // hold takes (or, when this node holds it already, renews) the lease on unit and
 // reports whether this node holds it.
 func (s *Shares) hold(ctx context.Context, unit string) (bool, error) {
 	key := s.key(unit)
-	n, err := renewScript.Run(ctx, s.rdb, []string{key}, s.node, s.ttl.Milliseconds()).Int()
+	n, err := intReply("renew", renewScript.Run(ctx, s.rdb, []string{key}, s.node, s.ttl.Milliseconds()))
 	if err != nil {
 		return false, unavailable("lease", err)
 	}
@@ -197,6 +207,15 @@ func (s *Shares) hold(ctx context.Context, unit string) (bool, error) {
 	return ok, nil
 }
 
+// releaseScript releases a lease only if the caller still holds it.
+//
+//	KEYS[1] -> the lease
+//	ARGV[1] -> the node
+//	Returns -> integer: 1 released, 0 not this node's (or gone); release does not read it
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`)
+
 // release gives up the lease on unit, if this node still holds it. A failure leaves
 // the lease to run out.
 func (s *Shares) release(ctx context.Context, unit string) error {
@@ -205,13 +224,3 @@ func (s *Shares) release(ctx context.Context, unit string) error {
 	}
 	return nil
 }
-
-// releaseScript releases a lease only if the caller still holds it.
-var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0`)
-
-// renewScript extends a lease only if the caller still holds it.
-var renewScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 0`)
