@@ -22,6 +22,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/taskpull/taskd/agent/internal/wire"
 )
 
 // Request is a kind of request a fault applies to, and that Count counts.
@@ -363,7 +365,7 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	if e.retryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int((e.retryAfter+time.Second-1)/time.Second)))
 	}
-	writeJSON(w, e.status, map[string]any{"error": map[string]string{"code": e.code, "message": e.message}})
+	writeJSON(w, e.status, wire.ErrorReply{Error: wire.Error{Code: e.code, Message: e.message}})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -376,14 +378,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 var codes = map[int]string{400: "invalid_argument", 401: "unauthenticated", 403: "permission_denied",
 	404: "not_found", 409: "stale_lease", 413: "too_large", 429: "rate_limited", 503: "unavailable"}
 
-const bodyLimit = 64 << 10
-
 // faulty counts requests, checks Retry-After, and injects faults.
 func (s *Server) faulty(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, bodyLimit))
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, wire.BodyLimit))
 		if err != nil {
-			writeError(w, errorf(http.StatusRequestEntityTooLarge, "too_large", "request body is over %d bytes", bodyLimit))
+			writeError(w, errorf(http.StatusRequestEntityTooLarge, "too_large", "request body is over %d bytes", wire.BodyLimit))
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -482,7 +482,7 @@ func decode(r *http.Request, v any, optional bool) *apiError {
 		return errorf(400, "invalid_argument", "request body: required")
 	}
 	if field, deep := tooDeep(body); deep {
-		return errorf(400, "invalid_argument", "%s: nested deeper than %d levels (objects and arrays within each other)", field, maxDepth)
+		return errorf(400, "invalid_argument", "%s: nested deeper than %d levels (objects and arrays within each other)", field, wire.MaxDepth)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -492,9 +492,7 @@ func decode(r *http.Request, v any, optional bool) *apiError {
 	return nil
 }
 
-const maxDepth = 64
-
-// tooDeep reports whether body nests deeper than maxDepth, and the top-level member
+// tooDeep reports whether body nests deeper than wire.MaxDepth, and the top-level member
 // it happened in.
 func tooDeep(body []byte) (string, bool) {
 	depth := 0
@@ -524,7 +522,7 @@ func tooDeep(body []byte) (string, bool) {
 			}
 		case '{', '[':
 			depth++
-			if depth > maxDepth {
+			if depth > wire.MaxDepth {
 				return key, true
 			}
 			if depth == 1 && c == '{' {
@@ -558,10 +556,7 @@ func (s *Server) uidOf(r *http.Request) (string, *apiError) {
 }
 
 func (s *Server) handleEnroll(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		UID          string `json:"uid"`
-		EnrollSecret string `json:"enroll_secret"`
-	}
+	var req wire.EnrollRequest
 	if e := decode(r, &req, false); e != nil {
 		writeError(w, e)
 		return
@@ -577,38 +572,7 @@ func (s *Server) handleEnroll(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	key := s.newKeyLocked(req.UID)
 	s.mu.Unlock()
-	writeJSON(w, 200, map[string]string{"client_key": key})
-}
-
-type completeRequest struct {
-	LogID        string          `json:"log_id"`
-	Result       string          `json:"result"`
-	Detail       json.RawMessage `json:"detail"`
-	NextStage    string          `json:"next_stage"`
-	Context      json.RawMessage `json:"context"`
-	DelaySeconds *int64          `json:"delay_seconds"`
-}
-
-type fetchRequest struct {
-	WaitMS      *int64           `json:"wait_ms"`
-	Max         *int             `json:"max"`
-	TemplateIDs []int64          `json:"template_ids"`
-	Complete    *completeRequest `json:"complete"`
-}
-
-type wireTask struct {
-	LogID          string          `json:"log_id"`
-	TaskID         string          `json:"task_id"`
-	Kind           string          `json:"kind"`
-	DueAt          time.Time       `json:"due_at"`
-	TemplateID     int64           `json:"template_id"`
-	Params         json.RawMessage `json:"params"`
-	Redo           bool            `json:"redo"`
-	Attempt        int             `json:"attempt"`
-	LeaseExpiresAt *time.Time      `json:"lease_expires_at"`
-	Checkpoint     json.RawMessage `json:"checkpoint,omitempty"`
-	Stage          string          `json:"stage,omitempty"`
-	Context        json.RawMessage `json:"context,omitempty"`
+	writeJSON(w, 200, wire.EnrollReply{ClientKey: key})
 }
 
 func (s *Server) handleFetch(w http.ResponseWriter, r *http.Request) {
@@ -617,7 +581,7 @@ func (s *Server) handleFetch(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	var req fetchRequest
+	var req wire.FetchRequest
 	if e := decode(r, &req, true); e != nil {
 		writeError(w, e)
 		return
@@ -653,15 +617,14 @@ func (s *Server) handleFetch(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 		now := time.Now()
 		if len(tasks) > 0 || !now.Before(deadline) {
-			first := (*wireTask)(nil)
+			reply := wire.FetchReply{NextDueAt: next}
 			if len(tasks) > 0 {
-				first = tasks[0]
+				reply.Task = tasks[0]
 			}
 			if batch {
-				writeJSON(w, 200, map[string]any{"task": first, "tasks": tasks, "next_due_at": next})
-			} else {
-				writeJSON(w, 200, map[string]any{"task": first, "next_due_at": next})
+				reply.Tasks = tasks // [] for none
 			}
+			writeJSON(w, 200, reply)
 			return
 		}
 		pause := deadline.Sub(now)
@@ -682,7 +645,7 @@ func (s *Server) handleFetch(w http.ResponseWriter, r *http.Request) {
 
 // takeLocked hands uid up to max tasks: a dispatch forced to come again first, new
 // ones into its free slots, or, when nothing new is due, the open ones again (redo).
-func (s *Server) takeLocked(uid string, max int, templates []int64, now time.Time) ([]*wireTask, *time.Time) {
+func (s *Server) takeLocked(uid string, max int, templates []int64, now time.Time) ([]*wire.Task, *time.Time) {
 	s.expireAllLocked(now)
 	allowed := func(o *occurrence) bool {
 		return len(templates) == 0 || slices.Contains(templates, o.spec.TemplateID)
@@ -693,11 +656,11 @@ func (s *Server) takeLocked(uid string, max int, templates []int64, now time.Tim
 			held = append(held, d)
 		}
 	}
-	var out []*wireTask
+	var out []*wire.Task
 	for _, d := range held {
 		if d.forceRedo && len(out) < max {
 			d.forceRedo = false
-			out = append(out, s.wire(d, true))
+			out = append(out, s.taskOf(d, true))
 		}
 	}
 	open := 0
@@ -732,24 +695,25 @@ func (s *Server) takeLocked(uid string, max int, templates []int64, now time.Tim
 		}
 		o.uid, o.open = uid, d
 		s.dispatches[d.logID] = d
-		out = append(out, s.wire(d, false))
+		out = append(out, s.taskOf(d, false))
 	}
 	if len(out) == 0 && !s.stopped {
 		for _, d := range held {
 			if len(out) < max {
-				out = append(out, s.wire(d, true))
+				out = append(out, s.taskOf(d, true))
 			}
 		}
 	}
 	if out == nil {
-		out = []*wireTask{}
+		out = []*wire.Task{}
 	}
 	return out, next
 }
 
-func (s *Server) wire(d *dispatch, redo bool) *wireTask {
+// taskOf is d as a fetch hands it out; redo says it was handed out before.
+func (s *Server) taskOf(d *dispatch, redo bool) *wire.Task {
 	o := d.occ
-	return &wireTask{LogID: d.logID, TaskID: o.id, Kind: "once", DueAt: o.spec.DueAt, TemplateID: o.spec.TemplateID,
+	return &wire.Task{LogID: d.logID, TaskID: o.id, Kind: "once", DueAt: o.spec.DueAt, TemplateID: o.spec.TemplateID,
 		Params: o.params, Redo: redo, Attempt: d.attempt, LeaseExpiresAt: d.leaseEnd, Checkpoint: o.checkpoint,
 		Stage: d.stage, Context: o.context}
 }
@@ -786,7 +750,7 @@ func (s *Server) handleComplete(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	var req completeRequest
+	var req wire.CompleteRequest
 	if e := decode(r, &req, false); e != nil {
 		writeError(w, e)
 		return
@@ -795,12 +759,12 @@ func (s *Server) handleComplete(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	writeJSON(w, 200, map[string]bool{"ok": true})
+	writeJSON(w, 200, wire.OK{OK: true})
 }
 
 // complete applies a complete of uid, by the server's rules; prefix names its fields
 // ("complete." in a fetch).
-func (s *Server) complete(uid string, req completeRequest, prefix string) *apiError {
+func (s *Server) complete(uid string, req wire.CompleteRequest, prefix string) *apiError {
 	switch {
 	case req.LogID == "":
 		return errorf(400, "invalid_argument", "%slog_id: required", prefix)
@@ -814,8 +778,8 @@ func (s *Server) complete(uid string, req completeRequest, prefix string) *apiEr
 		return errorf(400, "invalid_argument", "%snext_stage: only with result success (a failed stage is retried)", prefix)
 	case len(req.Context) > 0 && string(req.Context) != "null" && req.Context[0] != '{':
 		return errorf(400, "invalid_argument", "%scontext: must be an object", prefix)
-	case len(req.Context) > 16<<10:
-		return errorf(413, "too_large", "%scontext: %d bytes is over the limit of %d", prefix, len(req.Context), 16<<10)
+	case len(req.Context) > wire.MaxCheckpoint:
+		return errorf(413, "too_large", "%scontext: %d bytes is over the limit of %d", prefix, len(req.Context), wire.MaxCheckpoint)
 	case req.DelaySeconds != nil && (*req.DelaySeconds < 0 || *req.DelaySeconds > 7*24*3600):
 		return errorf(400, "invalid_argument", "%sdelay_seconds: must be 0..604800 (a week), got %d", prefix, *req.DelaySeconds)
 	}
@@ -840,7 +804,7 @@ func (s *Server) complete(uid string, req completeRequest, prefix string) *apiEr
 		return errorf(400, "invalid_argument", "next_stage: %q is not a stage of template %d", req.NextStage, o.spec.TemplateID)
 	}
 	c := Completion{LogID: d.logID, TaskID: o.id, Attempt: d.attempt, Stage: d.stage, Result: req.Result,
-		Detail: orNil(req.Detail), NextStage: req.NextStage, Context: orNil(req.Context), Checkpoints: d.checkpoints}
+		Detail: wire.OrNil(req.Detail), NextStage: req.NextStage, Context: wire.OrNil(req.Context), Checkpoints: d.checkpoints}
 	if req.DelaySeconds != nil {
 		c.Delay = time.Duration(*req.DelaySeconds) * time.Second
 	}
@@ -866,29 +830,18 @@ func (s *Server) complete(uid string, req completeRequest, prefix string) *apiEr
 	return nil
 }
 
-func orNil(raw json.RawMessage) json.RawMessage {
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil
-	}
-	return raw
-}
-
 func (s *Server) handleProgress(w http.ResponseWriter, r *http.Request) {
 	uid, e := s.uidOf(r)
 	if e != nil {
 		writeError(w, e)
 		return
 	}
-	var req struct {
-		LogID       string          `json:"log_id"`
-		Checkpoint  json.RawMessage `json:"checkpoint"`
-		ExtendLease bool            `json:"extend_lease"`
-	}
+	var req wire.ProgressRequest
 	if e := decode(r, &req, false); e != nil {
 		writeError(w, e)
 		return
 	}
-	cp := orNil(req.Checkpoint)
+	cp := wire.OrNil(req.Checkpoint)
 	switch {
 	case req.LogID == "":
 		writeError(w, errorf(400, "invalid_argument", "log_id: required"))
@@ -896,8 +849,8 @@ func (s *Server) handleProgress(w http.ResponseWriter, r *http.Request) {
 	case len(cp) > 0 && cp[0] != '{':
 		writeError(w, errorf(400, "invalid_argument", "checkpoint: must be an object"))
 		return
-	case len(cp) > 16<<10:
-		writeError(w, errorf(413, "too_large", "checkpoint: %d bytes is over the limit of %d", len(cp), 16<<10))
+	case len(cp) > wire.MaxCheckpoint:
+		writeError(w, errorf(413, "too_large", "checkpoint: %d bytes is over the limit of %d", len(cp), wire.MaxCheckpoint))
 		return
 	}
 	now := time.Now()
@@ -918,5 +871,5 @@ func (s *Server) handleProgress(w http.ResponseWriter, r *http.Request) {
 	if req.ExtendLease && d.leaseEnd != nil {
 		d.leaseEnd = new(now.Add(time.Duration(d.occ.spec.LeaseSeconds) * time.Second))
 	}
-	writeJSON(w, 200, map[string]any{"ok": true, "lease_expires_at": d.leaseEnd})
+	writeJSON(w, 200, wire.ProgressReply{OK: true, LeaseExpiresAt: d.leaseEnd})
 }
