@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/taskpull/taskd/agent/internal/wire"
+	"github.com/taskpull/taskd/internal/jsondepth"
 )
 
 // Task is one dispatch of a task to this agent, as the server handed it out.
@@ -77,37 +78,14 @@ func (t *Task) Checkpoint(v any) error {
 		return errors.New("agent: checkpoint: must encode as a JSON object")
 	case len(b) > wire.MaxCheckpoint:
 		return fmt.Errorf("agent: checkpoint: %d bytes is over the server's limit of %d", len(b), wire.MaxCheckpoint)
-	case depth(b) > wire.MaxDepth-1: // the request body is one level more
+	case deeper(b, wire.MaxDepth-1): // the request body is one level more
 		return fmt.Errorf("agent: checkpoint: nested deeper than the server's %d levels", wire.MaxDepth-1)
 	}
 	return r.checkpoint(b)
 }
 
-// depth is how deeply the JSON in b nests objects and arrays.
-func depth(b []byte) int {
-	d, deepest := 0, 0
-	inString, escaped := false, false
-	for _, c := range b {
-		if inString {
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-			continue
-		}
-		switch c {
-		case '"':
-			inString = true
-		case '{', '[':
-			d++
-			deepest = max(deepest, d)
-		case '}', ']':
-			d--
-		}
-	}
-	return deepest
+// deeper reports whether the JSON in b nests objects and arrays deeper than max.
+func deeper(b []byte, max int) bool {
+	_, over := jsondepth.Over(b, max)
+	return over
 }

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/taskpull/taskd/agent/internal/wire"
+	"github.com/taskpull/taskd/internal/jsondepth"
 )
 
 // Request is a kind of request a fault applies to, and that Count counts.
@@ -481,7 +482,10 @@ func decode(r *http.Request, v any, optional bool) *apiError {
 		}
 		return errorf(400, "invalid_argument", "request body: required")
 	}
-	if field, deep := tooDeep(body); deep {
+	if field, deep := jsondepth.Over(body, wire.MaxDepth); deep {
+		if field == "" {
+			field = "request body"
+		}
 		return errorf(400, "invalid_argument", "%s: nested deeper than %d levels (objects and arrays within each other)", field, wire.MaxDepth)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -490,53 +494,6 @@ func decode(r *http.Request, v any, optional bool) *apiError {
 		return errorf(400, "invalid_argument", "request body: %v", err)
 	}
 	return nil
-}
-
-// tooDeep reports whether body nests deeper than wire.MaxDepth, and the top-level member
-// it happened in.
-func tooDeep(body []byte) (string, bool) {
-	depth := 0
-	inString, escaped := false, false
-	keyStart, key := -1, "request body"
-	expectKey := false
-	for i, c := range body {
-		if inString {
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-				if keyStart >= 0 {
-					key, keyStart = string(body[keyStart:i]), -1
-				}
-			}
-			continue
-		}
-		switch c {
-		case '"':
-			inString = true
-			if depth == 1 && expectKey {
-				keyStart, expectKey = i+1, false
-			}
-		case '{', '[':
-			depth++
-			if depth > wire.MaxDepth {
-				return key, true
-			}
-			if depth == 1 && c == '{' {
-				expectKey = true
-			}
-		case '}', ']':
-			depth--
-		case ',':
-			if depth == 1 {
-				expectKey = true
-			}
-		}
-	}
-	return "", false
 }
 
 // uidOf is the caller's uid, or a 401.
