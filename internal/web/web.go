@@ -144,27 +144,10 @@ func Decode(w http.ResponseWriter, r *http.Request, limit int64, optional bool, 
 		}
 		return taskd.Errorf(taskd.CodeInvalid, "reading request body: %v", err)
 	}
-	if len(bytes.TrimSpace(body)) == 0 {
-		if optional {
-			return nil
-		}
-		return taskd.Errorf(taskd.CodeInvalid, "request body: required")
+	if optional && len(bytes.TrimSpace(body)) == 0 {
+		return nil
 	}
-	if err := CheckDepth(body); err != nil {
-		return err
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return decodeError(err)
-	}
-	if dec.More() {
-		return taskd.Errorf(taskd.CodeMalformedJSON, "request body: trailing data after the JSON value")
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return taskd.Errorf(taskd.CodeMalformedJSON, "request body: trailing data after the JSON value")
-	}
-	return nil
+	return DecodeBytes(body, v)
 }
 
 func decodeError(err error) error {
@@ -240,7 +223,8 @@ func jsonKind(t reflect.Type) string {
 }
 
 // DecodeBytes is Decode for a body already in hand (one a merge patch produced, say):
-// one JSON value into v, refusing unknown fields and trailing data, with Decode's errors.
+// one JSON value into v, refusing unknown fields and trailing data. Decode decodes
+// with it, so that both refuse alike.
 func DecodeBytes(body []byte, v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return taskd.Errorf(taskd.CodeInvalid, "request body: required")
@@ -253,6 +237,9 @@ func DecodeBytes(body []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return decodeError(err)
 	}
+	// After the value, only JSON's whitespace: the next token is the end. (Anything
+	// else is a token or an error; bytes.TrimSpace would pass Unicode spaces JSON
+	// does not allow.)
 	if _, err := dec.Token(); err != io.EOF {
 		return taskd.Errorf(taskd.CodeMalformedJSON, "request body: trailing data after the JSON value")
 	}
