@@ -1,8 +1,9 @@
 // Package agenttest is an in-process fake taskd server for testing agents and their
 // handlers without a dispatchd: it speaks the client API the agent package uses
 // (enroll, fetch with batches, long polls and carried completes, complete with
-// stages, progress with checkpoints and lease extension), keeps tasks, attempts and
-// leases as the real server does, and injects faults: 429 and 503 with Retry-After,
+// stages, progress with checkpoints and lease extension, campaign items), keeps
+// tasks, attempts and leases as the real server does (one contract suite runs against
+// it and a real server alike), and injects faults: 429 and 503 with Retry-After,
 // other statuses, lost requests and lost replies, lease expiry, redo.
 //
 // Do runs one handler on one task and returns what the agent sent.
@@ -14,12 +15,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -78,6 +81,11 @@ type Task struct {
 	Checkpoint any
 	// DueAt is when the task is due (zero: now).
 	DueAt time.Time
+	// CampaignID, when not 0, makes the task an item of that campaign (its id
+	// campaign:<CampaignID>, its kind campaign), and Item is the item: its index or
+	// its uid.
+	CampaignID int64
+	Item       any
 }
 
 // Completion is a result the server took for one dispatch.
@@ -111,7 +119,7 @@ type Server struct {
 	keys        map[string]string
 	maxInFlight map[string]int
 	tasks       []*occurrence
-	byID        map[string]*occurrence
+	byID        map[string][]*occurrence // a campaign's items share their id
 	dispatches  map[string]*dispatch
 	faults      []*Fault
 	counts      map[Request]int
@@ -128,6 +136,8 @@ type Server struct {
 // occurrence is a task's one occurrence.
 type occurrence struct {
 	id          string
+	kind        string
+	item        json.RawMessage // a campaign's item
 	spec        Task
 	uid         string // who has it ("" before its first dispatch)
 	params      json.RawMessage
@@ -159,7 +169,7 @@ const maxWait = 30 * time.Second
 // NewServer starts a fake server; Close stops it.
 func NewServer() *Server {
 	s := &Server{EnrollSecret: "agenttest-enroll-secret", changed: make(chan struct{}), keys: map[string]string{},
-		maxInFlight: map[string]int{}, byID: map[string]*occurrence{}, dispatches: map[string]*dispatch{},
+		maxInFlight: map[string]int{}, byID: map[string][]*occurrence{}, dispatches: map[string]*dispatch{},
 		counts: map[Request]int{}, notBefore: map[Request]time.Time{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/enroll", s.handleEnroll)
@@ -210,7 +220,8 @@ func (s *Server) SetMaxInFlight(uid string, n int) {
 	s.maxInFlight[uid] = n
 }
 
-// Add adds a task and returns its id (once:<n>).
+// Add adds a task and returns its id (once:<n>, or campaign:<id> for a campaign's
+// item).
 func (s *Server) Add(t Task) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -227,14 +238,18 @@ func (s *Server) Add(t Task) string {
 		t.DueAt = time.Now()
 	}
 	t.DueAt = t.DueAt.UTC().Truncate(time.Second)
-	o := &occurrence{id: fmt.Sprintf("once:%d", len(s.tasks)+1), spec: t, availableAt: t.DueAt}
+	o := &occurrence{id: fmt.Sprintf("once:%d", len(s.tasks)+1), kind: "once", spec: t, availableAt: t.DueAt}
+	if t.CampaignID != 0 {
+		o.id, o.kind = fmt.Sprintf("campaign:%d", t.CampaignID), "campaign"
+		o.item = mustJSON(t.Item, nil)
+	}
 	o.params = mustJSON(t.Params, json.RawMessage(`{}`))
 	o.checkpoint = mustJSON(t.Checkpoint, nil)
 	if len(t.Stages) > 0 {
 		o.stage = t.Stages[0]
 	}
 	s.tasks = append(s.tasks, o)
-	s.byID[o.id] = o
+	s.byID[o.id] = append(s.byID[o.id], o)
 	s.changedLocked()
 	return o.id
 }
@@ -313,17 +328,18 @@ func (s *Server) Completions() []Completion {
 }
 
 // Wait waits until task taskID is finished (its last stage succeeded, or an attempt
-// failed or expired with none left) and returns its results.
+// failed or expired with none left; for a campaign, every item added of it) and
+// returns its results.
 func (s *Server) Wait(ctx context.Context, taskID string) ([]Completion, error) {
 	for {
 		s.mu.Lock()
-		o := s.byID[taskID]
-		if o == nil {
+		occs := s.byID[taskID]
+		if occs == nil {
 			s.mu.Unlock()
 			return nil, fmt.Errorf("agenttest: no task %s", taskID)
 		}
 		s.expireAllLocked(time.Now())
-		if o.finished {
+		if !slices.ContainsFunc(occs, func(o *occurrence) bool { return !o.finished }) {
 			var out []Completion
 			for _, c := range s.completions {
 				if c.TaskID == taskID {
@@ -473,7 +489,8 @@ func hangUp(w http.ResponseWriter) {
 }
 
 // decode reads r's body into v as the server does: unknown fields refused, nesting
-// bounded (the refusal names the top-level field).
+// bounded (the refusal names the top-level field), malformed JSON and trailing data
+// refused as malformed_json.
 func decode(r *http.Request, v any, optional bool) *apiError {
 	body, _ := io.ReadAll(r.Body)
 	if len(bytes.TrimSpace(body)) == 0 {
@@ -490,8 +507,14 @@ func decode(r *http.Request, v any, optional bool) *apiError {
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return errorf(400, "invalid_argument", "request body: %v", err)
+	var syntax *json.SyntaxError
+	if err := dec.Decode(v); errors.As(err, &syntax) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return errorf(400, "malformed_json", "request body: malformed JSON: %v", err)
+	} else if err != nil {
+		return errorf(400, "invalid_argument", "request body: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errorf(400, "malformed_json", "request body: trailing data after the JSON value")
 	}
 	return nil
 }
@@ -551,6 +574,16 @@ func (s *Server) handleFetch(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		max = *req.Max
+	}
+	if req.TemplateIDs != nil && (len(req.TemplateIDs) == 0 || len(req.TemplateIDs) > 100) {
+		writeError(w, errorf(400, "invalid_argument", "template_ids: give 1..100 template ids, or leave it out for any template"))
+		return
+	}
+	for i, id := range req.TemplateIDs {
+		if id < 1 {
+			writeError(w, errorf(400, "invalid_argument", "template_ids[%d]: must be a template id (>= 1), got %d", i, id))
+			return
+		}
 	}
 	var wait time.Duration
 	if req.WaitMS != nil {
@@ -670,9 +703,13 @@ func (s *Server) takeLocked(uid string, max int, templates []int64, now time.Tim
 // taskOf is d as a fetch hands it out; redo says it was handed out before.
 func (s *Server) taskOf(d *dispatch, redo bool) *wire.Task {
 	o := d.occ
-	return &wire.Task{LogID: d.logID, TaskID: o.id, Kind: "once", DueAt: o.spec.DueAt, TemplateID: o.spec.TemplateID,
+	t := &wire.Task{LogID: d.logID, TaskID: o.id, Kind: o.kind, DueAt: o.spec.DueAt, TemplateID: o.spec.TemplateID,
 		Params: o.params, Redo: redo, Attempt: d.attempt, LeaseExpiresAt: d.leaseEnd, Checkpoint: o.checkpoint,
 		Stage: d.stage, Context: o.context}
+	if o.spec.CampaignID != 0 {
+		t.CampaignID, t.Item = new(o.spec.CampaignID), o.item
+	}
+	return t
 }
 
 // expireAllLocked expires the open dispatches whose lease lapsed.
