@@ -245,6 +245,37 @@ func complete(t *testing.T, s Server, key, logID, result string) {
 	}
 }
 
+// nothing fails t if a fetch hands out a task (when is when, for the message).
+func nothing(t *testing.T, s Server, key, when string) {
+	t.Helper()
+	if r := fetch(t, s, key, wire.FetchRequest{}); r.Task != nil {
+		t.Errorf("%s, a fetch handed out %+v", when, r.Task)
+	}
+}
+
+// handedOut fetches (the single form) and fails t unless a task comes whose members
+// are exactly members (sorted), in a reply of task and next_due_at only.
+func handedOut(t *testing.T, s Server, key string, members ...string) wire.Task {
+	t.Helper()
+	r := must(t, s, "/v1/fetch", key, wire.FetchRequest{}, nil)
+	if got := keys(t, r.body); !slices.Equal(got, []string{"next_due_at", "task"}) {
+		t.Errorf("reply members %v, want next_due_at and task (tasks only in a batch's reply): %s", got, r.body)
+	}
+	var raw struct {
+		Task json.RawMessage `json:"task"`
+	}
+	json.Unmarshal(r.body, &raw)
+	if string(raw.Task) == "null" {
+		t.Fatal("fetch: no task")
+	}
+	if got := keys(t, raw.Task); !slices.Equal(got, members) {
+		t.Errorf("task members %v, want %v: %s", got, members, raw.Task)
+	}
+	var task wire.Task
+	json.Unmarshal(raw.Task, &task)
+	return task
+}
+
 // keys are the members of the JSON object raw, sorted.
 func keys(t *testing.T, raw []byte) []string {
 	t.Helper()
@@ -370,20 +401,7 @@ func testTaskFields(t *testing.T, s Server) {
 	tpl := s.Template(t, Template{})
 	before := time.Now().Add(-2 * time.Second)
 	id := s.Add(t, uid, tpl, map[string]any{"n": 1, "s": "x"})
-	r := must(t, s, "/v1/fetch", key, wire.FetchRequest{}, nil)
-	if got := keys(t, r.body); !slices.Equal(got, []string{"next_due_at", "task"}) {
-		t.Errorf("reply members %v, want next_due_at and task (tasks only in a batch's reply): %s", got, r.body)
-	}
-	var raw struct {
-		Task json.RawMessage `json:"task"`
-	}
-	json.Unmarshal(r.body, &raw)
-	want := []string{"attempt", "due_at", "kind", "lease_expires_at", "log_id", "params", "redo", "task_id", "template_id"}
-	if got := keys(t, raw.Task); !slices.Equal(got, want) {
-		t.Errorf("task members %v, want %v: %s", got, want, raw.Task)
-	}
-	var task wire.Task
-	json.Unmarshal(raw.Task, &task)
+	task := handedOut(t, s, key, "attempt", "due_at", "kind", "lease_expires_at", "log_id", "params", "redo", "task_id", "template_id")
 	switch {
 	case task.LogID == "" || len(task.LogID) > 64:
 		t.Errorf("log_id %q", task.LogID)
@@ -426,9 +444,7 @@ func testComplete(t *testing.T, s Server) {
 			t.Errorf("complete: %v, want {\"ok\": true}", ok)
 		}
 	}
-	if r := fetch(t, s, key, wire.FetchRequest{}); r.Task != nil {
-		t.Errorf("a completed task was handed out again: %+v", r.Task)
-	}
+	nothing(t, s, key, "a completed task")
 	// A finished dispatch takes no progress report (the SDK stops its keeper).
 	refused(t, s, "/v1/progress", key, wire.ProgressRequest{LogID: task.LogID, ExtendLease: true}, http.StatusConflict, "stale_lease")
 	refused(t, s, "/v1/complete", key, wire.CompleteRequest{LogID: "0190c6a2-7d7e-7b4e-9b1e-3f2a1c0d9e8f", Result: "success"},
@@ -476,9 +492,7 @@ func testRedo(t *testing.T, s Server) {
 		t.Fatalf("fetched again: %+v, want %+v again with redo", again, first)
 	}
 	complete(t, s, key, first.LogID, "success")
-	if r := fetch(t, s, key, wire.FetchRequest{}); r.Task != nil {
-		t.Errorf("after the complete: %+v", r.Task)
-	}
+	nothing(t, s, key, "after the complete")
 }
 
 // A lease: lease_expires_at about its length ahead; a progress report extends it and
@@ -565,9 +579,7 @@ func testStages(t *testing.T, s Server) {
 		t.Fatalf("second dispatch: %+v, want stage index with the context, attempt 1", second)
 	}
 	complete(t, s, key, second.LogID, "success")
-	if r := fetch(t, s, key, wire.FetchRequest{}); r.Task != nil {
-		t.Errorf("after the last stage: %+v", r.Task)
-	}
+	nothing(t, s, key, "after the last stage")
 }
 
 // A batch fetch: up to max tasks, bounded by the uid's max in flight, of the
@@ -644,25 +656,14 @@ func testCampaignItem(t *testing.T, s Server) {
 	key := s.Key(t, uid)
 	tpl := s.Template(t, Template{})
 	id := s.Campaign(t, uid, tpl, 1)
-	r := must(t, s, "/v1/fetch", key, wire.FetchRequest{}, nil)
-	var raw struct {
-		Task json.RawMessage `json:"task"`
-	}
-	json.Unmarshal(r.body, &raw)
-	want := []string{"attempt", "campaign_id", "due_at", "item", "kind", "lease_expires_at", "log_id", "params", "redo", "task_id", "template_id"}
-	if got := keys(t, raw.Task); !slices.Equal(got, want) {
-		t.Errorf("item members %v, want %v: %s", got, want, raw.Task)
-	}
-	var item wire.Task
-	json.Unmarshal(raw.Task, &item)
+	item := handedOut(t, s, key, "attempt", "campaign_id", "due_at", "item", "kind", "lease_expires_at", "log_id", "params", "redo",
+		"task_id", "template_id")
 	if item.TaskID != fmt.Sprintf("campaign:%d", id) || item.Kind != "campaign" || item.CampaignID == nil || *item.CampaignID != id ||
 		string(item.Item) != "0" || item.LeaseExpiresAt == nil || item.Attempt != 1 || item.TemplateID != tpl {
-		t.Fatalf("campaign item: %s, want item 0 of campaign %d", raw.Task, id)
+		t.Fatalf("campaign item: %+v, want item 0 of campaign %d", item, id)
 	}
 	complete(t, s, key, item.LogID, "success")
-	if r := fetch(t, s, key, wire.FetchRequest{}); r.Task != nil {
-		t.Errorf("after the only item: %+v", r.Task)
-	}
+	nothing(t, s, key, "after the only item")
 }
 
 // A poll over the limit: 429 rate_limited with Retry-After in whole seconds (the SDK
