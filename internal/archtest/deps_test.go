@@ -143,4 +143,14 @@ func TestImportRulesSeeTheLayers(t *testing.T) {
 			t.Errorf("internal/app does not import %s: the wiring moved, update the rules", want)
 		}
 	}
+	// The SDK and its fake speak one wire, and they and the server bound a body's
+	// nesting with one scanner (the SDK's allowance above is for it).
+	for _, c := range []struct{ pkg, dep string }{
+		{"agent", "agent/internal/wire"}, {"agent/agenttest", "agent/internal/wire"},
+		{"agent", "internal/jsondepth"}, {"agent/agenttest", "internal/jsondepth"}, {"internal/web", "internal/jsondepth"},
+	} {
+		if !slices.Contains(pkgs[module+"/"+c.pkg].Imports, module+"/"+c.dep) {
+			t.Errorf("%s does not import %s: the shared code moved, update the rules", c.pkg, c.dep)
+		}
+	}
 }
