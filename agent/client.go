@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/taskpull/taskd/agent/internal/wire"
 )
 
 // The requests an agent makes, as metrics name them.
@@ -90,12 +92,7 @@ func (a *Agent) post(ctx context.Context, path string, key string, body, out any
 	}
 	if resp.StatusCode/100 != 2 {
 		e := &apiError{status: resp.StatusCode}
-		var eb struct {
-			Error struct {
-				Code    string `json:"code"`
-				Message string `json:"message"`
-			} `json:"error"`
-		}
+		var eb wire.ErrorReply
 		if json.Unmarshal(raw, &eb) == nil {
 			e.code, e.message = eb.Error.Code, eb.Error.Message
 		} else {
@@ -200,11 +197,9 @@ func (a *Agent) reenroll(ctx context.Context, gen int, refused error) error {
 func (a *Agent) enroll(ctx context.Context) error {
 	var bo backoff
 	for {
-		var out struct {
-			ClientKey string `json:"client_key"`
-		}
+		var out wire.EnrollReply
 		ectx, cancel := context.WithTimeout(ctx, a.enrollTimeout)
-		_, err := a.post(ectx, "/v1/enroll", "", map[string]string{"uid": a.cfg.UID, "enroll_secret": a.cfg.EnrollSecret}, &out)
+		_, err := a.post(ectx, "/v1/enroll", "", wire.EnrollRequest{UID: a.cfg.UID, EnrollSecret: a.cfg.EnrollSecret}, &out)
 		cancel()
 		if err == nil && out.ClientKey == "" {
 			err = errors.New("enroll: the reply has no client_key")

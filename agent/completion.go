@@ -7,17 +7,9 @@ import (
 	"math"
 	"net/http"
 	"strings"
-)
 
-// completeBody is POST /v1/complete's body (and a fetch's carried complete).
-type completeBody struct {
-	LogID        string          `json:"log_id"`
-	Result       string          `json:"result"`
-	Detail       json.RawMessage `json:"detail,omitempty"`
-	NextStage    string          `json:"next_stage,omitempty"`
-	Context      json.RawMessage `json:"context,omitempty"`
-	DelaySeconds *int64          `json:"delay_seconds,omitempty"`
-}
+	"github.com/taskpull/taskd/agent/internal/wire"
+)
 
 // completionState is where a result is on its way to the server.
 type completionState int
@@ -35,21 +27,17 @@ type completion struct {
 	logID    string
 	taskID   string
 	template int64
-	body     completeBody
+	body     wire.CompleteRequest // sent on its own or carried by a fetch
 	state    completionState
 	run      *run // nil for a result made without running the handler
 	// refused says the body was mended once after the server refused it (400/413).
 	refused bool
 }
 
-// bodyLimit is the server's bound on a client request body; a result whose complete
-// would not fit, in a fetch, is sent with a short detail instead.
-const bodyLimit = 64 << 10
-
 // completionLocked makes t's result from out (r is the run, or nil).
 func (s *session) completionLocked(t *Task, r *run, out Outcome) *completion {
 	c := &completion{logID: t.LogID, taskID: t.TaskID, template: t.TemplateID, run: r,
-		body: completeBody{LogID: t.LogID, Result: out.result()}}
+		body: wire.CompleteRequest{LogID: t.LogID, Result: out.result()}}
 	detail := out.detail
 	if !out.hasDetail {
 		detail = out.defaultDetail()
@@ -62,8 +50,9 @@ func (s *session) completionLocked(t *Task, r *run, out Outcome) *completion {
 			c.body.DelaySeconds = new(int64(math.Ceil(out.delay.Seconds())))
 		}
 	}
-	if b, _ := json.Marshal(c.body); len(b) > bodyLimit-1024 {
-		c.body.Detail = shortDetail(fmt.Sprintf("%d bytes of result is over the server's request limit of %d", len(b), bodyLimit), len(c.body.Detail))
+	if b, _ := json.Marshal(c.body); len(b) > wire.BodyLimit-1024 {
+		// It would not fit in a fetch: sent with a short detail instead.
+		c.body.Detail = shortDetail(fmt.Sprintf("%d bytes of result is over the server's request limit of %d", len(b), wire.BodyLimit), len(c.body.Detail))
 	}
 	s.finished.put(t.LogID, c)
 	return c
@@ -185,7 +174,7 @@ func (s *session) mend(c *completion, err error) {
 		"log_id", c.logID, "err", err)
 	d, _ := json.Marshal(map[string]any{"error": "agent: the server refused the result: " + ae.message,
 		"refused": map[string]any{"result": c.body.Result, "next_stage": c.body.NextStage}})
-	c.body = completeBody{LogID: c.logID, Result: "failure", Detail: d}
+	c.body = wire.CompleteRequest{LogID: c.logID, Result: "failure", Detail: d}
 }
 
 // acked notes that the server has c.

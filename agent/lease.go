@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/taskpull/taskd/agent/internal/wire"
 )
 
 // run is one task running here: its handler's context, and the keeper that extends
@@ -166,19 +168,12 @@ func (r *run) keep() {
 	}
 }
 
-// progressBody is POST /v1/progress's body.
-type progressBody struct {
-	LogID       string          `json:"log_id"`
-	Checkpoint  json.RawMessage `json:"checkpoint,omitempty"`
-	ExtendLease bool            `json:"extend_lease,omitempty"`
-}
-
 // report sends one progress report: the pending checkpoint, if any, and the lease
 // extension, if the task has a lease. It returns false when the keeper should stop.
 func (r *run) report(bo *backoff, retryAt *time.Time) bool {
 	s := r.s
 	r.mu.Lock()
-	body := progressBody{LogID: r.task.LogID, ExtendLease: r.leaseLen > 0}
+	body := wire.ProgressRequest{LogID: r.task.LogID, ExtendLease: r.leaseLen > 0}
 	seq := -1
 	if r.pending {
 		body.Checkpoint, seq = r.latest, r.seq
@@ -189,9 +184,7 @@ func (r *run) report(bo *backoff, retryAt *time.Time) bool {
 	if leased {
 		ctx, cancel = context.WithDeadline(s.sendCtx, deadline)
 	}
-	var out struct {
-		LeaseExpiresAt *time.Time `json:"lease_expires_at"`
-	}
+	var out wire.ProgressReply
 	meta, err := s.a.call(ctx, "/v1/progress", body, &out)
 	cancel()
 	if err == nil {

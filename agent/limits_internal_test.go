@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/taskpull/taskd/agent/internal/wire"
 )
 
 // floodServer hands out n tasks on the first fetch, whatever was asked, and nothing
@@ -27,10 +29,10 @@ func floodServer(t *testing.T, n int) (*httptest.Server, *atomic.Int64) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/v1/fetch":
-			var tasks []*wireTask
+			var tasks []*wire.Task
 			if fetches.Add(1) == 1 {
 				for i := range n {
-					tasks = append(tasks, &wireTask{LogID: fmt.Sprintf("L%d", i), TaskID: fmt.Sprintf("T%d", i), Kind: "once",
+					tasks = append(tasks, &wire.Task{LogID: fmt.Sprintf("L%d", i), TaskID: fmt.Sprintf("T%d", i), Kind: "once",
 						DueAt: time.Now(), TemplateID: 1, Params: json.RawMessage(`{}`), Attempt: 1})
 				}
 			}

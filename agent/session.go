@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +9,8 @@ import (
 	"runtime/debug"
 	"sync"
 	"time"
+
+	"github.com/taskpull/taskd/agent/internal/wire"
 )
 
 // session is one Run: the fetch loop, the tasks running, the results to send.
@@ -123,55 +124,16 @@ func (s *session) gate() time.Time {
 	return s.pollGate
 }
 
-// fetchRequest is POST /v1/fetch's body.
-type fetchRequest struct {
-	WaitMS      int64         `json:"wait_ms,omitempty"`
-	Max         int           `json:"max,omitempty"`
-	TemplateIDs []int64       `json:"template_ids,omitempty"`
-	Complete    *completeBody `json:"complete,omitempty"`
-}
-
-type fetchReply struct {
-	Task      *wireTask   `json:"task"`
-	Tasks     []*wireTask `json:"tasks"`
-	NextDueAt *time.Time  `json:"next_due_at"`
-}
-
-// wireTask is a task as the API sends it.
-type wireTask struct {
-	LogID          string          `json:"log_id"`
-	TaskID         string          `json:"task_id"`
-	Kind           string          `json:"kind"`
-	DueAt          time.Time       `json:"due_at"`
-	TemplateID     int64           `json:"template_id"`
-	Params         json.RawMessage `json:"params"`
-	Redo           bool            `json:"redo"`
-	Attempt        int             `json:"attempt"`
-	LeaseExpiresAt *time.Time      `json:"lease_expires_at"`
-	Checkpoint     json.RawMessage `json:"checkpoint"`
-	Stage          string          `json:"stage"`
-	Context        json.RawMessage `json:"context"`
-	CampaignID     *int64          `json:"campaign_id"`
-	Item           json.RawMessage `json:"item"`
-}
-
-func (w *wireTask) task() *Task {
+// taskOf is the Task a fetch's reply handed out as w.
+func taskOf(w *wire.Task) *Task {
 	t := &Task{LogID: w.LogID, TaskID: w.TaskID, Kind: w.Kind, TemplateID: w.TemplateID, DueAt: w.DueAt,
 		Attempt: w.Attempt, Redo: w.Redo, LeaseExpiresAt: w.LeaseExpiresAt, Stage: w.Stage,
-		StageContext: orNil(w.Context), LastCheckpoint: orNil(w.Checkpoint), Params: orNil(w.Params),
-		Item: orNil(w.Item)}
+		StageContext: wire.OrNil(w.Context), LastCheckpoint: wire.OrNil(w.Checkpoint), Params: wire.OrNil(w.Params),
+		Item: wire.OrNil(w.Item)}
 	if w.CampaignID != nil {
 		t.CampaignID = *w.CampaignID
 	}
 	return t
-}
-
-// orNil is raw, or nil for none or JSON null.
-func orNil(raw json.RawMessage) json.RawMessage {
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil
-	}
-	return raw
 }
 
 // occurrenceKey names the occurrence and stage a task works, for FailPermanent.
@@ -238,23 +200,25 @@ func (s *session) fetchLoop() {
 		s.full = false
 		s.mu.Unlock()
 
-		req := fetchRequest{}
+		req := wire.FetchRequest{}
 		if carried != nil {
 			req.Complete = &carried.body
 		}
 		if s.batch {
-			req.Max, req.TemplateIDs = free, s.templates
+			req.Max, req.TemplateIDs = &free, s.templates
 		}
 		// A long poll only while nothing runs: a task finishing meanwhile would wait
 		// for it to end before its result went out. Only a long poll is cut short by
 		// a stop; a short fetch is let finish, so that no task it hands out is lost.
 		parent, bound := context.WithoutCancel(ctx), time.Minute
 		if running == 0 && !s.cfg.Once {
-			req.WaitMS = s.cfg.PollWait.Milliseconds()
+			if ms := s.cfg.PollWait.Milliseconds(); ms > 0 {
+				req.WaitMS = &ms
+			}
 			parent, bound = ctx, s.cfg.PollWait+time.Minute
 		}
 		fctx, cancel := context.WithTimeout(parent, bound)
-		var reply fetchReply
+		var reply wire.FetchReply
 		meta, err := s.a.call(fctx, "/v1/fetch", req, &reply)
 		cancel()
 		took := time.Since(meta.sent)
@@ -317,10 +281,10 @@ func (s *session) fetchLoop() {
 
 // take starts the tasks of a fetch's reply and says until when the loop need not
 // fetch again.
-func (s *session) take(reply fetchReply, meta replyMeta, asked, running int, took time.Duration) (idleUntil time.Time, full bool) {
+func (s *session) take(reply wire.FetchReply, meta replyMeta, asked, running int, took time.Duration) (idleUntil time.Time, full bool) {
 	tasks := reply.Tasks
 	if len(tasks) == 0 && reply.Task != nil {
-		tasks = []*wireTask{reply.Task}
+		tasks = []*wire.Task{reply.Task}
 	}
 	stopping := s.loopCtx.Err() != nil
 	started, held, surplus := 0, 0, 0
@@ -356,7 +320,7 @@ func (s *session) take(reply fetchReply, meta replyMeta, asked, running int, too
 			surplus++
 			continue
 		}
-		t := w.task()
+		t := taskOf(w)
 		started++
 		if stopping {
 			c := s.completionLocked(t, nil, GiveBack("agent stopping: the task came in after the agent stopped fetching"))

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/taskpull/taskd/agent/internal/wire"
+	"github.com/taskpull/taskd/internal/jsondepth"
 )
 
 // Task is one dispatch of a task to this agent, as the server handed it out.
@@ -53,13 +56,6 @@ var ErrLeaseLost = errors.New("agent: the task's lease was lost")
 // agent stops and the handler did not finish within the shutdown grace.
 var ErrStopping = errors.New("agent: stopping")
 
-// maxCheckpoint is the server's bound on a checkpoint's encoded size.
-const maxCheckpoint = 16 << 10
-
-// maxDepth is the server's bound on a request body's nesting, the body counting as
-// one level.
-const maxDepth = 64
-
 // Checkpoint saves v (it must encode as a JSON object of at most 16 KiB) as the task's
 // progress: later dispatches of this occurrence to this uid bring it back as
 // LastCheckpoint (a retry after a failure or an expiry, a redo, the next stage). It
@@ -80,39 +76,16 @@ func (t *Task) Checkpoint(v any) error {
 	switch {
 	case len(b) == 0 || b[0] != '{':
 		return errors.New("agent: checkpoint: must encode as a JSON object")
-	case len(b) > maxCheckpoint:
-		return fmt.Errorf("agent: checkpoint: %d bytes is over the server's limit of %d", len(b), maxCheckpoint)
-	case depth(b) > maxDepth-1: // the request body is one level more
-		return fmt.Errorf("agent: checkpoint: nested deeper than the server's %d levels", maxDepth-1)
+	case len(b) > wire.MaxCheckpoint:
+		return fmt.Errorf("agent: checkpoint: %d bytes is over the server's limit of %d", len(b), wire.MaxCheckpoint)
+	case deeper(b, wire.MaxDepth-1): // the request body is one level more
+		return fmt.Errorf("agent: checkpoint: nested deeper than the server's %d levels", wire.MaxDepth-1)
 	}
 	return r.checkpoint(b)
 }
 
-// depth is how deeply the JSON in b nests objects and arrays.
-func depth(b []byte) int {
-	d, deepest := 0, 0
-	inString, escaped := false, false
-	for _, c := range b {
-		if inString {
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-			continue
-		}
-		switch c {
-		case '"':
-			inString = true
-		case '{', '[':
-			d++
-			deepest = max(deepest, d)
-		case '}', ']':
-			d--
-		}
-	}
-	return deepest
+// deeper reports whether the JSON in b nests objects and arrays deeper than max.
+func deeper(b []byte, max int) bool {
+	_, over := jsondepth.Over(b, max)
+	return over
 }

@@ -1,8 +1,9 @@
 // Package agenttest is an in-process fake taskd server for testing agents and their
 // handlers without a dispatchd: it speaks the client API the agent package uses
 // (enroll, fetch with batches, long polls and carried completes, complete with
-// stages, progress with checkpoints and lease extension), keeps tasks, attempts and
-// leases as the real server does, and injects faults: 429 and 503 with Retry-After,
+// stages, progress with checkpoints and lease extension, campaign items), keeps
+// tasks, attempts and leases as the real server does (one contract suite runs against
+// it and a real server alike), and injects faults: 429 and 503 with Retry-After,
 // other statuses, lost requests and lost replies, lease expiry, redo.
 //
 // Do runs one handler on one task and returns what the agent sent.
@@ -14,14 +15,19 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/taskpull/taskd/agent/internal/wire"
+	"github.com/taskpull/taskd/internal/jsondepth"
 )
 
 // Request is a kind of request a fault applies to, and that Count counts.
@@ -75,6 +81,11 @@ type Task struct {
 	Checkpoint any
 	// DueAt is when the task is due (zero: now).
 	DueAt time.Time
+	// CampaignID, when not 0, makes the task an item of that campaign (its id
+	// campaign:<CampaignID>, its kind campaign), and Item is the item: its index or
+	// its uid.
+	CampaignID int64
+	Item       any
 }
 
 // Completion is a result the server took for one dispatch.
@@ -108,7 +119,7 @@ type Server struct {
 	keys        map[string]string
 	maxInFlight map[string]int
 	tasks       []*occurrence
-	byID        map[string]*occurrence
+	byID        map[string][]*occurrence // a campaign's items share their id
 	dispatches  map[string]*dispatch
 	faults      []*Fault
 	counts      map[Request]int
@@ -125,6 +136,8 @@ type Server struct {
 // occurrence is a task's one occurrence.
 type occurrence struct {
 	id          string
+	kind        string
+	item        json.RawMessage // a campaign's item
 	spec        Task
 	uid         string // who has it ("" before its first dispatch)
 	params      json.RawMessage
@@ -156,7 +169,7 @@ const maxWait = 30 * time.Second
 // NewServer starts a fake server; Close stops it.
 func NewServer() *Server {
 	s := &Server{EnrollSecret: "agenttest-enroll-secret", changed: make(chan struct{}), keys: map[string]string{},
-		maxInFlight: map[string]int{}, byID: map[string]*occurrence{}, dispatches: map[string]*dispatch{},
+		maxInFlight: map[string]int{}, byID: map[string][]*occurrence{}, dispatches: map[string]*dispatch{},
 		counts: map[Request]int{}, notBefore: map[Request]time.Time{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/enroll", s.handleEnroll)
@@ -207,7 +220,8 @@ func (s *Server) SetMaxInFlight(uid string, n int) {
 	s.maxInFlight[uid] = n
 }
 
-// Add adds a task and returns its id (once:<n>).
+// Add adds a task and returns its id (once:<n>, or campaign:<id> for a campaign's
+// item).
 func (s *Server) Add(t Task) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -224,14 +238,18 @@ func (s *Server) Add(t Task) string {
 		t.DueAt = time.Now()
 	}
 	t.DueAt = t.DueAt.UTC().Truncate(time.Second)
-	o := &occurrence{id: fmt.Sprintf("once:%d", len(s.tasks)+1), spec: t, availableAt: t.DueAt}
+	o := &occurrence{id: fmt.Sprintf("once:%d", len(s.tasks)+1), kind: "once", spec: t, availableAt: t.DueAt}
+	if t.CampaignID != 0 {
+		o.id, o.kind = fmt.Sprintf("campaign:%d", t.CampaignID), "campaign"
+		o.item = mustJSON(t.Item, nil)
+	}
 	o.params = mustJSON(t.Params, json.RawMessage(`{}`))
 	o.checkpoint = mustJSON(t.Checkpoint, nil)
 	if len(t.Stages) > 0 {
 		o.stage = t.Stages[0]
 	}
 	s.tasks = append(s.tasks, o)
-	s.byID[o.id] = o
+	s.byID[o.id] = append(s.byID[o.id], o)
 	s.changedLocked()
 	return o.id
 }
@@ -310,17 +328,18 @@ func (s *Server) Completions() []Completion {
 }
 
 // Wait waits until task taskID is finished (its last stage succeeded, or an attempt
-// failed or expired with none left) and returns its results.
+// failed or expired with none left; for a campaign, every item added of it) and
+// returns its results.
 func (s *Server) Wait(ctx context.Context, taskID string) ([]Completion, error) {
 	for {
 		s.mu.Lock()
-		o := s.byID[taskID]
-		if o == nil {
+		occs := s.byID[taskID]
+		if occs == nil {
 			s.mu.Unlock()
 			return nil, fmt.Errorf("agenttest: no task %s", taskID)
 		}
 		s.expireAllLocked(time.Now())
-		if o.finished {
+		if !slices.ContainsFunc(occs, func(o *occurrence) bool { return !o.finished }) {
 			var out []Completion
 			for _, c := range s.completions {
 				if c.TaskID == taskID {
@@ -363,7 +382,7 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	if e.retryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int((e.retryAfter+time.Second-1)/time.Second)))
 	}
-	writeJSON(w, e.status, map[string]any{"error": map[string]string{"code": e.code, "message": e.message}})
+	writeJSON(w, e.status, wire.ErrorReply{Error: wire.Error{Code: e.code, Message: e.message}})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -376,14 +395,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 var codes = map[int]string{400: "invalid_argument", 401: "unauthenticated", 403: "permission_denied",
 	404: "not_found", 409: "stale_lease", 413: "too_large", 429: "rate_limited", 503: "unavailable"}
 
-const bodyLimit = 64 << 10
-
 // faulty counts requests, checks Retry-After, and injects faults.
 func (s *Server) faulty(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, bodyLimit))
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, wire.BodyLimit))
 		if err != nil {
-			writeError(w, errorf(http.StatusRequestEntityTooLarge, "too_large", "request body is over %d bytes", bodyLimit))
+			writeError(w, errorf(http.StatusRequestEntityTooLarge, "too_large", "request body is over %d bytes", wire.BodyLimit))
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -472,7 +489,8 @@ func hangUp(w http.ResponseWriter) {
 }
 
 // decode reads r's body into v as the server does: unknown fields refused, nesting
-// bounded (the refusal names the top-level field).
+// bounded (the refusal names the top-level field), malformed JSON and trailing data
+// refused as malformed_json.
 func decode(r *http.Request, v any, optional bool) *apiError {
 	body, _ := io.ReadAll(r.Body)
 	if len(bytes.TrimSpace(body)) == 0 {
@@ -481,64 +499,24 @@ func decode(r *http.Request, v any, optional bool) *apiError {
 		}
 		return errorf(400, "invalid_argument", "request body: required")
 	}
-	if field, deep := tooDeep(body); deep {
-		return errorf(400, "invalid_argument", "%s: nested deeper than %d levels (objects and arrays within each other)", field, maxDepth)
+	if field, deep := jsondepth.Over(body, wire.MaxDepth); deep {
+		if field == "" {
+			field = "request body"
+		}
+		return errorf(400, "invalid_argument", "%s: nested deeper than %d levels (objects and arrays within each other)", field, wire.MaxDepth)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return errorf(400, "invalid_argument", "request body: %v", err)
+	var syntax *json.SyntaxError
+	if err := dec.Decode(v); errors.As(err, &syntax) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return errorf(400, "malformed_json", "request body: malformed JSON: %v", err)
+	} else if err != nil {
+		return errorf(400, "invalid_argument", "request body: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errorf(400, "malformed_json", "request body: trailing data after the JSON value")
 	}
 	return nil
-}
-
-const maxDepth = 64
-
-// tooDeep reports whether body nests deeper than maxDepth, and the top-level member
-// it happened in.
-func tooDeep(body []byte) (string, bool) {
-	depth := 0
-	inString, escaped := false, false
-	keyStart, key := -1, "request body"
-	expectKey := false
-	for i, c := range body {
-		if inString {
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-				if keyStart >= 0 {
-					key, keyStart = string(body[keyStart:i]), -1
-				}
-			}
-			continue
-		}
-		switch c {
-		case '"':
-			inString = true
-			if depth == 1 && expectKey {
-				keyStart, expectKey = i+1, false
-			}
-		case '{', '[':
-			depth++
-			if depth > maxDepth {
-				return key, true
-			}
-			if depth == 1 && c == '{' {
-				expectKey = true
-			}
-		case '}', ']':
-			depth--
-		case ',':
-			if depth == 1 {
-				expectKey = true
-			}
-		}
-	}
-	return "", false
 }
 
 // uidOf is the caller's uid, or a 401.
@@ -558,10 +536,7 @@ func (s *Server) uidOf(r *http.Request) (string, *apiError) {
 }
 
 func (s *Server) handleEnroll(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		UID          string `json:"uid"`
-		EnrollSecret string `json:"enroll_secret"`
-	}
+	var req wire.EnrollRequest
 	if e := decode(r, &req, false); e != nil {
 		writeError(w, e)
 		return
@@ -577,38 +552,7 @@ func (s *Server) handleEnroll(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	key := s.newKeyLocked(req.UID)
 	s.mu.Unlock()
-	writeJSON(w, 200, map[string]string{"client_key": key})
-}
-
-type completeRequest struct {
-	LogID        string          `json:"log_id"`
-	Result       string          `json:"result"`
-	Detail       json.RawMessage `json:"detail"`
-	NextStage    string          `json:"next_stage"`
-	Context      json.RawMessage `json:"context"`
-	DelaySeconds *int64          `json:"delay_seconds"`
-}
-
-type fetchRequest struct {
-	WaitMS      *int64           `json:"wait_ms"`
-	Max         *int             `json:"max"`
-	TemplateIDs []int64          `json:"template_ids"`
-	Complete    *completeRequest `json:"complete"`
-}
-
-type wireTask struct {
-	LogID          string          `json:"log_id"`
-	TaskID         string          `json:"task_id"`
-	Kind           string          `json:"kind"`
-	DueAt          time.Time       `json:"due_at"`
-	TemplateID     int64           `json:"template_id"`
-	Params         json.RawMessage `json:"params"`
-	Redo           bool            `json:"redo"`
-	Attempt        int             `json:"attempt"`
-	LeaseExpiresAt *time.Time      `json:"lease_expires_at"`
-	Checkpoint     json.RawMessage `json:"checkpoint,omitempty"`
-	Stage          string          `json:"stage,omitempty"`
-	Context        json.RawMessage `json:"context,omitempty"`
+	writeJSON(w, 200, wire.EnrollReply{ClientKey: key})
 }
 
 func (s *Server) handleFetch(w http.ResponseWriter, r *http.Request) {
@@ -617,7 +561,7 @@ func (s *Server) handleFetch(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	var req fetchRequest
+	var req wire.FetchRequest
 	if e := decode(r, &req, true); e != nil {
 		writeError(w, e)
 		return
@@ -630,6 +574,16 @@ func (s *Server) handleFetch(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		max = *req.Max
+	}
+	if req.TemplateIDs != nil && (len(req.TemplateIDs) == 0 || len(req.TemplateIDs) > 100) {
+		writeError(w, errorf(400, "invalid_argument", "template_ids: give 1..100 template ids, or leave it out for any template"))
+		return
+	}
+	for i, id := range req.TemplateIDs {
+		if id < 1 {
+			writeError(w, errorf(400, "invalid_argument", "template_ids[%d]: must be a template id (>= 1), got %d", i, id))
+			return
+		}
 	}
 	var wait time.Duration
 	if req.WaitMS != nil {
@@ -653,15 +607,14 @@ func (s *Server) handleFetch(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 		now := time.Now()
 		if len(tasks) > 0 || !now.Before(deadline) {
-			first := (*wireTask)(nil)
+			reply := wire.FetchReply{NextDueAt: next}
 			if len(tasks) > 0 {
-				first = tasks[0]
+				reply.Task = tasks[0]
 			}
 			if batch {
-				writeJSON(w, 200, map[string]any{"task": first, "tasks": tasks, "next_due_at": next})
-			} else {
-				writeJSON(w, 200, map[string]any{"task": first, "next_due_at": next})
+				reply.Tasks = tasks // [] for none
 			}
+			writeJSON(w, 200, reply)
 			return
 		}
 		pause := deadline.Sub(now)
@@ -682,7 +635,7 @@ func (s *Server) handleFetch(w http.ResponseWriter, r *http.Request) {
 
 // takeLocked hands uid up to max tasks: a dispatch forced to come again first, new
 // ones into its free slots, or, when nothing new is due, the open ones again (redo).
-func (s *Server) takeLocked(uid string, max int, templates []int64, now time.Time) ([]*wireTask, *time.Time) {
+func (s *Server) takeLocked(uid string, max int, templates []int64, now time.Time) ([]*wire.Task, *time.Time) {
 	s.expireAllLocked(now)
 	allowed := func(o *occurrence) bool {
 		return len(templates) == 0 || slices.Contains(templates, o.spec.TemplateID)
@@ -693,11 +646,11 @@ func (s *Server) takeLocked(uid string, max int, templates []int64, now time.Tim
 			held = append(held, d)
 		}
 	}
-	var out []*wireTask
+	var out []*wire.Task
 	for _, d := range held {
 		if d.forceRedo && len(out) < max {
 			d.forceRedo = false
-			out = append(out, s.wire(d, true))
+			out = append(out, s.taskOf(d, true))
 		}
 	}
 	open := 0
@@ -732,26 +685,31 @@ func (s *Server) takeLocked(uid string, max int, templates []int64, now time.Tim
 		}
 		o.uid, o.open = uid, d
 		s.dispatches[d.logID] = d
-		out = append(out, s.wire(d, false))
+		out = append(out, s.taskOf(d, false))
 	}
 	if len(out) == 0 && !s.stopped {
 		for _, d := range held {
 			if len(out) < max {
-				out = append(out, s.wire(d, true))
+				out = append(out, s.taskOf(d, true))
 			}
 		}
 	}
 	if out == nil {
-		out = []*wireTask{}
+		out = []*wire.Task{}
 	}
 	return out, next
 }
 
-func (s *Server) wire(d *dispatch, redo bool) *wireTask {
+// taskOf is d as a fetch hands it out; redo says it was handed out before.
+func (s *Server) taskOf(d *dispatch, redo bool) *wire.Task {
 	o := d.occ
-	return &wireTask{LogID: d.logID, TaskID: o.id, Kind: "once", DueAt: o.spec.DueAt, TemplateID: o.spec.TemplateID,
+	t := &wire.Task{LogID: d.logID, TaskID: o.id, Kind: o.kind, DueAt: o.spec.DueAt, TemplateID: o.spec.TemplateID,
 		Params: o.params, Redo: redo, Attempt: d.attempt, LeaseExpiresAt: d.leaseEnd, Checkpoint: o.checkpoint,
 		Stage: d.stage, Context: o.context}
+	if o.spec.CampaignID != 0 {
+		t.CampaignID, t.Item = new(o.spec.CampaignID), o.item
+	}
+	return t
 }
 
 // expireAllLocked expires the open dispatches whose lease lapsed.
@@ -786,7 +744,7 @@ func (s *Server) handleComplete(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	var req completeRequest
+	var req wire.CompleteRequest
 	if e := decode(r, &req, false); e != nil {
 		writeError(w, e)
 		return
@@ -795,12 +753,12 @@ func (s *Server) handleComplete(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	writeJSON(w, 200, map[string]bool{"ok": true})
+	writeJSON(w, 200, wire.OK{OK: true})
 }
 
 // complete applies a complete of uid, by the server's rules; prefix names its fields
 // ("complete." in a fetch).
-func (s *Server) complete(uid string, req completeRequest, prefix string) *apiError {
+func (s *Server) complete(uid string, req wire.CompleteRequest, prefix string) *apiError {
 	switch {
 	case req.LogID == "":
 		return errorf(400, "invalid_argument", "%slog_id: required", prefix)
@@ -814,8 +772,8 @@ func (s *Server) complete(uid string, req completeRequest, prefix string) *apiEr
 		return errorf(400, "invalid_argument", "%snext_stage: only with result success (a failed stage is retried)", prefix)
 	case len(req.Context) > 0 && string(req.Context) != "null" && req.Context[0] != '{':
 		return errorf(400, "invalid_argument", "%scontext: must be an object", prefix)
-	case len(req.Context) > 16<<10:
-		return errorf(413, "too_large", "%scontext: %d bytes is over the limit of %d", prefix, len(req.Context), 16<<10)
+	case len(req.Context) > wire.MaxCheckpoint:
+		return errorf(413, "too_large", "%scontext: %d bytes is over the limit of %d", prefix, len(req.Context), wire.MaxCheckpoint)
 	case req.DelaySeconds != nil && (*req.DelaySeconds < 0 || *req.DelaySeconds > 7*24*3600):
 		return errorf(400, "invalid_argument", "%sdelay_seconds: must be 0..604800 (a week), got %d", prefix, *req.DelaySeconds)
 	}
@@ -840,7 +798,7 @@ func (s *Server) complete(uid string, req completeRequest, prefix string) *apiEr
 		return errorf(400, "invalid_argument", "next_stage: %q is not a stage of template %d", req.NextStage, o.spec.TemplateID)
 	}
 	c := Completion{LogID: d.logID, TaskID: o.id, Attempt: d.attempt, Stage: d.stage, Result: req.Result,
-		Detail: orNil(req.Detail), NextStage: req.NextStage, Context: orNil(req.Context), Checkpoints: d.checkpoints}
+		Detail: wire.OrNil(req.Detail), NextStage: req.NextStage, Context: wire.OrNil(req.Context), Checkpoints: d.checkpoints}
 	if req.DelaySeconds != nil {
 		c.Delay = time.Duration(*req.DelaySeconds) * time.Second
 	}
@@ -866,29 +824,18 @@ func (s *Server) complete(uid string, req completeRequest, prefix string) *apiEr
 	return nil
 }
 
-func orNil(raw json.RawMessage) json.RawMessage {
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil
-	}
-	return raw
-}
-
 func (s *Server) handleProgress(w http.ResponseWriter, r *http.Request) {
 	uid, e := s.uidOf(r)
 	if e != nil {
 		writeError(w, e)
 		return
 	}
-	var req struct {
-		LogID       string          `json:"log_id"`
-		Checkpoint  json.RawMessage `json:"checkpoint"`
-		ExtendLease bool            `json:"extend_lease"`
-	}
+	var req wire.ProgressRequest
 	if e := decode(r, &req, false); e != nil {
 		writeError(w, e)
 		return
 	}
-	cp := orNil(req.Checkpoint)
+	cp := wire.OrNil(req.Checkpoint)
 	switch {
 	case req.LogID == "":
 		writeError(w, errorf(400, "invalid_argument", "log_id: required"))
@@ -896,8 +843,8 @@ func (s *Server) handleProgress(w http.ResponseWriter, r *http.Request) {
 	case len(cp) > 0 && cp[0] != '{':
 		writeError(w, errorf(400, "invalid_argument", "checkpoint: must be an object"))
 		return
-	case len(cp) > 16<<10:
-		writeError(w, errorf(413, "too_large", "checkpoint: %d bytes is over the limit of %d", len(cp), 16<<10))
+	case len(cp) > wire.MaxCheckpoint:
+		writeError(w, errorf(413, "too_large", "checkpoint: %d bytes is over the limit of %d", len(cp), wire.MaxCheckpoint))
 		return
 	}
 	now := time.Now()
@@ -918,5 +865,5 @@ func (s *Server) handleProgress(w http.ResponseWriter, r *http.Request) {
 	if req.ExtendLease && d.leaseEnd != nil {
 		d.leaseEnd = new(now.Add(time.Duration(d.occ.spec.LeaseSeconds) * time.Second))
 	}
-	writeJSON(w, 200, map[string]any{"ok": true, "lease_expires_at": d.leaseEnd})
+	writeJSON(w, 200, wire.ProgressReply{OK: true, LeaseExpiresAt: d.leaseEnd})
 }

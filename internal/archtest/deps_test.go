@@ -103,14 +103,25 @@ func TestImportRules(t *testing.T) {
 	mustNot("campaign", module+"/admin", module+"/dispatch", module+"/internal/store")
 	mustNot("clientkey", module+"/admin", module+"/dispatch", module+"/internal/store", module+"/queue")
 	// The agent SDK is a library users import: it speaks the HTTP API and depends on no
-	// package of the server, nor on a database or cache client.
+	// package of the server, nor on a database or cache client. Of the module's other
+	// packages it uses only sdkShared: what it shares with the server so that both
+	// decide alike (one JSON depth scanner), each of the standard library alone.
+	sdkShared := []string{"internal/jsondepth"}
 	for _, sdk := range []string{"agent", "agent/agenttest"} {
 		for _, dep := range p(sdk).Deps {
-			if strings.HasPrefix(dep, module) && !strings.HasPrefix(dep, module+"/agent") {
+			inSDK := dep == module+"/agent" || strings.HasPrefix(dep, module+"/agent/")
+			if strings.HasPrefix(dep, module) && !inSDK && !slices.Contains(sdkShared, strings.TrimPrefix(dep, module+"/")) {
 				t.Errorf("%s depends on the server's %s", p(sdk).ImportPath, dep)
 			}
 		}
 		mustNot(sdk, clients...)
+	}
+	for _, shared := range sdkShared {
+		for _, dep := range p(shared).Deps {
+			if first, _, _ := strings.Cut(dep, "/"); strings.Contains(first, ".") {
+				t.Errorf("%s, which the agent SDK uses, depends on %s: it may use the standard library only", p(shared).ImportPath, dep)
+			}
+		}
 	}
 
 	for _, q := range pkgs {
@@ -130,6 +141,16 @@ func TestImportRulesSeeTheLayers(t *testing.T) {
 	for _, want := range []string{"dispatch", "admin", "clientkey", "internal/store", "queue"} {
 		if !slices.Contains(app.Imports, module+"/"+want) {
 			t.Errorf("internal/app does not import %s: the wiring moved, update the rules", want)
+		}
+	}
+	// The SDK and its fake speak one wire, and they and the server bound a body's
+	// nesting with one scanner (the SDK's allowance above is for it).
+	for _, c := range []struct{ pkg, dep string }{
+		{"agent", "agent/internal/wire"}, {"agent/agenttest", "agent/internal/wire"},
+		{"agent", "internal/jsondepth"}, {"agent/agenttest", "internal/jsondepth"}, {"internal/web", "internal/jsondepth"},
+	} {
+		if !slices.Contains(pkgs[module+"/"+c.pkg].Imports, module+"/"+c.dep) {
+			t.Errorf("%s does not import %s: the shared code moved, update the rules", c.pkg, c.dep)
 		}
 	}
 }

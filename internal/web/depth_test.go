@@ -12,6 +12,8 @@ func nested(depth int, open, close string) string {
 	return strings.Repeat(open, depth) + strings.Repeat(close, depth)
 }
 
+// The scanning is jsondepth's (tested there); CheckDepth's part is the bound and the
+// refusal's words.
 func TestCheckDepth(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -19,12 +21,8 @@ func TestCheckDepth(t *testing.T) {
 	}{
 		{`{"a": ` + nested(63, "[", "]") + `}`, ""},
 		{`{"a": ` + nested(64, "[", "]") + `}`, "a"},
-		{`{"log_id": "x", "checkpoint": ` + nested(7000, `{"k":`, "}") + `}`, "checkpoint"},
-		{`{"s": "[[[[{{{{` + strings.Repeat("[", 100) + `", "t": 1}`, ""}, // brackets in strings do not count
-		{`{"a\"{": 1, "detail": ` + nested(70, "[", "]") + `}`, "detail"},
 		{nested(65, "[", "]"), "request body"},
 		{`["x", ` + nested(65, "[", "]") + `]`, "request body"},
-		{`{"params": {"deep": ` + nested(80, `{"x":`, "}") + `}}`, "params"},
 	} {
 		err := web.CheckDepth([]byte(c.body))
 		switch {

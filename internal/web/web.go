@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/internal/jsondepth"
 )
 
 // Status maps an error code to its HTTP status. It is the only such mapping.
@@ -143,27 +144,10 @@ func Decode(w http.ResponseWriter, r *http.Request, limit int64, optional bool, 
 		}
 		return taskd.Errorf(taskd.CodeInvalid, "reading request body: %v", err)
 	}
-	if len(bytes.TrimSpace(body)) == 0 {
-		if optional {
-			return nil
-		}
-		return taskd.Errorf(taskd.CodeInvalid, "request body: required")
+	if optional && len(bytes.TrimSpace(body)) == 0 {
+		return nil
 	}
-	if err := CheckDepth(body); err != nil {
-		return err
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return decodeError(err)
-	}
-	if dec.More() {
-		return taskd.Errorf(taskd.CodeMalformedJSON, "request body: trailing data after the JSON value")
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return taskd.Errorf(taskd.CodeMalformedJSON, "request body: trailing data after the JSON value")
-	}
-	return nil
+	return DecodeBytes(body, v)
 }
 
 func decodeError(err error) error {
@@ -203,53 +187,14 @@ const MaxDepth = 64
 // the bytes, before any decoding (whose work, and a merge patch's, would grow with
 // the nesting); malformed JSON is left to the decoder to name.
 func CheckDepth(body []byte) error {
-	depth := 0
-	inString, escaped := false, false
-	keyStart, keyFrom, keyTo := -1, 0, 0 // the member of the top-level object being read: body[keyFrom:keyTo]
-	expectKey := false                   // at depth 1, the next string is a member's name
-	topObject := false
-	for i, c := range body {
-		if inString {
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-				if keyStart >= 0 {
-					keyFrom, keyTo, keyStart = keyStart, i, -1
-				}
-			}
-			continue
-		}
-		switch c {
-		case '"':
-			inString = true
-			if depth == 1 && expectKey {
-				keyStart, expectKey = i+1, false
-			}
-		case '{', '[':
-			depth++
-			if depth > MaxDepth {
-				field := "request body"
-				if keyTo > keyFrom {
-					field = string(body[keyFrom:min(keyTo, keyFrom+64)])
-				}
-				return taskd.Errorf(taskd.CodeInvalid, "%s: nested deeper than %d levels (objects and arrays within each other)", field, MaxDepth)
-			}
-			if depth == 1 && c == '{' {
-				expectKey, topObject = true, true
-			}
-		case '}', ']':
-			depth--
-		case ',':
-			if depth == 1 && topObject {
-				expectKey = true
-			}
-		}
+	field, over := jsondepth.Over(body, MaxDepth)
+	if !over {
+		return nil
 	}
-	return nil
+	if field == "" {
+		field = "request body"
+	}
+	return taskd.Errorf(taskd.CodeInvalid, "%s: nested deeper than %d levels (objects and arrays within each other)", field, MaxDepth)
 }
 
 // jsonKind names the JSON a Go type takes, for an error message: never the Go type
@@ -278,7 +223,8 @@ func jsonKind(t reflect.Type) string {
 }
 
 // DecodeBytes is Decode for a body already in hand (one a merge patch produced, say):
-// one JSON value into v, refusing unknown fields and trailing data, with Decode's errors.
+// one JSON value into v, refusing unknown fields and trailing data. Decode decodes
+// with it, so that both refuse alike.
 func DecodeBytes(body []byte, v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return taskd.Errorf(taskd.CodeInvalid, "request body: required")
@@ -291,6 +237,9 @@ func DecodeBytes(body []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return decodeError(err)
 	}
+	// After the value, only JSON's whitespace: the next token is the end. (Anything
+	// else is a token or an error; bytes.TrimSpace would pass Unicode spaces JSON
+	// does not allow.)
 	if _, err := dec.Token(); err != io.EOF {
 		return taskd.Errorf(taskd.CodeMalformedJSON, "request body: trailing data after the JSON value")
 	}
