@@ -29,6 +29,15 @@ type Store interface {
 	RemoveMember(ctx context.Context, actor, gid, uid string, now time.Time) (bool, error)
 	ReplaceMembers(ctx context.Context, actor, gid string, uids []string, now time.Time) ([]string, error)
 	Members(ctx context.Context, gid string) ([]string, error)
+	// SetGroupRule makes gid dynamic with rule, or changes its rule, and makes its
+	// members the clients whose stored report matches says of; it returns the group and
+	// the uids whose membership changed.
+	SetGroupRule(ctx context.Context, actor, gid string, rule taskd.DynamicGroup, matches func(taskd.AgentInfo) bool,
+		now time.Time) (taskd.Group, []string, error)
+	// Group reads gid (not_found when it has neither members nor a rule).
+	Group(ctx context.Context, gid string) (taskd.Group, error)
+	// DeleteGroup removes gid's members and rule; it returns the uids removed.
+	DeleteGroup(ctx context.Context, actor, gid string, now time.Time) ([]string, error)
 	UserGroups(ctx context.Context, uid string) ([]string, error)
 
 	OfferTasks(ctx context.Context, executors []string, from, until time.Time) (schedule.TaskSet, error)

@@ -530,6 +530,52 @@ func (h *Handlers) changeMembers(change func(ctx context.Context, gid string, ui
 	})
 }
 
+// SetGroup is PUT /v1/admin/groups/{gid}: {"selector", "agent_version"} makes the
+// group dynamic (or changes its rule); the reply is the group, with warnings.
+func (h *Handlers) SetGroup() http.Handler {
+	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
+		gid, err := pathGroup(r)
+		if err != nil {
+			return 0, nil, err
+		}
+		var rule taskd.DynamicGroup
+		if err := web.Decode(w, r, bodyLimit, false, &rule); err != nil {
+			return 0, nil, err
+		}
+		g, warnings, err := h.svc.SetGroupRule(r.Context(), gid, rule)
+		return http.StatusOK, groupReply{Group: g, Warnings: warnings}, err
+	})
+}
+
+// groupReply is a group as PUT /v1/admin/groups/{gid} answers it.
+type groupReply struct {
+	taskd.Group
+	Warnings []Warning `json:"warnings,omitempty"`
+}
+
+// GetGroup is GET /v1/admin/groups/{gid}.
+func (h *Handlers) GetGroup() http.Handler {
+	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
+		gid, err := pathGroup(r)
+		if err != nil {
+			return 0, nil, err
+		}
+		g, err := h.svc.Group(r.Context(), gid)
+		return http.StatusOK, g, err
+	})
+}
+
+// DeleteGroup is DELETE /v1/admin/groups/{gid}.
+func (h *Handlers) DeleteGroup() http.Handler {
+	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
+		gid, err := pathGroup(r)
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusNoContent, nil, h.svc.DeleteGroup(r.Context(), gid)
+	})
+}
+
 // RemoveMember is DELETE /v1/admin/groups/{gid}/members/{uid}.
 func (h *Handlers) RemoveMember() http.Handler {
 	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/taskpull/taskd"
 	"github.com/taskpull/taskd/internal/clock"
+	"github.com/taskpull/taskd/internal/targeting"
 )
 
 // Service carries out admin changes.
@@ -294,6 +295,51 @@ func (s *Service) RemoveMember(ctx context.Context, gid, uid string) error {
 		return taskd.Errorf(taskd.CodeNotFound, "user %s is not in group %s", uid, gid)
 	}
 	s.membershipChanged(ctx, gid, []string{uid})
+	return nil
+}
+
+// SetGroupRule makes gid a dynamic group with rule, or changes its rule: its members
+// become the clients whose latest report matches, and follow their reports from then
+// on. A rule that matches nobody is kept, with an empty_group warning.
+func (s *Service) SetGroupRule(ctx context.Context, gid string, rule taskd.DynamicGroup) (taskd.Group, []Warning, error) {
+	if err := bareID("gid", gid); err != nil {
+		return taskd.Group{}, nil, err
+	}
+	parsed, err := targeting.Parse(rule)
+	if err != nil {
+		return taskd.Group{}, nil, err
+	}
+	g, changed, err := s.store.SetGroupRule(ctx, ActorFrom(ctx), gid, rule, parsed.Matches, s.now())
+	if err != nil {
+		return g, nil, err
+	}
+	s.membershipChanged(ctx, gid, changed)
+	var warnings []Warning
+	if g.Members == 0 {
+		warnings = append(warnings, Warning{WarnEmptyGroup, fmt.Sprintf("no client's latest report matches the rule of group %s: its tasks go to nobody until an agent that matches fetches", gid)})
+	}
+	return g, warnings, nil
+}
+
+// Group returns gid with its rule, if it is dynamic, and its member count.
+func (s *Service) Group(ctx context.Context, gid string) (taskd.Group, error) {
+	if err := bareID("gid", gid); err != nil {
+		return taskd.Group{}, err
+	}
+	return s.store.Group(ctx, gid)
+}
+
+// DeleteGroup removes gid's members and rule. Tasks that target it stay (with nobody to
+// go to) and are not changed.
+func (s *Service) DeleteGroup(ctx context.Context, gid string) error {
+	if err := bareID("gid", gid); err != nil {
+		return err
+	}
+	removed, err := s.store.DeleteGroup(ctx, ActorFrom(ctx), gid, s.now())
+	if err != nil {
+		return err
+	}
+	s.membershipChanged(ctx, gid, removed)
 	return nil
 }
 

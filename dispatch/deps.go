@@ -48,6 +48,11 @@ type Store interface {
 	// NoteHeapChanges notes that the heaps of targets (executors) went stale at now,
 	// for every node's heap-change feed to apply.
 	NoteHeapChanges(ctx context.Context, now time.Time, targets ...string) error
+	// SyncAgentGroups stores uid's report agent and makes uid a member of exactly the
+	// dynamic groups whose rule it matches (matches says), noting a change for the
+	// heap-change feed; it reports whether a membership changed.
+	SyncAgentGroups(ctx context.Context, uid string, agent taskd.AgentInfo,
+		matches func(taskd.DynamicGroup, taskd.AgentInfo) bool, now time.Time) (bool, error)
 }
 
 // Cache is what the dispatch service needs from the cache (Redis, package queue): each

@@ -26,6 +26,15 @@ type fakeStore struct {
 	RedoFn          func(ctx context.Context, d *taskd.Dispatch, now time.Time) (bool, error)
 	ExpireFn        func(ctx context.Context, logID string, now time.Time) (*taskd.Dispatch, error)
 	NoteFn          func(ctx context.Context, now time.Time, targets ...string) error
+	SyncFn          func(ctx context.Context, uid string, agent taskd.AgentInfo, matches func(taskd.DynamicGroup, taskd.AgentInfo) bool, now time.Time) (bool, error)
+}
+
+func (f *fakeStore) SyncAgentGroups(ctx context.Context, uid string, agent taskd.AgentInfo,
+	matches func(taskd.DynamicGroup, taskd.AgentInfo) bool, now time.Time) (bool, error) {
+	if f.SyncFn == nil {
+		return false, unset("SyncAgentGroups")
+	}
+	return f.SyncFn(ctx, uid, agent, matches, now)
 }
 
 func (f *fakeStore) NoteHeapChanges(ctx context.Context, now time.Time, targets ...string) error {

@@ -101,6 +101,10 @@ func (h *Handlers) Fetch() http.Handler {
 			web.Error(w, r, h.log, h.refusal(r, uid, hash, err))
 			return
 		}
+		if err := h.svc.Report(r.Context(), uid, req.Agent); err != nil {
+			web.Error(w, r, h.log, err)
+			return
+		}
 		fetch := func() (FetchResult, error) {
 			if batch != nil {
 				return h.svc.FetchBatch(r.Context(), uid, hash, *batch, wait)

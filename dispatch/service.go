@@ -11,6 +11,7 @@ import (
 	"github.com/taskpull/taskd/internal/clock"
 	"github.com/taskpull/taskd/internal/deadline"
 	"github.com/taskpull/taskd/internal/metrics"
+	"github.com/taskpull/taskd/internal/targeting"
 	"github.com/taskpull/taskd/schedule"
 )
 
@@ -43,6 +44,8 @@ type Service struct {
 	campaigns Campaigns
 	// fleet records the polls answered; nil: none.
 	fleet Fleet
+	// rules are the dynamic groups' rules, parsed once (Report).
+	rules targeting.Rules
 }
 
 // NewService wires the service.

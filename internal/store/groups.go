@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -18,9 +20,23 @@ import (
 const memberChunk = 500
 
 // lockGroup locks gid's row, creating it if gid has none: an upsert on the primary
-// key, which takes a record lock and no gap lock, found or not.
-func lockGroup(ctx context.Context, tx *sql.Tx, gid string, now time.Time) error {
-	_, err := tx.ExecContext(ctx, "INSERT INTO member_group (gid, created_at) VALUES (?, ?) ON DUPLICATE KEY UPDATE gid = gid", gid, now)
+// key, which takes a record lock and no gap lock, found or not. It reports whether gid
+// is dynamic.
+func lockGroup(ctx context.Context, tx *sql.Tx, gid string, now time.Time) (dynamic bool, err error) {
+	if _, err := tx.ExecContext(ctx, "INSERT INTO member_group (gid, created_at) VALUES (?, ?) ON DUPLICATE KEY UPDATE gid = gid", gid, now); err != nil {
+		return false, err
+	}
+	err = tx.QueryRowContext(ctx, "SELECT dynamic FROM member_group WHERE gid = ?", gid).Scan(&dynamic)
+	return dynamic, err
+}
+
+// lockKeptGroup is lockGroup for a change of members by hand: a dynamic group's
+// members are the server's to write (conflict).
+func lockKeptGroup(ctx context.Context, tx *sql.Tx, gid string, now time.Time) error {
+	dynamic, err := lockGroup(ctx, tx, gid, now)
+	if err == nil && dynamic {
+		err = taskd.Errorf(taskd.CodeConflict, "group %s is dynamic: its members are the clients its selector and agent_version match; change its rule instead", gid)
+	}
 	return err
 }
 
@@ -67,7 +83,7 @@ func (s *Store) AddMembers(ctx context.Context, actor, gid string, uids []string
 	want := sortedSet(uids)
 	var added []string
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		if err := lockGroup(ctx, tx, gid, now); err != nil {
+		if err := lockKeptGroup(ctx, tx, gid, now); err != nil {
 			return err
 		}
 		have := make(map[string]bool)
@@ -107,7 +123,7 @@ func (s *Store) AddMembers(ctx context.Context, actor, gid string, uids []string
 func (s *Store) RemoveMember(ctx context.Context, actor, gid, uid string, now time.Time) (bool, error) {
 	var removed bool
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		if err := lockGroup(ctx, tx, gid, now); err != nil {
+		if err := lockKeptGroup(ctx, tx, gid, now); err != nil {
 			return err
 		}
 		res, err := tx.ExecContext(ctx, "DELETE FROM group_member WHERE gid = ? AND uid = ?", gid, uid)
@@ -132,7 +148,7 @@ func (s *Store) ReplaceMembers(ctx context.Context, actor, gid string, uids []st
 	after := sortedSet(uids)
 	var changed []string
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		if err := lockGroup(ctx, tx, gid, now); err != nil {
+		if err := lockKeptGroup(ctx, tx, gid, now); err != nil {
 			return err
 		}
 		current, err := members(ctx, tx, gid)
@@ -194,4 +210,241 @@ func members(ctx context.Context, q querier, gid string) ([]string, error) {
 func (s *Store) Members(ctx context.Context, gid string) ([]string, error) {
 	uids, err := members(ctx, s.db, gid)
 	return uids, mysqlErr("members", err)
+}
+
+// Dynamic groups. Setting a rule takes the group's row for update and writes the
+// members every stored report matches; a fetch whose report may change its uid's
+// dynamic memberships (SyncAgentGroups) holds the dynamic groups' rows in share mode
+// while it stores the report and writes the memberships, so the two never miss each
+// other: a rule set after a report's commit reads the report, and a report after a
+// rule's commit is matched against the rule.
+
+// SetGroupRule makes gid dynamic with rule, or changes its rule, and makes its members
+// the clients whose stored report matches says of. It returns the group and every uid
+// whose membership changed, sorted. A group kept by hand that has members is a
+// conflict (an admin's members are not dropped silently); so is a dynamic group beyond
+// taskd.MaxDynamicGroups.
+func (s *Store) SetGroupRule(ctx context.Context, actor, gid string, rule taskd.DynamicGroup,
+	matches func(taskd.AgentInfo) bool, now time.Time) (taskd.Group, []string, error) {
+	g := taskd.Group{GID: gid, Dynamic: true, Selector: rule.Selector, AgentVersion: rule.AgentVersion}
+	var changed []string
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		dynamic, err := lockGroup(ctx, tx, gid, now)
+		if err != nil {
+			return err
+		}
+		current, err := members(ctx, tx, gid)
+		if err != nil {
+			return err
+		}
+		var before taskd.DynamicGroup
+		if dynamic {
+			var sel, ver sql.NullString
+			if err := tx.QueryRowContext(ctx, "SELECT selector, agent_version FROM member_group WHERE gid = ?", gid).Scan(&sel, &ver); err != nil {
+				return err
+			}
+			before = taskd.DynamicGroup{Selector: sel.String, AgentVersion: ver.String}
+		} else {
+			if len(current) > 0 {
+				return taskd.Errorf(taskd.CodeConflict, "group %s has %d members kept by hand: remove them before giving it a rule", gid, len(current))
+			}
+			var n int
+			if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM member_group WHERE dynamic").Scan(&n); err != nil {
+				return err
+			}
+			if n >= taskd.MaxDynamicGroups {
+				return taskd.Errorf(taskd.CodeConflict, "at most %d dynamic groups", taskd.MaxDynamicGroups)
+			}
+		}
+		if _, err := tx.ExecContext(ctx, "UPDATE member_group SET dynamic = 1, selector = ?, agent_version = ? WHERE gid = ?",
+			nullString(rule.Selector), nullString(rule.AgentVersion), gid); err != nil {
+			return err
+		}
+		matched, err := matchingClients(ctx, tx, matches)
+		if err != nil {
+			return err
+		}
+		var gone, fresh []string
+		changed, gone, fresh = diffMembers(current, matched)
+		s.between(ctx, "group_member.write")
+		if err := writeMembers(ctx, tx, gid, gone, true, now); err != nil {
+			return err
+		}
+		if err := writeMembers(ctx, tx, gid, fresh, false, now); err != nil {
+			return err
+		}
+		g.Members = len(matched)
+		if err := noteHeapChanges(ctx, tx, now, userTargets(changed)...); err != nil {
+			return err
+		}
+		var old any
+		if dynamic {
+			old = before
+		}
+		return audit(ctx, tx, actor, "group.set_rule", "group:"+gid, old, rule, now)
+	})
+	return g, changed, mysqlErr("set group rule", err)
+}
+
+// matchingClients are the uids whose stored report matches says of, sorted.
+func matchingClients(ctx context.Context, tx *sql.Tx, matches func(taskd.AgentInfo) bool) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, "SELECT uid, last_seen, version, hostname, labels FROM client_agent WHERE version IS NOT NULL ORDER BY uid")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var uid string
+		var seen sql.NullTime
+		var version, host, labels sql.NullString
+		if err := rows.Scan(&uid, &seen, &version, &host, &labels); err != nil {
+			return nil, err
+		}
+		_, a, err := agentOf(seen, version, host, labels)
+		if err != nil {
+			return nil, err
+		}
+		if a != nil && matches(*a) {
+			out = append(out, uid)
+		}
+	}
+	return out, rows.Err()
+}
+
+// diffMembers compares a group's members with the uids it should have: every uid whose
+// membership changes (sorted), those to remove and those to add.
+func diffMembers(current, want []string) (changed, gone, fresh []string) {
+	wanted := make(map[string]bool, len(want))
+	for _, u := range want {
+		wanted[strings.ToLower(u)] = true
+	}
+	have := make(map[string]bool, len(current))
+	for _, u := range current {
+		have[strings.ToLower(u)] = true
+		if !wanted[strings.ToLower(u)] {
+			gone = append(gone, u)
+		}
+	}
+	for _, u := range want {
+		if !have[strings.ToLower(u)] {
+			fresh = append(fresh, u)
+		}
+	}
+	return sortedSet(append(slices.Clone(gone), fresh...)), gone, fresh
+}
+
+// Group reads gid: its rule when it is dynamic, and its member count. A gid that never
+// had members nor a rule is not_found.
+func (s *Store) Group(ctx context.Context, gid string) (taskd.Group, error) {
+	g := taskd.Group{GID: gid}
+	var sel, ver sql.NullString
+	err := s.db.QueryRowContext(ctx, `SELECT g.dynamic, g.selector, g.agent_version,
+		(SELECT COUNT(*) FROM group_member m WHERE m.gid = g.gid) FROM member_group g WHERE g.gid = ?`, gid).
+		Scan(&g.Dynamic, &sel, &ver, &g.Members)
+	if errors.Is(err, sql.ErrNoRows) {
+		return g, taskd.Errorf(taskd.CodeNotFound, "group %s not found", gid)
+	}
+	g.Selector, g.AgentVersion = sel.String, ver.String
+	return g, mysqlErr("group", err)
+}
+
+// DeleteGroup removes gid's members and its rule, and returns the uids removed, sorted.
+// Tasks that target it stay, with nobody to go to.
+func (s *Store) DeleteGroup(ctx context.Context, actor, gid string, now time.Time) ([]string, error) {
+	var removed []string
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var dynamic bool
+		err := tx.QueryRowContext(ctx, "SELECT dynamic FROM member_group WHERE gid = ? FOR UPDATE", gid).Scan(&dynamic)
+		if errors.Is(err, sql.ErrNoRows) {
+			return taskd.Errorf(taskd.CodeNotFound, "group %s not found", gid)
+		}
+		if err != nil {
+			return err
+		}
+		if removed, err = members(ctx, tx, gid); err != nil {
+			return err
+		}
+		s.between(ctx, "group_member.write")
+		if err := writeMembers(ctx, tx, gid, removed, true, now); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, "DELETE FROM member_group WHERE gid = ?", gid); err != nil {
+			return err
+		}
+		if err := noteHeapChanges(ctx, tx, now, userTargets(removed)...); err != nil {
+			return err
+		}
+		return audit(ctx, tx, actor, "group.delete", "group:"+gid, map[string]any{"uids": removed, "dynamic": dynamic}, nil, now)
+	})
+	return sortedSet(removed), mysqlErr("delete group", err)
+}
+
+// SyncAgentGroups stores uid's report a and makes uid a member of exactly the dynamic
+// groups whose rule it matches (matches says), in one transaction holding the dynamic
+// groups' rows in share mode. It reports whether a membership changed; the change is
+// noted in the heap-change feed in the same transaction.
+func (s *Store) SyncAgentGroups(ctx context.Context, uid string, a taskd.AgentInfo,
+	matches func(taskd.DynamicGroup, taskd.AgentInfo) bool, now time.Time) (bool, error) {
+	var changed bool
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, "SELECT gid, selector, agent_version FROM member_group WHERE dynamic ORDER BY gid LOCK IN SHARE MODE")
+		if err != nil {
+			return err
+		}
+		want := map[string]bool{}
+		for rows.Next() {
+			var gid string
+			var sel, ver sql.NullString
+			if err := rows.Scan(&gid, &sel, &ver); err != nil {
+				rows.Close()
+				return err
+			}
+			want[gid] = matches(taskd.DynamicGroup{Selector: sel.String, AgentVersion: ver.String}, a)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO client_agent (uid, last_seen, version, hostname, labels) VALUES (?, ?, ?, ?, ?)
+			ON DUPLICATE KEY UPDATE version = VALUES(version), hostname = VALUES(hostname), labels = VALUES(labels),
+			last_seen = GREATEST(last_seen, VALUES(last_seen))`, uid, now, a.Version, a.Hostname, a.LabelsJSON()); err != nil {
+			return err
+		}
+		if len(want) == 0 {
+			return nil
+		}
+		rows, err = tx.QueryContext(ctx, `SELECT m.gid FROM group_member m JOIN member_group g ON g.gid = m.gid AND g.dynamic
+			WHERE m.uid = ?`, uid)
+		if err != nil {
+			return err
+		}
+		have := map[string]bool{}
+		for rows.Next() {
+			var gid string
+			if err := rows.Scan(&gid); err != nil {
+				rows.Close()
+				return err
+			}
+			have[gid] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, gid := range slices.Sorted(maps.Keys(want)) {
+			if want[gid] == have[gid] {
+				continue
+			}
+			if err := writeMembers(ctx, tx, gid, []string{uid}, !want[gid], now); err != nil {
+				return err
+			}
+			changed = true
+		}
+		if !changed {
+			return nil
+		}
+		return noteHeapChanges(ctx, tx, now, taskd.UserExecutor(uid))
+	})
+	return changed, mysqlErr("sync agent groups", err)
 }

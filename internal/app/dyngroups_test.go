@@ -1,0 +1,86 @@
+package app_test
+
+import (
+	"testing"
+	"time"
+)
+
+// fetchAs fetches on instance i as key, reporting agent, completes what it was handed
+// and returns its task ("" for none).
+func (e *env) fetchAs(i int, key string, agent map[string]any) string {
+	e.t.Helper()
+	code, out := e.do(i, "POST", "/v1/fetch", key, map[string]any{"agent": agent})
+	if code != 200 {
+		e.t.Fatalf("fetch: %d %v", code, out)
+	}
+	t, ok := out["task"].(map[string]any)
+	if !ok {
+		return ""
+	}
+	if code, out := e.complete(i, key, t["log_id"].(string), "success"); code != 200 {
+		e.t.Fatalf("complete: %d %v", code, out)
+	}
+	return t["task_id"].(string)
+}
+
+// A dynamic group's task reaches exactly the agents whose report matches its rule, in
+// the very fetch that reports it, across two instances, with the quota exact; a report
+// that stops matching takes nothing new of the group; the members are the server's.
+func TestDynamicGroupFollowsReports(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2)
+	k1, k2, k3, k4 := e.key("d1"), e.key("d2"), e.key("d3"), e.key("d4")
+	out := e.expect("PUT", "/v1/admin/groups/prod", map[string]any{"selector": "env=prod,!canary", "agent_version": ">=1.4.0 <2"}, 200, "")
+	if out["dynamic"] != true || out["members"] != float64(0) || out["selector"] != "env=prod,!canary" {
+		t.Fatalf("PUT: %v", out)
+	}
+	if w, _ := out["warnings"].([]any); len(w) != 1 || w[0].(map[string]any)["code"] != "empty_group" {
+		t.Fatalf("a rule that matches nobody: warnings %v", out["warnings"])
+	}
+	first := e.task("once", map[string]any{"executor": "gid_prod", "start_time": ts(t0), "dispatch_times": 2})
+
+	prod := map[string]any{"version": "1.5.0", "labels": map[string]string{"env": "prod"}}
+	if got := e.fetchAs(0, k1, prod); got != first {
+		t.Fatalf("a matching agent's first fetch: %q, want %s", got, first)
+	}
+	if got := e.fetchAs(1, k2, map[string]any{"version": "1.5.0", "labels": map[string]string{"env": "dev"}}); got != "" {
+		t.Fatalf("a dev agent: %q", got)
+	}
+	if got := e.fetchAs(1, k3, map[string]any{"version": "2.0.0", "labels": map[string]string{"env": "prod"}}); got != "" {
+		t.Fatalf("an agent of another major version: %q", got)
+	}
+	if got := e.fetchAs(1, k4, map[string]any{"version": "1.4.0", "labels": map[string]string{"env": "prod", "tier": "db"}}); got != first {
+		t.Fatalf("a second matching agent, on the other instance: %q, want %s", got, first)
+	}
+	g := e.expect("GET", "/v1/admin/groups/prod", nil, 200, "")
+	if g["members"] != float64(2) {
+		t.Fatalf("GET: %v", g)
+	}
+	// The quota of 2 is spent: a third match gets nothing of it.
+	if got := e.fetchAs(0, k2, prod); got != "" {
+		t.Fatalf("a third match, quota 2: %q", got)
+	}
+
+	// d1 becomes a canary: from its next fetch on, nothing new of the group.
+	second := e.task("once", map[string]any{"executor": "gid_prod", "start_time": ts(t0.Add(time.Minute))})
+	e.clock.Advance(2 * time.Minute)
+	if got := e.fetchAs(0, k1, map[string]any{"version": "1.5.0", "labels": map[string]string{"env": "prod", "canary": "yes"}}); got != "" {
+		t.Fatalf("an agent that stopped matching: %q", got)
+	}
+	if got := e.fetchAs(1, k4, nil); got != second {
+		t.Fatalf("a member's next fetch, without a report: %q, want %s", got, second)
+	}
+
+	// Its members are the server's to keep; its rule is the admin's.
+	e.expect("POST", "/v1/admin/groups/prod/members", map[string]any{"uids": []string{"d1"}}, 409, "conflict")
+	e.expect("PUT", "/v1/admin/groups/prod/members", map[string]any{"uids": []string{"d1"}}, 409, "conflict")
+	e.expect("DELETE", "/v1/admin/groups/prod/members/d4", nil, 409, "conflict")
+	e.expect("PUT", "/v1/admin/groups/prod", map[string]any{"selector": "env in (prod"}, 400, "invalid_argument")
+	e.expect("PUT", "/v1/admin/groups/prod", map[string]any{}, 400, "invalid_argument")
+	e.expect("PUT", "/v1/admin/groups/prod", map[string]any{"agent_version": ">=2"}, 200, "")
+	if g := e.expect("GET", "/v1/admin/groups/prod", nil, 200, ""); g["members"] != float64(1) || g["selector"] != nil {
+		t.Fatalf("after a new rule (d3 only): %v", g)
+	}
+	e.expect("DELETE", "/v1/admin/groups/prod", nil, 204, "")
+	e.expect("GET", "/v1/admin/groups/prod", nil, 404, "not_found")
+}

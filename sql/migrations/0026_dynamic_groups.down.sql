@@ -1,0 +1,1 @@
+ALTER TABLE member_group DROP KEY idx_dynamic, DROP COLUMN agent_version, DROP COLUMN selector, DROP COLUMN dynamic;
