@@ -37,6 +37,7 @@ func TestDynamicGroupFollowsReports(t *testing.T) {
 	if w, _ := out["warnings"].([]any); len(w) != 1 || w[0].(map[string]any)["code"] != "empty_group" {
 		t.Fatalf("a rule that matches nobody: warnings %v", out["warnings"])
 	}
+	conforms(t, "Group", out)
 	first := e.task("once", map[string]any{"executor": "gid_prod", "start_time": ts(t0), "dispatch_times": 2})
 
 	prod := map[string]any{"version": "1.5.0", "labels": map[string]string{"env": "prod"}}
@@ -56,6 +57,7 @@ func TestDynamicGroupFollowsReports(t *testing.T) {
 	if g["members"] != float64(2) {
 		t.Fatalf("GET: %v", g)
 	}
+	conforms(t, "Group", g)
 	// The quota of 2 is spent: a third match gets nothing of it.
 	if got := e.fetchAs(0, k2, prod); got != "" {
 		t.Fatalf("a third match, quota 2: %q", got)
