@@ -53,9 +53,18 @@ func (s *Service) TaskWarnings(ctx context.Context, t taskd.Task) ([]Warning, er
 		if err != nil {
 			return nil, err
 		}
+		g, err := s.store.Group(ctx, e.ID)
+		if err != nil && taskd.ErrorCode(err) != taskd.CodeNotFound { // a group that never had members nor a rule
+			return nil, err
+		}
 		switch {
+		case len(members) == 0 && g.Dynamic:
+			out = append(out, Warning{WarnEmptyGroup, fmt.Sprintf("%s is dynamic and no client's latest report matches its rule yet: nobody is offered this task until an agent that matches fetches", t.Executor)})
 		case len(members) == 0:
 			out = append(out, Warning{WarnEmptyGroup, fmt.Sprintf("%s has no members: nobody is offered this task until members are added (PUT /v1/admin/groups/%s/members)", t.Executor, e.ID)})
+		case g.Dynamic:
+			// Its members follow the agents' reports: today's count says little of the
+			// quota an occurrence will see.
 		case t.DispatchTimes != taskd.Unlimited && t.Mode == taskd.ModeOncePerUser && t.DispatchTimes > len(members):
 			out = append(out, Warning{WarnQuotaExceedsGroup, fmt.Sprintf("dispatch_times %d is more than the %d members of %s: once per user, at most %d of each occurrence's slots can be taken", t.DispatchTimes, len(members), t.Executor, len(members))})
 		}

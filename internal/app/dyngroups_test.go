@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -85,4 +86,24 @@ func TestDynamicGroupFollowsReports(t *testing.T) {
 	}
 	e.expect("DELETE", "/v1/admin/groups/prod", nil, 204, "")
 	e.expect("GET", "/v1/admin/groups/prod", nil, 404, "not_found")
+}
+
+// A task for a dynamic group is warned about as one: nobody matches yet, and its
+// member count says nothing of the quota.
+func TestDynamicGroupTaskWarnings(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	e.expect("PUT", "/v1/admin/groups/dw", map[string]any{"selector": "env=prod"}, 200, "")
+	out := e.admin("POST", "/v1/admin/tasks/once", map[string]any{"template_id": e.template(), "params": map[string]any{},
+		"executor": "gid_dw", "start_time": ts(t0), "dispatch_times": 5})
+	w, _ := out["warnings"].([]any)
+	if len(w) != 1 || w[0].(map[string]any)["code"] != "empty_group" || !strings.Contains(w[0].(map[string]any)["message"].(string), "dynamic") {
+		t.Fatalf("a task for an empty dynamic group: %v", out["warnings"])
+	}
+	e.fetchAs(0, e.key("dw1"), map[string]any{"version": "1", "labels": map[string]string{"env": "prod"}})
+	out = e.admin("POST", "/v1/admin/tasks/once", map[string]any{"template_id": e.template(), "params": map[string]any{},
+		"executor": "gid_dw", "start_time": ts(t0), "dispatch_times": 5})
+	if out["warnings"] != nil {
+		t.Fatalf("a quota above a dynamic group's members today: %v", out["warnings"])
+	}
 }
