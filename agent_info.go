@@ -132,6 +132,9 @@ type ClientFilter struct {
 	Labels     map[string]string
 	SeenBefore *time.Time
 	SeenAfter  *time.Time
+	// Matches, when set, keeps the clients whose latest report it accepts (a dynamic
+	// group's rule: internal/targeting).
+	Matches func(AgentInfo) bool
 }
 
 // GroupSummary is one group as GET /v1/admin/groups lists it: its members, and how

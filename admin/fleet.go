@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/internal/targeting"
 )
 
 // The fleet: the clients (uids with keys, settings or polls) with when they last polled
@@ -29,16 +30,23 @@ func (s *Service) VersionStats(ctx context.Context, from, to time.Time) ([]taskd
 	return s.store.VersionStats(ctx, from, to)
 }
 
-// ListClients is GET /v1/admin/clients?group=&label=key=value&seen_before=&seen_after=&limit=&cursor=.
-// label may repeat: a client has every label given.
+// ListClients is GET /v1/admin/clients?group=&label=key=value&selector=&agent_version=&seen_before=&seen_after=&limit=&cursor=.
+// label may repeat: a client has every label given; selector and agent_version are a
+// dynamic group's rule (the clients whose latest report matches).
 func (h *Handlers) ListClients() http.Handler {
 	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
 		q := r.URL.Query()
 		var f taskd.ClientFilter
-		err := known(q, "group", "label", "seen_before", "seen_after", "limit", "cursor")
+		err := known(q, "group", "label", "selector", "agent_version", "seen_before", "seen_after", "limit", "cursor")
 		if err == nil && q.Get("group") != "" {
 			f.Group = q.Get("group")
 			err = bareID("group", f.Group)
+		}
+		if rule := (taskd.DynamicGroup{Selector: q.Get("selector"), AgentVersion: q.Get("agent_version")}); err == nil && rule != (taskd.DynamicGroup{}) {
+			var r targeting.Rule
+			if r, err = targeting.Parse(rule); err == nil {
+				f.Matches = r.Matches
+			}
 		}
 		for _, l := range q["label"] {
 			if err != nil {

@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -106,4 +107,33 @@ func TestDynamicGroupTaskWarnings(t *testing.T) {
 	if out["warnings"] != nil {
 		t.Fatalf("a quota above a dynamic group's members today: %v", out["warnings"])
 	}
+}
+
+// The clients list filters by a rule as a dynamic group does.
+func TestClientsBySelector(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	for uid, agent := range map[string]map[string]any{
+		"s1": {"version": "1.5.0", "labels": map[string]string{"env": "prod"}},
+		"s2": {"version": "2.0.0", "labels": map[string]string{"env": "prod", "canary": "yes"}},
+		"s3": {"version": "1.0.0", "labels": map[string]string{"env": "dev"}},
+	} {
+		e.fetchAs(0, e.key(uid), agent)
+	}
+	e.key("s4") // never reported
+	for query, want := range map[string][]string{
+		"selector=env%3Dprod":                           {"s1", "s2"},
+		"selector=env%3Dprod,!canary":                   {"s1"},
+		"agent_version=%3C2":                            {"s1", "s3"},
+		"selector=env+notin+(prod)&agent_version=1.0.0": {"s3"},
+	} {
+		if got := uidsOf(t, e.admin("GET", "/v1/admin/clients?limit=1&"+query, nil)); len(got) != 1 || got[0] != want[0] {
+			t.Errorf("%s, first page of one: %v, want %v", query, got, want[:1])
+		}
+		if got := uidsOf(t, e.admin("GET", "/v1/admin/clients?"+query, nil)); !slices.Equal(got, want) {
+			t.Errorf("%s: %v, want %v", query, got, want)
+		}
+	}
+	e.expect("GET", "/v1/admin/clients?selector=env+in+(prod", nil, 400, "invalid_argument")
+	e.expect("GET", "/v1/admin/clients?agent_version=newest", nil, 400, "invalid_argument")
 }

@@ -67,8 +67,41 @@ func (s *Store) SaveSightings(ctx context.Context, batch []taskd.Sighting) error
 
 // ListClients lists the clients f selects in uid order, after uid after, up to limit,
 // and whether there are more. A client is a uid with a client key (live or revoked),
-// settings, or a recorded poll.
+// settings, or a recorded poll. f.Matches, a rule over reports, is applied as the rows
+// are read, in pages of clientsRead: a rare match may read the whole fleet.
 func (s *Store) ListClients(ctx context.Context, f taskd.ClientFilter, after string, limit int) ([]taskd.Client, bool, error) {
+	var out []taskd.Client
+	for {
+		n := limit + 1
+		if f.Matches != nil {
+			n = max(n, clientsRead)
+		}
+		page, err := s.readClients(ctx, f, after, n)
+		if err != nil {
+			return nil, false, err
+		}
+		for _, c := range page {
+			if f.Matches == nil || c.Agent != nil && f.Matches(*c.Agent) {
+				out = append(out, c)
+			}
+		}
+		if len(out) > limit || len(page) < n {
+			break
+		}
+		after = page[len(page)-1].UID
+	}
+	more := len(out) > limit
+	if more {
+		out = out[:limit]
+	}
+	return out, more, nil
+}
+
+// clientsRead is how many clients a filtered list reads at a time.
+const clientsRead = 500
+
+// readClients reads up to n clients f's SQL conditions select, after uid after.
+func (s *Store) readClients(ctx context.Context, f taskd.ClientFilter, after string, n int) ([]taskd.Client, error) {
 	var where []string
 	var args []any
 	// The cursor is pushed into each source, so a page reads from the cursor on.
@@ -94,7 +127,7 @@ func (s *Store) ListClients(ctx context.Context, f taskd.ClientFilter, after str
 	if len(where) > 0 {
 		cond = " WHERE " + strings.Join(where, " AND ")
 	}
-	args = append(args, limit+1)
+	args = append(args, n)
 	rows, err := s.db.QueryContext(ctx, `SELECT u.uid, a.last_seen, a.version, a.hostname, a.labels,
 		(SELECT COUNT(*) FROM client_key k WHERE k.uid = u.uid AND k.revoked_at IS NULL),
 		(SELECT COUNT(*) FROM dispatch d WHERE d.open_uid = u.uid),
@@ -105,7 +138,7 @@ func (s *Store) ListClients(ctx context.Context, f taskd.ClientFilter, after str
 		LEFT JOIN client_setting c ON c.uid = u.uid`+cond+`
 		ORDER BY u.uid LIMIT ?`, append([]any{taskd.DefaultMaxInFlight}, args...)...)
 	if err != nil {
-		return nil, false, mysqlErr("list clients", err)
+		return nil, mysqlErr("list clients", err)
 	}
 	defer rows.Close()
 	var out []taskd.Client
@@ -114,21 +147,14 @@ func (s *Store) ListClients(ctx context.Context, f taskd.ClientFilter, after str
 		var seen sql.NullTime
 		var version, host, labels sql.NullString
 		if err := rows.Scan(&c.UID, &seen, &version, &host, &labels, &c.Keys, &c.Open, &c.MaxInFlight); err != nil {
-			return nil, false, mysqlErr("list clients", err)
+			return nil, mysqlErr("list clients", err)
 		}
 		if c.LastSeen, c.Agent, err = agentOf(seen, version, host, labels); err != nil {
-			return nil, false, fmt.Errorf("client %s: %w", c.UID, err)
+			return nil, fmt.Errorf("client %s: %w", c.UID, err)
 		}
 		out = append(out, c)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, false, mysqlErr("list clients", err)
-	}
-	more := len(out) > limit
-	if more {
-		out = out[:limit]
-	}
-	return out, more, nil
+	return out, mysqlErr("list clients", rows.Err())
 }
 
 // agentOf reads a client_agent row's columns (all NULL: no row).
