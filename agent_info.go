@@ -137,13 +137,17 @@ type ClientFilter struct {
 	Matches func(AgentInfo) bool
 }
 
-// GroupSummary is one group as GET /v1/admin/groups lists it: its members, and how
-// many active or paused tasks target it (a group with tasks and no members is where
-// tasks go nowhere).
+// GroupSummary is one group as GET /v1/admin/groups lists it: its members, how many
+// active or paused tasks target it (a group with tasks and no members is where tasks
+// go nowhere), and its rule when it is dynamic.
 type GroupSummary struct {
 	GID     string `json:"gid"`
 	Members int    `json:"members"`
 	Tasks   int    `json:"tasks"`
+	// Dynamic, Selector and AgentVersion: a dynamic group's rule (taskd.Group).
+	Dynamic      bool   `json:"dynamic"`
+	Selector     string `json:"selector,omitempty"`
+	AgentVersion string `json:"agent_version,omitempty"`
 }
 
 // VersionStats is what the dispatches of the uids whose agents report one version did

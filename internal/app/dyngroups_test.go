@@ -137,3 +137,20 @@ func TestClientsBySelector(t *testing.T) {
 	e.expect("GET", "/v1/admin/clients?selector=env+in+(prod", nil, 400, "invalid_argument")
 	e.expect("GET", "/v1/admin/clients?agent_version=newest", nil, 400, "invalid_argument")
 }
+
+// The groups list shows a dynamic group, members or not, with its rule.
+func TestGroupsListShowsRules(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	e.expect("PUT", "/v1/admin/groups/gl", map[string]any{"selector": "env=prod"}, 200, "")
+	out := e.admin("GET", "/v1/admin/groups", nil)
+	gs := out["groups"].([]any)
+	if len(gs) != 1 {
+		t.Fatalf("groups: %v", out)
+	}
+	g := gs[0].(map[string]any)
+	if g["gid"] != "gl" || g["dynamic"] != true || g["selector"] != "env=prod" || g["members"] != float64(0) {
+		t.Fatalf("a dynamic group without members: %v", g)
+	}
+	conforms(t, "GroupSummary", g)
+}

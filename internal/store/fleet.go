@@ -183,11 +183,14 @@ func (s *Store) ListGroups(ctx context.Context, after string, limit int) ([]task
 	rows, err := s.db.QueryContext(ctx, `SELECT g.gid,
 		(SELECT COUNT(*) FROM group_member m WHERE m.gid = g.gid),
 		(SELECT COUNT(*) FROM task_once t WHERE t.executor = CONCAT('gid_', g.gid) AND t.status IN (1, 2)) +
-		(SELECT COUNT(*) FROM task_rotate t WHERE t.executor = CONCAT('gid_', g.gid) AND t.status IN (1, 2))
+		(SELECT COUNT(*) FROM task_rotate t WHERE t.executor = CONCAT('gid_', g.gid) AND t.status IN (1, 2)),
+		COALESCE(r.dynamic, 0), COALESCE(r.selector, ''), COALESCE(r.agent_version, '')
 		FROM (SELECT gid FROM group_member WHERE gid > ?
+			UNION SELECT gid FROM member_group WHERE dynamic AND gid > ?
 			UNION SELECT SUBSTRING(executor, 5) FROM task_once WHERE executor LIKE 'gid\_%' AND status IN (1, 2) AND SUBSTRING(executor, 5) > ?
 			UNION SELECT SUBSTRING(executor, 5) FROM task_rotate WHERE executor LIKE 'gid\_%' AND status IN (1, 2) AND SUBSTRING(executor, 5) > ?) g
-		ORDER BY g.gid LIMIT ?`, after, after, after, limit+1)
+		LEFT JOIN member_group r ON r.gid = g.gid
+		ORDER BY g.gid LIMIT ?`, after, after, after, after, limit+1)
 	if err != nil {
 		return nil, false, mysqlErr("list groups", err)
 	}
@@ -195,7 +198,7 @@ func (s *Store) ListGroups(ctx context.Context, after string, limit int) ([]task
 	var out []taskd.GroupSummary
 	for rows.Next() {
 		var g taskd.GroupSummary
-		if err := rows.Scan(&g.GID, &g.Members, &g.Tasks); err != nil {
+		if err := rows.Scan(&g.GID, &g.Members, &g.Tasks, &g.Dynamic, &g.Selector, &g.AgentVersion); err != nil {
 			return nil, false, mysqlErr("list groups", err)
 		}
 		out = append(out, g)
