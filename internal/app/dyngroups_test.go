@@ -3,6 +3,7 @@ package app_test
 import (
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -153,4 +154,65 @@ func TestGroupsListShowsRules(t *testing.T) {
 		t.Fatalf("a dynamic group without members: %v", g)
 	}
 	conforms(t, "GroupSummary", g)
+}
+
+// Agents that report at once, through two instances, join a dynamic group in the
+// fetches that report: its task's quota, and a rollout's phase cap on another, are
+// exact, and only matching agents get either.
+func TestDynamicGroupQuotaAndRolloutUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2)
+	e.expect("PUT", "/v1/admin/groups/cc", map[string]any{"selector": "env=prod"}, 200, "")
+	quota := e.task("once", map[string]any{"executor": "gid_cc", "start_time": ts(t0.Add(-time.Minute)), "dispatch_times": 6})
+	phased := e.task("once", map[string]any{"executor": "gid_cc", "start_time": ts(t0.Add(-time.Minute)), "dispatch_times": 20,
+		"rollout": map[string]any{"phases": []any{map[string]any{"count": 2}, map[string]any{"percent": 100}}, "advance": "manual"}})
+	const n = 30
+	keys := make([]string, n)
+	for i := range keys {
+		k, err := e.apps[0].Keys.Issue(t.Context(), "test", uidN(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys[i] = k
+	}
+	env := func(i int) string { // every third agent is in dev
+		if i%3 == 0 {
+			return "dev"
+		}
+		return "prod"
+	}
+	var mu sync.Mutex
+	got := map[string][]int{}
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		wg.Go(func() {
+			agent := map[string]any{"version": "1.0.0", "labels": map[string]string{"env": env(i)}}
+			for range 3 { // a fetch may hand out the one task; the next ones the other
+				code, out := e.do(i%2, "POST", "/v1/fetch", k, map[string]any{"agent": agent, "max": 2})
+				if code != 200 {
+					t.Errorf("fetch %d: %d %v", i, code, out)
+					return
+				}
+				for _, tk := range out["tasks"].([]any) {
+					tm := tk.(map[string]any)
+					mu.Lock()
+					got[tm["task_id"].(string)] = append(got[tm["task_id"].(string)], i)
+					mu.Unlock()
+					e.complete(i%2, k, tm["log_id"].(string), "success")
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(got[quota]) != 6 || len(got[phased]) != 2 {
+		t.Fatalf("dispatched: %d of the quota's 6, %d of the phase's 2 (%v)", len(got[quota]), len(got[phased]), got)
+	}
+	for task, who := range got {
+		for _, i := range who {
+			if env(i) != "prod" {
+				t.Errorf("%s went to agent %d, in dev", task, i)
+			}
+		}
+	}
+	e.checkClaims()
 }
