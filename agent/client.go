@@ -186,7 +186,7 @@ func (a *Agent) reenroll(ctx context.Context, gen int, refused error) error {
 		return &fatalError{fmt.Errorf("the client key was refused right after enrolling: %w", refused)}
 	}
 	a.log.Warn("client key refused; enrolling again", "component", "agent", "uid", a.cfg.UID)
-	if !sleep(ctx, rand.N(a.jitter())) {
+	if !sleep(ctx, rand.N(a.jitter()+1)) {
 		return ctx.Err()
 	}
 	return a.enroll(ctx)
