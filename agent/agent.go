@@ -170,7 +170,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
-	desc, err := describe(cfg, cfg.Labels)
+	desc, err := describe(cfg.Version, hostname(cfg), cfg.Labels)
 	if err != nil {
 		return nil, err
 	}

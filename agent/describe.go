@@ -32,18 +32,25 @@ const (
 	maxLabels  = wire.MaxAgentLabels - 3
 )
 
-// describe is the agent object cfg makes, with the SDK's own labels.
-func describe(cfg Config, labels map[string]string) (wire.Agent, error) {
-	d := wire.Agent{Version: cfg.Version, Hostname: cfg.Hostname, Labels: map[string]string{}}
-	switch d.Hostname {
+// hostname is the hostname cfg reports: Config.Hostname, else the machine's name
+// unless the server would refuse it (then none).
+func hostname(cfg Config) string {
+	switch cfg.Hostname {
 	case NoHostname:
-		d.Hostname = ""
+		return ""
 	case "":
-		// The machine's name, unless the server would refuse it (then none).
 		if h, err := os.Hostname(); err == nil && (wire.Agent{Hostname: h}).Check() == nil {
-			d.Hostname = h
+			return h
 		}
+		return ""
 	}
+	return cfg.Hostname
+}
+
+// describe is the agent object of version, host and labels, with the SDK's own
+// labels.
+func describe(version, host string, labels map[string]string) (wire.Agent, error) {
+	d := wire.Agent{Version: version, Hostname: host, Labels: map[string]string{}}
 	if err := checkLabels(labels); err != nil {
 		return wire.Agent{}, err
 	}
@@ -101,15 +108,15 @@ func sdkVersion() string {
 }
 
 // SetLabels replaces the labels of Config.Labels (the agent's own stay): a running
-// agent sends them on its next fetch. It refuses what New would.
+// agent sends them on its next fetch. It refuses what New would. It is safe to call
+// while Run runs.
 func (a *Agent) SetLabels(labels map[string]string) error {
-	d, err := describe(a.cfg, labels)
+	a.descMu.Lock()
+	defer a.descMu.Unlock()
+	d, err := describe(a.desc.Version, a.desc.Hostname, labels)
 	if err != nil {
 		return err
 	}
-	a.descMu.Lock()
-	defer a.descMu.Unlock()
-	d.Hostname = a.desc.Hostname // looked up once, at New
 	if !maps.Equal(d.Labels, a.desc.Labels) {
 		a.desc = d
 		a.descGen++
