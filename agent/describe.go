@@ -26,11 +26,12 @@ const (
 	labelSDKVersion = reservedPrefix + "sdk-version"
 	labelOS         = reservedPrefix + "os"
 	labelArch       = reservedPrefix + "arch"
-	// NoHostname, as Config.Hostname, reports no hostname.
-	NoHostname = "-"
-	sdkModule  = "github.com/taskpull/taskd"
-	maxLabels  = wire.MaxAgentLabels - 3
+	sdkModule       = "github.com/taskpull/taskd"
+	maxLabels       = wire.MaxAgentLabels - 3
 )
+
+// NoHostname, as Config.Hostname, reports no hostname.
+const NoHostname = "-"
 
 // hostname is the hostname cfg reports: Config.Hostname, else the machine's name
 // unless the server would refuse it (then none).
