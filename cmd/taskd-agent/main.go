@@ -132,9 +132,9 @@ func newRunFlags(c *runConfig, getenv func(string) string, out io.Writer) *flag.
 	fs.BoolVar(&c.once, "once", false, "take what is due now, run it, and exit 0 when nothing is left")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9102; empty: none)")
 	c.labels = labelFlag{env: getenv("TASKD_LABELS")}
-	fs.Var(&c.labels, "label", "a label the server shows for this agent, key=value; repeat for more [TASKD_LABELS=\"k=v,k2=v2\"] (the flags replace the environment's)")
-	fs.StringVar(&c.labelFile, "label-file", env("TASKD_LABEL_FILE", ""), "a file of labels, key=value a line (# comments), added to -label's; read again on SIGHUP [TASKD_LABEL_FILE]")
-	fs.StringVar(&c.agentVersion, "agent-version", env("TASKD_AGENT_VERSION", ""), "the version the server shows for this agent, e.g. of what its command runs [TASKD_AGENT_VERSION]")
+	fs.Var(&c.labels, "label", "a label the server shows for this agent, `key=value`; repeat for more [TASKD_LABELS=\"k=v,k2=v2\"] (the flags replace the environment's)")
+	fs.StringVar(&c.labelFile, "label-file", env("TASKD_LABEL_FILE", ""), "a `file` of labels, key=value a line (# comments), added to -label's; read again on SIGHUP [TASKD_LABEL_FILE]")
+	fs.StringVar(&c.agentVersion, "agent-version", env("TASKD_AGENT_VERSION", ""), "the `version` the server shows for this agent, e.g. of what its command runs [TASKD_AGENT_VERSION]")
 	fs.StringVar(&c.hostname, "hostname", env("TASKD_HOSTNAME", ""), "the hostname the server shows (default: the machine's; - for none) [TASKD_HOSTNAME]")
 	return fs
 }
