@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/taskpull/taskd/agent/internal/wire"
 )
 
 // Config is an agent's settings. Settings left zero take the defaults given.
@@ -27,6 +29,20 @@ type Config struct {
 	// KeyFile, when set, keeps the enrolled key (mode 0600): read at start, written
 	// after each enrollment.
 	KeyFile string
+	// Version is the version of the program the agent runs in (e.g. "2.3.1"; at most
+	// 64 bytes), which the server shows per uid and counts dispatches by (GET
+	// /v1/admin/stats/agents). Empty: none.
+	Version string
+	// Hostname is the machine's name as the server shows it (default os.Hostname();
+	// NoHostname: none).
+	Hostname string
+	// Labels describe the agent to the server (site, rack, role...), where admins
+	// select clients by them: at most 29, keys 1..63 of [A-Za-z0-9._/-], values of at
+	// most 255 bytes. The agent adds three of its own, which a key of Labels may not
+	// name (New refuses the prefix taskd.dev/): taskd.dev/sdk-version (this module's
+	// version, when the binary says), taskd.dev/os and taskd.dev/arch (GOOS, GOARCH).
+	// SetLabels changes them while the agent runs.
+	Labels map[string]string
 	// Concurrency is how many tasks run at once (default 1, at most 100). The server's
 	// max_in_flight for the uid (default 1) bounds it too. A fetch asks for no more
 	// tasks than there are free slots, and the agent never runs more, whatever the
@@ -93,6 +109,10 @@ type Agent struct {
 	key      string
 	keyGen   int  // counts keys taken up
 	keyFresh bool // the key comes from an enrollment, and no request with it was accepted yet
+	// desc is what the agent reports of itself on fetch; descGen counts its changes.
+	descMu  sync.Mutex
+	desc    wire.Agent
+	descGen int
 	// enrollTimeout bounds one enrollment request: a server that never answers one is
 	// asked again, after a backoff, instead of hanging the agent.
 	enrollTimeout time.Duration
@@ -150,9 +170,14 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
+	desc, err := describe(cfg.Version, hostname(cfg), cfg.Labels)
+	if err != nil {
+		return nil, err
+	}
 	cfg.Templates = append([]int64(nil), cfg.Templates...)
+	cfg.Labels = nil // desc holds them
 	return &Agent{cfg: cfg, base: strings.TrimRight(cfg.URL, "/"), http: cfg.HTTPClient, log: cfg.Logger,
-		metrics: cfg.Metrics, key: cfg.Key, enrollTimeout: enrollTimeout}, nil
+		metrics: cfg.Metrics, key: cfg.Key, desc: desc, enrollTimeout: enrollTimeout}, nil
 }
 
 // jitter is the most a random start-up (or re-enrollment) wait lasts.

@@ -58,8 +58,9 @@ func statusOf(err error) int {
 // replyMeta is what a reply tells besides its body: when the request was sent (by the
 // agent's clock) and the server's Date.
 type replyMeta struct {
-	sent time.Time
-	date time.Time // zero when the reply had none
+	sent   time.Time
+	date   time.Time // zero when the reply had none
+	keyGen int       // the generation of the key the request was sent with (call)
 }
 
 // post sends body to path and decodes a 2xx reply into out. auth sends the key.
@@ -139,6 +140,7 @@ func (a *Agent) call(ctx context.Context, path string, body, out any) (replyMeta
 	for {
 		key, gen := a.currentKey()
 		meta, err := a.post(ctx, path, key, body, out)
+		meta.keyGen = gen
 		if statusOf(err) != http.StatusUnauthorized {
 			if err == nil {
 				a.keyWorked(gen)
@@ -186,7 +188,7 @@ func (a *Agent) reenroll(ctx context.Context, gen int, refused error) error {
 		return &fatalError{fmt.Errorf("the client key was refused right after enrolling: %w", refused)}
 	}
 	a.log.Warn("client key refused; enrolling again", "component", "agent", "uid", a.cfg.UID)
-	if !sleep(ctx, rand.N(a.jitter())) {
+	if !sleep(ctx, rand.N(a.jitter()+1)) {
 		return ctx.Err()
 	}
 	return a.enroll(ctx)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/taskpull/taskd/agent/agenttest"
 	"github.com/taskpull/taskd/agent/internal/contract"
+	"github.com/taskpull/taskd/agent/internal/wire"
 	"github.com/taskpull/taskd/internal/app"
 )
 
@@ -78,6 +79,11 @@ func (f *fakeContract) Expire(t *testing.T, logID string) {
 	}
 }
 
+func (f *fakeContract) Agent(t *testing.T, uid string) (wire.Agent, bool) {
+	a, ok := f.s.Agent(uid)
+	return wire.Agent{Version: a.Version, Hostname: a.Hostname, Labels: a.Labels}, ok
+}
+
 // realContract is a dispatchd as the suite's Server, its admin calls reporting to the
 // case's t.
 type realContract struct{ d *dispatchd }
@@ -134,4 +140,12 @@ func (r realContract) Campaign(t *testing.T, uid string, tpl int64, count int) i
 
 func (r realContract) Expire(t *testing.T, logID string) {
 	r.on(t).admin("POST", "/v1/admin/dispatches/"+logID+"/expire", nil)
+}
+
+func (r realContract) Agent(t *testing.T, uid string) (wire.Agent, bool) {
+	c, ok := r.on(t).listed(uid)
+	if !ok || c.Agent == nil {
+		return wire.Agent{}, false
+	}
+	return *c.Agent, true
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/taskpull/taskd/agent"
+	"github.com/taskpull/taskd/agent/internal/wire"
 	"github.com/taskpull/taskd/internal/app"
 	"github.com/taskpull/taskd/internal/clock"
 	"github.com/taskpull/taskd/internal/store"
@@ -42,6 +43,7 @@ type dispatchd struct {
 	URL    string
 	addr   string
 	srv    *httptest.Server
+	app    *app.App
 	client *http.Client
 }
 
@@ -74,6 +76,7 @@ func startDispatchd(t testing.TB, tweak func(*app.Config), wrap func(http.Handle
 
 func (d *dispatchd) serve(l net.Listener) {
 	a := app.New(d.cfg, app.Deps{Store: d.st, Redis: d.rdb, Clock: clock.Real{}, Log: d.log})
+	d.app = a
 	srv := httptest.NewUnstartedServer(d.wrap(a.Handler()))
 	srv.Listener.Close()
 	srv.Listener = l
@@ -161,6 +164,38 @@ func (d *dispatchd) task(uid string, tpl int64, fields map[string]any) string {
 func (d *dispatchd) key(uid string) string {
 	d.t.Helper()
 	return d.admin("POST", "/v1/admin/clients/"+uid+"/keys", nil)["client_key"].(string)
+}
+
+// fleetClient is a client as GET /v1/admin/clients lists it.
+type fleetClient struct {
+	UID   string      `json:"uid"`
+	Agent *wire.Agent `json:"agent"`
+}
+
+// listed is uid as GET /v1/admin/clients lists it, once the polls the server answered
+// are written (the fleet writes them every few seconds; this flushes them now).
+func (d *dispatchd) listed(uid string) (fleetClient, bool) {
+	d.t.Helper()
+	if err := d.app.Fleet.Flush(context.Background()); err != nil {
+		d.t.Fatalf("flush the fleet: %v", err)
+	}
+	q := url.Values{"limit": {"1000"}}
+	for {
+		out := d.admin("GET", "/v1/admin/clients?"+q.Encode(), nil)
+		b, _ := json.Marshal(out["clients"])
+		var cs []fleetClient
+		json.Unmarshal(b, &cs)
+		for _, c := range cs {
+			if c.UID == uid {
+				return c, true
+			}
+		}
+		next, _ := out["next_cursor"].(string)
+		if next == "" {
+			return fleetClient{}, false
+		}
+		q.Set("cursor", next)
+	}
 }
 
 // record is a dispatch record, as the admin API lists it.

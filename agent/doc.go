@@ -19,6 +19,17 @@
 //		return agent.Done(map[string]int{"pages": pages})
 //	}))
 //
+// # Describing the agent
+//
+// Each agent tells the server what it is, for the fleet view (GET /v1/admin/clients)
+// and the stats by version (GET /v1/admin/stats/agents): Config.Version (the
+// program's version), the hostname (os.Hostname unless Config.Hostname says
+// otherwise), Config.Labels, and three labels of its own: taskd.dev/sdk-version,
+// taskd.dev/os and taskd.dev/arch (a Config label may not take the taskd.dev/
+// prefix). The server keeps the latest per uid, so the description goes on the first
+// fetch of a Run and again only when it changed (Agent.SetLabels), when the fetch
+// that carried it failed, or after the agent enrolled again.
+//
 // # Outcomes
 //
 // A handler returns an Outcome: Done (success, with a detail), Fail (the server

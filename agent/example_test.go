@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"time"
 
 	"github.com/taskpull/taskd/agent"
@@ -42,6 +43,28 @@ func Example() {
 	// Output:
 	// crawling https://example.com/ attempt 1
 	// success {"pages":12}
+}
+
+// An agent says what it is: its program's version and labels, beside the hostname and
+// the labels the SDK adds (taskd.dev/os, taskd.dev/arch, taskd.dev/sdk-version). The
+// server shows them in GET /v1/admin/clients.
+func ExampleConfig_labels() {
+	srv := agenttest.NewServer()
+	defer srv.Close()
+	a, err := agent.New(agent.Config{URL: srv.URL, Key: srv.Key("host-17"), Once: true, StartupJitter: -1,
+		Version: "2.3.1", Labels: map[string]string{"site": "ams1", "rack": "r17"},
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		panic(err)
+	}
+	if err := a.Run(context.Background(), agent.HandlerFunc(func(ctx context.Context, t *agent.Task) agent.Outcome {
+		return agent.Done(nil)
+	})); err != nil {
+		panic(err)
+	}
+	info, _ := srv.Agent("host-17")
+	fmt.Println(info.Version, info.Labels["site"], info.Labels["rack"], info.Labels["taskd.dev/os"] == runtime.GOOS)
+	// Output: 2.3.1 ams1 r17 true
 }
 
 // A Mux routes tasks by template; an agent running one fetches only its templates.

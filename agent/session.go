@@ -48,8 +48,12 @@ type session struct {
 	away     bool
 	full     bool
 	pollGate time.Time // after a 429: no fetch or progress report before
-	fatal    error
-	wake     chan struct{}
+	// told is what the server was last told of the agent: the generation of its
+	// description and of the key a fetch carrying it was answered with (-1: nothing
+	// told yet). Only the fetch loop uses it.
+	told  struct{ desc, key int }
+	fatal error
+	wake  chan struct{}
 
 	handlers sync.WaitGroup
 	senders  sync.WaitGroup
@@ -63,6 +67,7 @@ func newSession(a *Agent, h Handler) *session {
 	s := &session{a: a, h: h, cfg: a.cfg, log: a.log, m: a.metrics, templates: a.cfg.Templates,
 		running: map[string]*run{}, finished: newRecent[*completion](recentSize),
 		permanent: newRecent[*completion](recentSize), wake: make(chan struct{}, 1)}
+	s.told.desc, s.told.key = -1, -1
 	if len(s.templates) == 0 {
 		if m, ok := h.(interface{ templates() []int64 }); ok {
 			s.templates = m.templates()
@@ -207,6 +212,12 @@ func (s *session) fetchLoop() {
 		if s.batch {
 			req.Max, req.TemplateIDs = &free, s.templates
 		}
+		desc, descGen := s.a.description()
+		if _, keyGen := s.a.currentKey(); descGen != s.told.desc || keyGen != s.told.key {
+			// Not told yet, changed since, or told under a key since replaced: after
+			// an enrollment the server is told again.
+			req.Agent = &desc
+		}
 		// A long poll only while nothing runs: a task finishing meanwhile would wait
 		// for it to end before its result went out. Only a long poll is cut short by
 		// a stop; a short fetch is let finish, so that no task it hands out is lost.
@@ -264,6 +275,9 @@ func (s *session) fetchLoop() {
 			continue
 		}
 		bo.reset()
+		if req.Agent != nil {
+			s.told.desc, s.told.key = descGen, meta.keyGen
+		}
 		if carried != nil {
 			s.acked(carried)
 		}

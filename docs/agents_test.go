@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -36,5 +37,34 @@ func TestAgentsGuideGoExampleBuilds(t *testing.T) {
 	cmd := exec.Command("go", "vet", "./"+filepath.Base(dir))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("the guide's Go agent does not build: %v\n%s", err, out)
+	}
+}
+
+// The guide's shell examples are run as pasted by cmd/taskd-agent's
+// TestGuideShellCommand: the taskd-agent command line (an indented block) and count.sh
+// (the one sh block). An example added beside them is run by no test; this says so.
+func TestAgentsGuideShellExamplesAreRun(t *testing.T) {
+	guide, err := os.ReadFile("AGENTS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fenced, indented int
+	inFence := false
+	prevBlank := true
+	for _, line := range strings.Split(string(guide), "\n") {
+		switch {
+		case strings.HasPrefix(line, "```"):
+			if !inFence && line != "```go" {
+				fenced++
+			}
+			inFence = !inFence
+		case !inFence && prevBlank && strings.HasPrefix(line, "    ") && strings.TrimSpace(line) != "":
+			indented++
+		}
+		prevBlank = strings.TrimSpace(line) == ""
+	}
+	if fenced != 1 || indented != 1 {
+		t.Errorf("AGENTS.md has %d fenced blocks besides Go and %d indented ones; TestGuideShellCommand runs one of each "+
+			"(count.sh and the taskd-agent command line): have a test run a new example as pasted", fenced, indented)
 	}
 }

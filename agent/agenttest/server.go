@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -126,6 +127,7 @@ type Server struct {
 	notBefore   map[Request]time.Time
 	early       int
 	completions []Completion
+	agents      map[string]wire.Agent // by uid: the latest a fetch reported
 	nextLog     int
 	// stopAfter, when set, is a task after whose first result nothing more is handed
 	// out (Do).
@@ -170,7 +172,7 @@ const maxWait = 30 * time.Second
 func NewServer() *Server {
 	s := &Server{EnrollSecret: "agenttest-enroll-secret", changed: make(chan struct{}), keys: map[string]string{},
 		maxInFlight: map[string]int{}, byID: map[string][]*occurrence{}, dispatches: map[string]*dispatch{},
-		counts: map[Request]int{}, notBefore: map[Request]time.Time{}}
+		counts: map[Request]int{}, notBefore: map[Request]time.Time{}, agents: map[string]wire.Agent{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/enroll", s.handleEnroll)
 	mux.HandleFunc("POST /v1/fetch", s.handleFetch)
@@ -318,6 +320,22 @@ func (s *Server) EarlyRetries() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.early
+}
+
+// AgentInfo is what an agent reported of itself on fetch.
+type AgentInfo struct {
+	Version  string
+	Hostname string
+	Labels   map[string]string
+}
+
+// Agent is the agent uid reported last, as GET /v1/admin/clients shows it; false when
+// no fetch of uid reported one.
+func (s *Server) Agent(uid string) (AgentInfo, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a, ok := s.agents[uid]
+	return AgentInfo{Version: a.Version, Hostname: a.Hostname, Labels: maps.Clone(a.Labels)}, ok
 }
 
 // Completions is every result taken, in order.
@@ -585,6 +603,12 @@ func (s *Server) handleFetch(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if req.Agent != nil {
+		if err := req.Agent.Check(); err != nil {
+			writeError(w, errorf(400, "invalid_argument", "%v", err))
+			return
+		}
+	}
 	var wait time.Duration
 	if req.WaitMS != nil {
 		if *req.WaitMS < 0 {
@@ -613,6 +637,12 @@ func (s *Server) handleFetch(w http.ResponseWriter, r *http.Request) {
 			}
 			if batch {
 				reply.Tasks = tasks // [] for none
+			}
+			if req.Agent != nil {
+				// As the server does: an answered fetch's agent is the uid's.
+				s.mu.Lock()
+				s.agents[uid] = *req.Agent
+				s.mu.Unlock()
 			}
 			writeJSON(w, 200, reply)
 			return

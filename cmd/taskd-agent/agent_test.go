@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -41,6 +42,9 @@ var binary = sync.OnceValues(func() (string, error) {
 	return path, nil
 })
 
+// newServerEnrollSecret is the enroll secret of newServer's servers.
+const newServerEnrollSecret = "an-enroll-secret-of-32-characters!"
+
 type server struct {
 	t   *testing.T
 	url string
@@ -50,7 +54,7 @@ func newServer(t *testing.T) *server {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
 	cfg := app.Config{RedisPrefix: prefix, CatchUp: time.Hour, AdminTokens: []string{adminToken},
-		EnrollSecret: "an-enroll-secret-of-32-characters!", MaxWait: time.Second, SweepInterval: 200 * time.Millisecond,
+		EnrollSecret: newServerEnrollSecret, MaxWait: time.Second, SweepInterval: 200 * time.Millisecond,
 		Node: "agent-test", RequestTimeout: time.Minute}
 	a := app.New(cfg, app.Deps{Store: testenv.Store(t), Redis: rdb, Clock: clock.Real{},
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -116,8 +120,10 @@ func (s *server) agentCmd(uid string, args ...string) *exec.Cmd {
 	}
 	key := s.admin("POST", "/v1/admin/clients/"+uid+"/keys", nil)["client_key"].(string)
 	// The key in the environment, as the guide says: on the command line ps shows it.
+	// The PATH is the test's: the binary is not in it, as taskd-agent need not be
+	// installed for its commands to call it.
 	cmd := exec.Command(bin, append([]string{"run", "-url", s.url}, args...)...)
-	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"), "TASKD_KEY="+key)
+	cmd.Env = append(os.Environ(), "TASKD_KEY="+key)
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	s.t.Cleanup(func() {
@@ -235,9 +241,12 @@ func TestTimeoutKillsTheProcessGroup(t *testing.T) {
 	waitFor(t, "the command's background child is gone", func() bool { return child > 0 && syscall.Kill(child, 0) != nil })
 }
 
-// The shell command of docs/AGENTS.md, run as the guide says: it saves a checkpoint
-// after each step through `taskd-agent progress` and reports its result in
-// $TASKD_RESULT.
+// The guide's command line and shell command (docs/AGENTS.md), run as pasted: the
+// line's flags as written, but for what names the reader's site (the server's URL,
+// the enroll secret's and the key's files), and -once so that it ends; count.sh saves
+// a checkpoint after each step through `taskd-agent progress` (with taskd-agent not
+// installed in the PATH) and reports its result in $TASKD_RESULT; the labels and
+// version of the line reach the fleet view.
 func TestGuideShellCommand(t *testing.T) {
 	t.Parallel()
 	if _, err := exec.LookPath("jq"); err != nil {
@@ -253,23 +262,73 @@ func TestGuideShellCommand(t *testing.T) {
 	}
 	script := guide[start+len("```sh\n"):]
 	script = script[:bytes.Index(script, []byte("```"))]
-	path := filepath.Join(t.TempDir(), "count.sh")
-	if err := os.WriteFile(path, script, 0o755); err != nil {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "count.sh"), script, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	args := guideCommandLine(t, guide)
 	s := newServer(t)
-	s.task("11", map[string]any{"to": 4}, nil)
-	if err := s.agentCmd("11", "-once", "--", path).Run(); err != nil {
+	secretFile, keyFile := filepath.Join(dir, "enroll-secret"), filepath.Join(dir, "key")
+	os.WriteFile(secretFile, []byte(newServerEnrollSecret+"\n"), 0o600)
+	for i := 0; i+1 < len(args); i++ {
+		switch args[i] {
+		case "-url":
+			args[i+1] = s.url
+		case "-enroll-secret-file":
+			args[i+1] = secretFile
+		case "-key-file":
+			args[i+1] = keyFile
+		}
+	}
+	if args[0] != "taskd-agent" || args[1] != "run" || !slices.Contains(args, "./count.sh") {
+		t.Fatalf("the guide's command line: %q, want taskd-agent run ... -- ./count.sh", args)
+	}
+	uid := args[slices.Index(args, "-uid")+1]
+	s.task(uid, map[string]any{"to": 4}, nil)
+	bin, err := binary()
+	if err != nil {
 		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, append([]string{"run", "-once"}, args[2:]...)...)
+	cmd.Dir = dir
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("the guide's command line: %v\n%s", err, logs.String())
 	}
 	// Checkpoints go at most one every 2 s, the latest always before a failure's result;
 	// after a success the occurrence is over and the last one need not go.
-	ds := s.dispatches("11")
+	ds := s.dispatches(uid)
 	cp, _ := ds[0]["checkpoint"].(map[string]any)
 	if len(ds) != 1 || ds[0]["result"] != "success" || fmt.Sprint(ds[0]["detail"]) != "map[steps:4]" ||
 		cp["n"] == nil || cp["n"].(float64) < 1 || cp["n"].(float64) > 4 {
-		t.Fatalf("the guide's command: %v, want success with 4 steps and a checkpoint it saved", ds)
+		t.Fatalf("the guide's command: %v, want success with 4 steps and a checkpoint it saved\n%s", ds, logs.String())
 	}
+	host, _ := os.Hostname()
+	waitFor(t, "the fleet view shows the guide's version and labels", func() bool {
+		return fleetMatches(s, map[string]string{uid: "1.0.0 " + host + " map[role:counter site:ams1]"})
+	})
+}
+
+// guideCommandLine is the guide's taskd-agent command line (the indented block that
+// starts with it), split into words as the shell does for it.
+func guideCommandLine(t *testing.T, guide []byte) []string {
+	t.Helper()
+	i := bytes.Index(guide, []byte("\n    taskd-agent run "))
+	if i < 0 {
+		t.Fatal("docs/AGENTS.md has no taskd-agent command line")
+	}
+	var line strings.Builder
+	for _, l := range strings.Split(string(guide[i+1:]), "\n") {
+		if !strings.HasPrefix(l, "    ") {
+			break
+		}
+		line.WriteString(strings.TrimSuffix(strings.TrimSpace(l), "\\") + " ")
+	}
+	if strings.ContainsAny(line.String(), "'\"$`*?") {
+		t.Fatalf("the guide's command line has quotes or expansions this test does not split: %s", line.String())
+	}
+	return strings.Fields(line.String())
 }
 
 // A command that prints its environment does not put the agent's credentials into

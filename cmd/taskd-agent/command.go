@@ -86,6 +86,7 @@ var agentOnly = map[string]bool{
 	"TASKD_LOG_ID": true, "TASKD_TASK_ID": true, "TASKD_KIND": true, "TASKD_ATTEMPT": true, "TASKD_DUE_AT": true,
 	"TASKD_TEMPLATE_ID": true, "TASKD_STAGE": true, "TASKD_CONTEXT": true, "TASKD_CHECKPOINT": true,
 	"TASKD_LEASE_EXPIRES_AT": true, "TASKD_RESULT": true, "TASKD_AGENT_SOCKET": true, "TASKD_RUN_TOKEN": true,
+	"TASKD_AGENT_BIN": true,
 }
 
 // commandEnviron is the agent's environment as its commands inherit it: without

@@ -8,10 +8,13 @@
 // reads the task's params as JSON on stdin and the task from its environment
 // (TASKD_LOG_ID, TASKD_TASK_ID, TASKD_KIND, TASKD_ATTEMPT, TASKD_DUE_AT,
 // TASKD_TEMPLATE_ID, TASKD_STAGE, TASKD_CONTEXT, TASKD_CHECKPOINT,
-// TASKD_LEASE_EXPIRES_AT, TASKD_RESULT, TASKD_AGENT_SOCKET, TASKD_RUN_TOKEN), not the
-// agent's credentials. Exit 0 is success, any
-// other exit a failure with {"exit_code", "stdout_tail", "stderr_tail"} as the detail,
-// unless the command wrote its result to $TASKD_RESULT. docs/AGENTS.md is the guide.
+// TASKD_LEASE_EXPIRES_AT, TASKD_RESULT, TASKD_AGENT_SOCKET, TASKD_RUN_TOKEN,
+// TASKD_AGENT_BIN), not the agent's credentials; its PATH starts with a directory
+// holding the agent as taskd-agent. Exit 0 is success, any other exit a failure with
+// {"exit_code", "stdout_tail", "stderr_tail"} as the detail, unless the command wrote
+// its result to $TASKD_RESULT. The agent logs one line per task it ran, and reports
+// its version and labels (-agent-version, -label, -label-file) to the server.
+// docs/AGENTS.md is the guide.
 package main
 
 import (
@@ -101,6 +104,8 @@ type runConfig struct {
 	timeout, shutdownGrace, killGrace    time.Duration
 	once                                 bool
 	metricsAddr                          string
+	agentVersion, hostname, labelFile    string
+	labels                               labelFlag
 	command                              []string
 }
 
@@ -126,6 +131,11 @@ func newRunFlags(c *runConfig, getenv func(string) string, out io.Writer) *flag.
 	fs.DurationVar(&c.killGrace, "kill-grace", 5*time.Second, "between the SIGTERM and the SIGKILL that stop a command")
 	fs.BoolVar(&c.once, "once", false, "take what is due now, run it, and exit 0 when nothing is left")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9102; empty: none)")
+	c.labels = labelFlag{env: getenv("TASKD_LABELS")}
+	fs.Var(&c.labels, "label", "a label the server shows for this agent, `key=value`; repeat for more [TASKD_LABELS=\"k=v,k2=v2\"] (the flags replace the environment's)")
+	fs.StringVar(&c.labelFile, "label-file", env("TASKD_LABEL_FILE", ""), "a `file` of labels, key=value a line (# comments), added to -label's; read again on SIGHUP [TASKD_LABEL_FILE]")
+	fs.StringVar(&c.agentVersion, "agent-version", env("TASKD_AGENT_VERSION", ""), "the `version` the server shows for this agent, e.g. of what its command runs [TASKD_AGENT_VERSION]")
+	fs.StringVar(&c.hostname, "hostname", env("TASKD_HOSTNAME", ""), "the hostname the server shows (default: the machine's; - for none) [TASKD_HOSTNAME]")
 	return fs
 }
 
@@ -151,6 +161,9 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runC
 	if len(onCommandLine) > 0 {
 		fmt.Fprintf(stderr, "taskd-agent: warning: %s on the command line: any user of this machine can read it (ps); "+
 			"use -key-file, -enroll-secret-file, or the environment (TASKD_KEY, TASKD_ENROLL_SECRET)\n", strings.Join(onCommandLine, " and "))
+	}
+	if _, err := c.labels.parse(); err != nil {
+		return c, usageError{err}
 	}
 	if c.enrollSecretFile != "" {
 		if c.enrollSecret != "" {
@@ -222,8 +235,18 @@ func runAgent(ctx context.Context, c runConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	labels, err := allLabels(c)
+	if err != nil {
+		return usageError{fmt.Errorf("run: %w", err)}
+	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	metrics := agent.NewMetrics()
+	a, err := agent.New(agent.Config{URL: c.url, Key: c.key, UID: c.uid, EnrollSecret: c.enrollSecret, KeyFile: c.keyFile,
+		Concurrency: c.concurrency, Templates: templates, ShutdownGrace: c.shutdownGrace, Once: c.once,
+		Version: c.agentVersion, Hostname: c.hostname, Labels: labels, Logger: log, Metrics: metrics})
+	if err != nil {
+		return usageError{errors.New(flagNames.Replace(err.Error()))}
+	}
 	if c.metricsAddr != "" {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(metrics)
@@ -243,12 +266,38 @@ func runAgent(ctx context.Context, c runConfig, stderr io.Writer) error {
 		return fmt.Errorf("progress socket: %w", err)
 	}
 	defer progress.close()
-	r.socket = progress.path
-	a, err := agent.New(agent.Config{URL: c.url, Key: c.key, UID: c.uid, EnrollSecret: c.enrollSecret, KeyFile: c.keyFile,
-		Concurrency: c.concurrency, Templates: templates, ShutdownGrace: c.shutdownGrace, Once: c.once,
-		Logger: log, Metrics: metrics})
-	if err != nil {
-		return usageError{err}
+	r.socket, r.bin = progress.path, progress.bin
+	if c.labelFile != "" {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		go reloadLabels(ctx, hup, a, c, log)
 	}
 	return a.Run(ctx, agent.HandlerFunc(r.work))
+}
+
+// flagNames names the SDK's settings, in New's errors, as the flags that set them.
+var flagNames = strings.NewReplacer("agent: Labels", "run: -label (TASKD_LABELS, -label-file)",
+	"agent: Version", "run: -agent-version (TASKD_AGENT_VERSION)", "agent: Hostname", "run: -hostname (TASKD_HOSTNAME)")
+
+// reloadLabels reads the labels again on each SIGHUP: the agent reports them on its
+// next fetch. Labels it cannot take are logged, and those in use stay.
+func reloadLabels(ctx context.Context, hup <-chan os.Signal, a *agent.Agent, c runConfig, log *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		labels, err := allLabels(c)
+		if err == nil {
+			err = a.SetLabels(labels)
+		}
+		if err != nil {
+			log.Error("SIGHUP: labels not changed", "component", "taskd-agent", "label_file", c.labelFile,
+				"err", flagNames.Replace(err.Error()))
+			continue
+		}
+		log.Info("SIGHUP: labels read again", "component", "taskd-agent", "label_file", c.labelFile, "labels", len(labels))
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -22,6 +23,7 @@ type runner struct {
 	timeout   time.Duration
 	killGrace time.Duration
 	socket    string
+	bin       string // the agent's binary, linked as taskd-agent in a directory of its own
 	log       *slog.Logger
 
 	mu      sync.Mutex
@@ -52,11 +54,15 @@ func (r *runner) work(ctx context.Context, t *agent.Task) agent.Outcome {
 		delete(r.running, t.LogID)
 		r.mu.Unlock()
 	}()
+	started := time.Now()
 	res, err := execute(ctx.Done(), execSpec{argv: r.command, stdin: t.Params, env: r.environment(t, token), dir: dir,
 		timeout: r.timeout, grace: r.killGrace})
 	if err != nil {
+		r.log.Error("task not run: the command did not start", "component", "taskd-agent", "task_id", t.TaskID,
+			"log_id", t.LogID, "attempt", t.Attempt, "err", err)
 		return agent.FailPermanent(err).WithDetail(map[string]any{"error": err.Error()})
 	}
+	out, result := outcomeOf(res)
 	if res.stopped {
 		// The agent stops (past its shutdown grace) or lost the task's lease.
 		cause := context.Cause(ctx)
@@ -64,14 +70,31 @@ func (r *runner) work(ctx context.Context, t *agent.Task) agent.Outcome {
 		if cause != nil {
 			detail["cause"] = cause.Error()
 		}
-		return agent.Fail(fmt.Errorf("stopped: %v", cause)).WithDetail(detail)
+		out, result = agent.Fail(fmt.Errorf("stopped: %v", cause)).WithDetail(detail), "stopped"
 	}
-	return outcomeOf(res)
+	// One line per task, for the operator: what ran and how it ended, never its
+	// params nor its output (they may hold what is not the log's to keep).
+	attrs := []any{"component", "taskd-agent", "task_id", t.TaskID, "log_id", t.LogID, "attempt", t.Attempt,
+		"result", result, "exit_code", res.exitCode, "duration", time.Since(started).Round(time.Millisecond)}
+	if t.Stage != "" {
+		attrs = append(attrs, "stage", t.Stage)
+	}
+	if res.signal != "" {
+		attrs = append(attrs, "signal", res.signal)
+	}
+	if res.timedOut {
+		attrs = append(attrs, "timeout", true)
+	}
+	if res.resultErr != nil {
+		attrs = append(attrs, "result_error", res.resultErr.Error())
+	}
+	r.log.Info("task finished", attrs...)
+	return out
 }
 
-// outcomeOf is the outcome of a finished run: what it wrote to $TASKD_RESULT, else its
-// exit.
-func outcomeOf(res execResult) agent.Outcome {
+// outcomeOf is the outcome of a finished run, and its result as the log says it
+// (success, failure, next_stage): what it wrote to $TASKD_RESULT, else its exit.
+func outcomeOf(res execResult) (agent.Outcome, string) {
 	if f := res.result; f != nil && !res.timedOut {
 		var detail any
 		if len(f.Detail) > 0 {
@@ -79,18 +102,18 @@ func outcomeOf(res execResult) agent.Outcome {
 		}
 		switch {
 		case f.Result == "failure":
-			return agent.Fail(errors.New("the command reported a failure")).WithDetail(detail)
+			return agent.Fail(errors.New("the command reported a failure")).WithDetail(detail), "failure"
 		case f.NextStage != "":
 			var sctx any
 			if len(f.Context) > 0 {
 				sctx = f.Context
 			}
-			return agent.NextStage(f.NextStage, sctx, time.Duration(f.DelaySeconds*float64(time.Second))).WithDetail(detail)
+			return agent.NextStage(f.NextStage, sctx, time.Duration(f.DelaySeconds*float64(time.Second))).WithDetail(detail), "next_stage"
 		}
-		return agent.Done(detail)
+		return agent.Done(detail), "success"
 	}
 	if res.succeeded() {
-		return agent.Done(res.detail())
+		return agent.Done(res.detail()), "success"
 	}
 	why := fmt.Errorf("exit code %d", res.exitCode)
 	switch {
@@ -101,7 +124,7 @@ func outcomeOf(res execResult) agent.Outcome {
 	case res.signal != "":
 		why = fmt.Errorf("ended by signal %s", res.signal)
 	}
-	return agent.Fail(why).WithDetail(res.detail())
+	return agent.Fail(why).WithDetail(res.detail()), "failure"
 }
 
 // environment is the task as the command's environment gives it.
@@ -116,6 +139,14 @@ func (r *runner) environment(t *agent.Task, token string) []string {
 		"TASKD_STAGE=" + t.Stage,
 		"TASKD_AGENT_SOCKET=" + r.socket,
 		"TASKD_RUN_TOKEN=" + token,
+	}
+	if r.bin != "" {
+		// `taskd-agent progress` in a command is this agent, installed or not.
+		path := filepath.Dir(r.bin)
+		if p := os.Getenv("PATH"); p != "" {
+			path += string(os.PathListSeparator) + p
+		}
+		env = append(env, "TASKD_AGENT_BIN="+r.bin, "PATH="+path)
 	}
 	if len(t.StageContext) > 0 {
 		env = append(env, "TASKD_CONTEXT="+string(t.StageContext))

@@ -33,18 +33,27 @@ type progressAnswer struct {
 	Error string `json:"error,omitempty"`
 }
 
-// progressServer answers the agent's commands' checkpoints.
+// progressServer answers the agent's commands' checkpoints. Beside its socket, in the
+// agent's own directory, bin holds the agent's binary as taskd-agent (a link), which
+// the commands' PATH starts with: a command's `taskd-agent progress` is the agent
+// that runs it, whether or not taskd-agent is installed in the PATH.
 type progressServer struct {
 	ln   net.Listener
 	path string
+	bin  string // the link to the agent's binary
 	save func(logID, token string, checkpoint json.RawMessage) error
 }
 
 // listenProgress listens on a socket in a directory of the agent's own (0700), so that
-// only the agent's user reaches it.
+// only the agent's user reaches it, and links the agent's binary there.
 func listenProgress(save func(logID, token string, checkpoint json.RawMessage) error) (*progressServer, error) {
 	dir, err := os.MkdirTemp("", "taskd-agent-")
 	if err != nil {
+		return nil, err
+	}
+	bin, err := linkSelf(filepath.Join(dir, "bin"))
+	if err != nil {
+		os.RemoveAll(dir)
 		return nil, err
 	}
 	path := filepath.Join(dir, "progress.sock")
@@ -53,9 +62,25 @@ func listenProgress(save func(logID, token string, checkpoint json.RawMessage) e
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	s := &progressServer{ln: ln, path: path, save: save}
+	s := &progressServer{ln: ln, path: path, bin: bin, save: save}
 	go s.serve()
 	return s, nil
+}
+
+// linkSelf links the running binary into dir as taskd-agent, and returns the link.
+func linkSelf(dir string) (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("the agent's own binary: %w", err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return "", err
+	}
+	link := filepath.Join(dir, "taskd-agent")
+	if err := os.Symlink(self, link); err != nil {
+		return "", err
+	}
+	return link, nil
 }
 
 func (s *progressServer) serve() {

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -44,6 +45,9 @@ type Server interface {
 	Campaign(t *testing.T, uid string, tpl int64, count int) int64
 	// Expire ends the open dispatch logID now, as an admin (or a lapsed lease) does.
 	Expire(t *testing.T, logID string)
+	// Agent is the agent uid reported last, as the fleet view (GET /v1/admin/clients)
+	// shows it once the server recorded it; false for none.
+	Agent(t *testing.T, uid string) (wire.Agent, bool)
 }
 
 // Template is a template's settings: a lease (0: none), the attempts a task has
@@ -98,6 +102,7 @@ var cases = []testCase{
 	{name: "batch", run: testBatch},
 	{name: "refused bodies", run: testRefusedBodies},
 	{name: "campaign item", run: testCampaignItem},
+	{name: "agent object", run: testAgentObject},
 	{name: "rate limited", limited: true, run: testRateLimited},
 }
 
@@ -687,4 +692,67 @@ func testRateLimited(t *testing.T, s Server) {
 	}
 	time.Sleep(time.Duration(secs) * time.Second)
 	must(t, s, "/v1/fetch", key, wire.FetchRequest{}, nil)
+}
+
+// A fetch's agent object is the uid's in the fleet view, until a fetch reports
+// another; a fetch without one leaves it. One the server refuses (400, naming the
+// field under "agent.") the SDK's check refuses too, and one it takes the check takes:
+// the SDK refuses a bad Config at New rather than have every fetch refused.
+func testAgentObject(t *testing.T, s Server) {
+	uid := newUID()
+	key := s.Key(t, uid)
+	first := wire.Agent{Version: "1.2.3", Hostname: "host-a", Labels: map[string]string{"site": "ams1", "taskd.dev/os": "linux"}}
+	fetch(t, s, key, wire.FetchRequest{Agent: &first})
+	fetch(t, s, key, wire.FetchRequest{})
+	if got, ok := s.Agent(t, uid); !ok || !sameAgent(got, first) {
+		t.Errorf("after a fetch with %+v and one without: %+v (%v)", first, got, ok)
+	}
+	second := wire.Agent{Version: "1.2.4", Labels: map[string]string{"site": "fra2"}}
+	fetch(t, s, key, wire.FetchRequest{Agent: &second})
+	if got, ok := s.Agent(t, uid); !ok || !sameAgent(got, second) {
+		t.Errorf("after a fetch with %+v: %+v (%v)", second, got, ok)
+	}
+
+	many := map[string]string{}
+	for i := range wire.MaxAgentLabels {
+		many[fmt.Sprintf("k%d", i)] = "v"
+	}
+	tooMany := maps.Clone(many)
+	tooMany["one-more"] = "v"
+	for _, c := range []struct {
+		agent wire.Agent
+		ok    bool
+	}{
+		{wire.Agent{}, true},
+		{wire.Agent{Labels: many}, true},
+		{wire.Agent{Labels: map[string]string{"a.b/c_d-e": "", "x": strings.Repeat("é", 127)}}, true},
+		{wire.Agent{Version: strings.Repeat("v", wire.MaxAgentVersion)}, true},
+		{wire.Agent{Labels: tooMany}, false},
+		{wire.Agent{Version: strings.Repeat("v", wire.MaxAgentVersion+1)}, false},
+		{wire.Agent{Version: "1.0\u202e"}, false},
+		{wire.Agent{Version: " "}, false},
+		{wire.Agent{Hostname: "host\x00"}, false},
+		{wire.Agent{Labels: map[string]string{"bad key": "v"}}, false},
+		{wire.Agent{Labels: map[string]string{strings.Repeat("k", wire.MaxLabelKey+1): "v"}}, false},
+		{wire.Agent{Labels: map[string]string{"k": strings.Repeat("v", wire.MaxLabelValue+1)}}, false},
+		{wire.Agent{Labels: map[string]string{"k": "line\nbreak"}}, false},
+	} {
+		body := wire.FetchRequest{Agent: &c.agent}
+		if checkErr := c.agent.Check(); (checkErr == nil) != c.ok {
+			t.Errorf("wire.Agent.Check(%s): %v, want ok %v", bodyText(body), checkErr, c.ok)
+		}
+		if c.ok {
+			must(t, s, "/v1/fetch", key, body, nil)
+			continue
+		}
+		r := refused(t, s, "/v1/fetch", key, body, http.StatusBadRequest, "invalid_argument")
+		if !strings.HasPrefix(r.errorMessage(), "agent.") {
+			t.Errorf("fetch %s: %v, want a message naming agent.<field>", bodyText(body), r)
+		}
+	}
+}
+
+// sameAgent compares agent objects as the server keeps them: no labels is no labels.
+func sameAgent(a, b wire.Agent) bool {
+	return a.Version == b.Version && a.Hostname == b.Hostname && maps.Equal(a.Labels, b.Labels)
 }

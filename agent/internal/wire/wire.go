@@ -6,7 +6,12 @@ package wire
 
 import (
 	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Task is a task as POST /v1/fetch hands it out (the server's dispatch.Assignment).
@@ -39,6 +44,16 @@ type FetchRequest struct {
 	Max         *int             `json:"max,omitempty"`
 	TemplateIDs []int64          `json:"template_ids,omitempty"`
 	Complete    *CompleteRequest `json:"complete,omitempty"`
+	// Agent says which agent polls; the server keeps the latest per uid (the fleet
+	// view), so an agent sends it when it changed, not on every poll.
+	Agent *Agent `json:"agent,omitempty"`
+}
+
+// Agent is what an agent reports of itself on fetch (the server's taskd.AgentInfo).
+type Agent struct {
+	Version  string            `json:"version,omitempty"`
+	Hostname string            `json:"hostname,omitempty"`
+	Labels   map[string]string `json:"labels,omitempty"`
 }
 
 // FetchReply is POST /v1/fetch's reply. Tasks is there (maybe empty) for a batch
@@ -120,3 +135,92 @@ const MaxCheckpoint = 16 << 10
 // MaxDepth is the server's bound on a request body's nesting (objects and arrays
 // within each other), the body counting as one level.
 const MaxDepth = 64
+
+// The server's bounds of an agent object (taskd.AgentInfo.Check): the SDK refuses a
+// Config past them at New, and the fake refuses a fetch past them as the server does.
+const (
+	MaxAgentVersion  = 64
+	MaxAgentHostname = 255
+	MaxAgentLabels   = 32
+	MaxLabelKey      = 63
+	MaxLabelValue    = 255
+	maxNameChars     = 128
+)
+
+// Check refuses, naming the field (under "agent."), what the server refuses of an
+// agent object: a version or hostname that is not a name (1..128 characters shown as
+// themselves), too long; more than 32 labels; a label key that is not 1..63 of
+// [A-Za-z0-9._/-]; a value that is not a name or over 255 bytes (empty is allowed).
+func (a Agent) Check() error {
+	if len(a.Version) > MaxAgentVersion {
+		return fmt.Errorf("agent.version: at most %d bytes, got %d", MaxAgentVersion, len(a.Version))
+	}
+	if a.Version != "" {
+		if err := checkName("agent.version", a.Version); err != nil {
+			return err
+		}
+	}
+	if len(a.Hostname) > MaxAgentHostname {
+		return fmt.Errorf("agent.hostname: at most %d bytes, got %d", MaxAgentHostname, len(a.Hostname))
+	}
+	if a.Hostname != "" {
+		if err := checkName("agent.hostname", a.Hostname); err != nil {
+			return err
+		}
+	}
+	if len(a.Labels) > MaxAgentLabels {
+		return fmt.Errorf("agent.labels: at most %d labels, got %d", MaxAgentLabels, len(a.Labels))
+	}
+	for _, k := range slices.Sorted(maps.Keys(a.Labels)) {
+		if err := CheckLabelKey("agent.labels", k); err != nil {
+			return err
+		}
+		v := a.Labels[k]
+		if len(v) > MaxLabelValue {
+			return fmt.Errorf("agent.labels.%s: at most %d bytes, got %d", k, MaxLabelValue, len(v))
+		}
+		if v != "" {
+			if err := checkName("agent.labels."+k, v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// CheckLabelKey refuses, naming field, a label key that is not 1..63 of
+// [A-Za-z0-9._/-].
+func CheckLabelKey(field, k string) error {
+	if k == "" || len(k) > MaxLabelKey {
+		return fmt.Errorf("%s: a label key is 1..%d characters, got %d", field, MaxLabelKey, len(k))
+	}
+	for _, r := range k {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '/' || r == '-') {
+			return fmt.Errorf("%s: label key %q: only letters, digits and . _ / - are allowed", field, k)
+		}
+	}
+	return nil
+}
+
+// checkName is the server's rule for a name (taskd.CheckName): UTF-8, 1..128
+// characters, not only spaces, none of them a control, format, private-use or
+// unassigned character, nor a line or paragraph separator.
+func checkName(field, name string) error {
+	n := 0
+	blank := true
+	for i, r := range name {
+		switch {
+		case r == utf8.RuneError:
+			return fmt.Errorf("%s: must be UTF-8 text (no invalid bytes or lone surrogates)", field)
+		case unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Co, unicode.Zl, unicode.Zp) || !unicode.In(r, unicode.L, unicode.M, unicode.N, unicode.P, unicode.S, unicode.Zs):
+			return fmt.Errorf("%s: must not hold control, format or invisible characters (got %U at byte %d)", field, r, i)
+		case !unicode.IsSpace(r):
+			blank = false
+		}
+		n++
+	}
+	if n == 0 || blank || n > maxNameChars {
+		return fmt.Errorf("%s: required, 1 to %d characters, not only spaces, got %d", field, maxNameChars, n)
+	}
+	return nil
+}
