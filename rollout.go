@@ -420,11 +420,26 @@ func (r Rollout) Move(st RolloutStatus, move RolloutMove, now time.Time) (Rollou
 	return RolloutChange{}, Errorf(CodeInvalid, "rollout move: advance, pause, resume or abort, got %q", move)
 }
 
-// RolloutSummary is a rollout in a list: its task, state and phase (1-based).
+// RolloutSummary is a rollout in a list: its task, state and phase (1-based), and
+// what may keep it from advancing.
 type RolloutSummary struct {
 	TaskID string       `json:"task_id"`
 	State  RolloutState `json:"state"`
 	Phase  int          `json:"phase"`
+	// GateUnreachable, when set, says why the gate of this phase or a later one may
+	// never pass on what the task can give it (GateFindings; "": none found).
+	GateUnreachable string `json:"gate_unreachable,omitempty"`
+}
+
+// Unreachable is the first of r's GateFindings (for task t) at phase (1-based) or
+// after, the phases behind it being over; ok false when there is none.
+func (r Rollout) Unreachable(t Task, phase int) (GateFinding, bool) {
+	for _, f := range r.GateFindings(t.DispatchTimes, t.Occurrences(), -1) {
+		if f.Phase >= phase {
+			return f, true
+		}
+	}
+	return GateFinding{}, false
 }
 
 // RolloutView is a rollout as an admin sees it: its declaration and state, the task's
@@ -463,4 +478,91 @@ type RolloutMoveRecord struct {
 	Event EventType `json:"event"`
 	PhaseFigures
 	Actor string `json:"actor,omitempty"`
+}
+
+// A gate the task cannot feed. A phase's gate waits for MinFinished finished
+// dispatches, SuccessRatio of them successes; every success holds one of an
+// occurrence's slots for good (a failure may hand its slot back, an expiry always
+// does), so the successes a phase can ever gather are bounded by its cap on each of
+// the task's occurrences. The rule, per phase (GateFindings):
+//
+//   - refused (Refuse, at create and edit: 400 invalid_argument, details reason
+//     gate_unreachable) when even the phase's whole cap on every occurrence the task
+//     will ever have holds fewer successes than the gate needs (ceil(success_ratio *
+//     min_finished)) under advance auto: it would sit in running, gate pending,
+//     forever, whatever happens. A once task has one occurrence; a rotating one with an
+//     end_time a known number; one without is never refused (later occurrences feed it).
+//   - warned (gate_unreachable, the write done) when passing depends on later events:
+//     the same impossibility under advance manual (only an admin's advance moves it);
+//     a phase whose new slots (its cap less the phase before's, on every occurrence)
+//     are fewer than min_finished (it passes only if earlier phases left slots unused,
+//     or failures make up the count); a once-per-user group smaller than the gate needs
+//     (it passes only if members join).
+
+// GateFinding is a phase whose gate the task may never let pass.
+type GateFinding struct {
+	// Phase is 1-based.
+	Phase int
+	// Refuse says it can never pass, whatever happens, and nothing else would move the
+	// rollout on (advance auto): the declaration is refused.
+	Refuse  bool
+	Message string
+}
+
+// GateWarning is the code of a GateFinding that is not refused, as the admin API's
+// warnings and the refusal's details name it.
+const GateWarning = "gate_unreachable"
+
+// GateFindings checks r's gates (with its defaults) against what its task can give
+// them: quota its dispatch_times, occurrences how many occurrences the task will ever
+// have (-1: no end), audience how many users may take each occurrence once
+// (once_per_user: the group's members; -1: no bound). At most one finding per phase,
+// the strongest; see the rule above.
+func (r Rollout) GateFindings(quota, occurrences, audience int) []GateFinding {
+	if occurrences < 0 || len(r.Phases) == 0 {
+		return nil
+	}
+	m := r.Gate.MinFinished
+	need := int(math.Ceil(r.Gate.SuccessRatio*float64(m) - 1e-9))
+	per := "on its occurrence"
+	if occurrences != 1 {
+		per = fmt.Sprintf("on each of the task's %d occurrences", occurrences)
+	}
+	var out []GateFinding
+	prev := 0
+	for i := range r.Phases {
+		c := r.phaseCap(i, quota)
+		if c < 0 {
+			break // the whole of an unlimited quota: no bound
+		}
+		fresh := c - prev
+		best, sure := c*occurrences, fresh*occurrences
+		prev = c
+		n := i + 1
+		switch {
+		case need > 0 && best < need && r.Advance == AdvanceAuto:
+			out = append(out, GateFinding{n, true, fmt.Sprintf("rollout.phases[%d]: phase %d caps claims at %d %s, so it can finish at most %d successes; its gate needs %d (min_finished %d, success_ratio %v): it would never advance (lower gate.min_finished, or raise the phase's cap)",
+				i, n, c, per, best, need, m, r.Gate.SuccessRatio)})
+		case need > 0 && best < need:
+			out = append(out, GateFinding{n, false, fmt.Sprintf("phase %d caps claims at %d %s, so its gate (%d successes needed) can never pass: only an admin's advance moves it on", n, c, per, need)})
+		case sure < m:
+			out = append(out, GateFinding{n, false, fmt.Sprintf("phase %d opens %d new slots %s and its gate waits for %d finished: it passes only if the phases before leave slots unused, or failures make up the count", n, fresh, per, m)})
+		case audience > 0 && min(c, audience)*occurrences < m:
+			out = append(out, GateFinding{n, false, fmt.Sprintf("once per user, phase %d can finish at most %d dispatches %s with the %d users it targets now; its gate waits for %d: it passes only if members join", n, min(c, audience), per, audience, m)})
+		}
+	}
+	return out
+}
+
+// Occurrences is how many occurrences t will ever have: 1 for a once task, the count
+// up to a rotating task's end_time, -1 without one.
+func (t Task) Occurrences() int {
+	if t.Key.Kind == KindOnce {
+		return 1
+	}
+	if t.EndTime == nil || t.SpaceMinutes < 1 || t.EndTime.Before(t.StartTime) {
+		return -1
+	}
+	n := t.EndTime.Sub(t.StartTime)/(time.Duration(t.SpaceMinutes)*time.Minute) + 1
+	return int(min(n, math.MaxInt32))
 }

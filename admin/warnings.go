@@ -27,6 +27,9 @@ const (
 	WarnQuotaExceedsGroup = "quota_exceeds_group"
 	WarnEnded             = "ended"
 	WarnBeforeCatchUp     = "before_catch_up"
+	// WarnGateUnreachable is a rollout phase whose gate may never pass
+	// (taskd.Rollout.GateFindings); one that never can under advance auto is refused.
+	WarnGateUnreachable = taskd.GateWarning
 )
 
 // audience is who task t's executor names: the uid, or the group's members.
@@ -48,10 +51,14 @@ func (s *Service) TaskWarnings(ctx context.Context, t taskd.Task) ([]Warning, er
 		return nil, err
 	}
 	var out []Warning
+	audience := -1 // how many users may take an occurrence once each; -1: no bound
 	if e.Group {
 		members, err := s.store.Members(ctx, e.ID)
 		if err != nil {
 			return nil, err
+		}
+		if t.Mode == taskd.ModeOncePerUser {
+			audience = len(members)
 		}
 		switch {
 		case len(members) == 0:
@@ -73,6 +80,15 @@ func (s *Service) TaskWarnings(ctx context.Context, t taskd.Task) ([]Warning, er
 	if now := s.now(); s.catchUp > 0 && t.StartTime.Before(now.Add(-s.catchUp)) && t.Key.Kind == taskd.KindOnce {
 		out = append(out, Warning{WarnBeforeCatchUp, fmt.Sprintf("start_time %s is %s ago, beyond the catch-up window of %s (DISPATCH_CATCH_UP): a user's offer starts at most that far back, so nobody is offered this task",
 			t.StartTime.UTC().Format(time.RFC3339), now.Sub(t.StartTime).Truncate(time.Second), s.catchUp)})
+	}
+	if t.Rollout != nil {
+		// The refused ones never get here (Task.Validate); the rest depend on later
+		// events: an admin's advance, slots earlier phases leave, failures, new members.
+		for _, f := range t.Rollout.GateFindings(t.DispatchTimes, t.Occurrences(), audience) {
+			if !f.Refuse {
+				out = append(out, Warning{WarnGateUnreachable, f.Message})
+			}
+		}
 	}
 	if t.EndTime != nil && t.EndTime.Before(s.now()) {
 		out = append(out, Warning{WarnEnded, "end_time is in the past: no occurrence of this task is due any more"})

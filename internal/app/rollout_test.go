@@ -273,8 +273,9 @@ func TestRolloutMinFinishedBounded(t *testing.T) {
 			"rollout": map[string]any{"phases": phases, "gate": map[string]any{"min_finished": n}}}, 400, "invalid_argument",
 			"gate.min_finished", "1000000")
 	}
+	// Manual: a gate no phase of a quota of 2 can pass is warned of, not refused.
 	id := e.task("once", map[string]any{"executor": "gid_g", "start_time": ts(t0), "dispatch_times": 2,
-		"rollout": map[string]any{"phases": phases, "gate": map[string]any{"min_finished": 1_000_000}}})
+		"rollout": map[string]any{"phases": phases, "gate": map[string]any{"min_finished": 1_000_000}, "advance": "manual"}})
 	e.admin("PATCH", "/v1/admin/tasks/"+taskPath(id), map[string]any{"priority": 7})
 }
 
