@@ -296,11 +296,13 @@ func (g Gate) Verdict(f PhaseFigures) GateVerdict {
 }
 
 // RolloutChange is what a step or a move did: Event names it (one of the EventRollout
-// events); "" when nothing changed.
+// events); "" when nothing changed. Reason, on a change a failed gate made, names the
+// figures and the ratio that failed it.
 type RolloutChange struct {
-	Event EventType
-	From  RolloutStatus
-	To    RolloutStatus
+	Event  EventType
+	From   RolloutStatus
+	To     RolloutStatus
+	Reason string
 }
 
 // endsPhase reports whether c ends its phase: it opens another, or ends the rollout
@@ -310,15 +312,25 @@ func (c RolloutChange) endsPhase() bool {
 }
 
 // AppendHistory is a rollout's history after c: when c ends its phase (it opens
-// another, completes the rollout or aborts it), history with c's record appended (the
-// phase it ends, at, its event, the phase's figures f it was decided on, and actor: the
-// admin's, "" for the server's own moves); history as it is otherwise, since the
-// history is of the phases, not of every move.
+// another, completes the rollout or aborts it), or pauses or resumes the rollout,
+// history with c's record appended (the phase, at, its event, the phase's figures f
+// it was decided on, c's reason, and actor: the admin's, "" for the server's own
+// moves); history as it is otherwise: baking and waiting are the gate's verdicts,
+// shown by the rollout's state, not moves anyone made.
 func (c RolloutChange) AppendHistory(history []RolloutMoveRecord, f PhaseFigures, actor string, at time.Time) []RolloutMoveRecord {
-	if !c.endsPhase() {
+	if !c.endsPhase() && c.Event != EventRolloutPaused && c.Event != EventRolloutResumed {
 		return history
 	}
-	return append(history, RolloutMoveRecord{Phase: c.From.PhaseNumber(), At: at, Event: c.Event, PhaseFigures: f, Actor: actor})
+	return append(history, RolloutMoveRecord{Phase: c.From.PhaseNumber(), At: at, Event: c.Event, PhaseFigures: f,
+		Reason: c.Reason, Actor: actor})
+}
+
+// failure says why g failed on f: the failures among the finished, and the ratio
+// they reached.
+func (g Gate) failure(f PhaseFigures) string {
+	return fmt.Sprintf("gate failed: %d of %d finished failed (%s), at or above failure_ratio %v; %d succeeded",
+		f.Failed, f.Finished, strconv.FormatFloat(100*float64(f.Failed)/float64(max(f.Finished, 1)), 'f', -1, 64)+"%",
+		g.FailureRatio, f.Succeeded)
 }
 
 // StartRollout is the status of a rollout that starts at now.
@@ -338,10 +350,10 @@ func (r Rollout) Step(st RolloutStatus, f PhaseFigures, now time.Time) RolloutCh
 	switch v := r.Gate.Verdict(f); {
 	case v == GateFailed && r.Advance == AdvanceAuto:
 		to.State, to.GateFailed, to.BakeUntil = RolloutAborted, true, nil
-		return RolloutChange{EventRolloutAborted, st, to}
+		return RolloutChange{Event: EventRolloutAborted, From: st, To: to, Reason: r.Gate.failure(f)}
 	case v == GateFailed:
 		to.State, to.GateFailed, to.BakeUntil = RolloutWaiting, true, nil
-		return RolloutChange{EventRolloutWaiting, st, to}
+		return RolloutChange{Event: EventRolloutWaiting, From: st, To: to, Reason: r.Gate.failure(f)}
 	case st.State == RolloutBaking:
 		if st.BakeUntil != nil && now.Before(*st.BakeUntil) {
 			return RolloutChange{}
@@ -349,11 +361,11 @@ func (r Rollout) Step(st RolloutStatus, f PhaseFigures, now time.Time) RolloutCh
 		return r.advance(st, now)
 	case v == GatePassed && r.Advance == AdvanceManual:
 		to.State = RolloutWaiting
-		return RolloutChange{EventRolloutWaiting, st, to}
+		return RolloutChange{Event: EventRolloutWaiting, From: st, To: to}
 	case v == GatePassed && r.BakeSeconds > 0:
 		until := now.Add(time.Duration(r.BakeSeconds) * time.Second)
 		to.State, to.BakeUntil = RolloutBaking, &until
-		return RolloutChange{EventRolloutBaking, st, to}
+		return RolloutChange{Event: EventRolloutBaking, From: st, To: to}
 	case v == GatePassed:
 		return r.advance(st, now)
 	}
@@ -365,9 +377,9 @@ func (r Rollout) advance(st RolloutStatus, now time.Time) RolloutChange {
 	to := RolloutStatus{State: RolloutRunning, Phase: st.Phase + 1, PhaseStartedAt: now}
 	if to.Phase >= len(r.Phases) {
 		to = RolloutStatus{State: RolloutCompleted, Phase: len(r.Phases) - 1, PhaseStartedAt: st.PhaseStartedAt}
-		return RolloutChange{EventRolloutCompleted, st, to}
+		return RolloutChange{Event: EventRolloutCompleted, From: st, To: to}
 	}
-	return RolloutChange{EventRolloutPhase, st, to}
+	return RolloutChange{Event: EventRolloutPhase, From: st, To: to}
 }
 
 // RolloutMove is an admin's move of a rollout.
@@ -401,21 +413,21 @@ func (r Rollout) Move(st RolloutStatus, move RolloutMove, now time.Time) (Rollou
 		}
 		to := st
 		to.State, to.BakeUntil = RolloutPaused, nil
-		return RolloutChange{EventRolloutPaused, st, to}, nil
+		return RolloutChange{Event: EventRolloutPaused, From: st, To: to}, nil
 	case RolloutResume:
 		if st.State != RolloutPaused {
 			return conflict()
 		}
 		to := st
 		to.State, to.GateFailed = RolloutRunning, false
-		return RolloutChange{EventRolloutResumed, st, to}, nil
+		return RolloutChange{Event: EventRolloutResumed, From: st, To: to}, nil
 	case RolloutAbort:
 		if st.State == RolloutAborted || st.State == RolloutCompleted {
 			return conflict()
 		}
 		to := st
 		to.State, to.BakeUntil = RolloutAborted, nil
-		return RolloutChange{EventRolloutAborted, st, to}, nil
+		return RolloutChange{Event: EventRolloutAborted, From: st, To: to}, nil
 	}
 	return RolloutChange{}, Errorf(CodeInvalid, "rollout move: advance, pause, resume or abort, got %q", move)
 }
@@ -470,14 +482,17 @@ func (v RolloutView) Version() Version {
 	return Version(strconv.FormatInt(v.TaskVersion, 10) + "-" + strconv.FormatInt(v.Moves, 10))
 }
 
-// RolloutMoveRecord is a move that ended a phase, or the rollout: the phase (1-based),
-// when, the event, and the phase's figures it was decided on.
+// RolloutMoveRecord is a move that ended a phase, or the rollout, or paused or
+// resumed it: the phase (1-based), when, the event, the phase's figures it was decided
+// on, why (an automatic abort names the gate's figures and ratio) and who (empty: the
+// server).
 type RolloutMoveRecord struct {
 	Phase int       `json:"phase"`
 	At    time.Time `json:"at"`
 	Event EventType `json:"event"`
 	PhaseFigures
-	Actor string `json:"actor,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	Actor  string `json:"actor,omitempty"`
 }
 
 // A gate the task cannot feed. A phase's gate waits for MinFinished finished

@@ -214,10 +214,11 @@ func TestRolloutPhaseNumber(t *testing.T) {
 	}
 }
 
-// A rollout's history keeps the changes that end a phase: the next phase opened, the
-// rollout completed or aborted, by the server's step or an admin's move, each with the
-// phase it ends (1-based), its event, figures and actor. Baking, waiting, a pause and
-// a resume leave the phase open, and the history as it was.
+// A rollout's history keeps the changes that end a phase (the next phase opened, the
+// rollout completed or aborted, by the server's step or an admin's move) and the
+// pauses and resumes, each with its phase (1-based), event, figures and actor; an
+// automatic abort says which figures failed the gate. Baking and waiting leave the
+// history as it was (issue 37: pauses and resumes were missing).
 func TestRolloutHistory(t *testing.T) {
 	auto := taskd.Rollout{Phases: []taskd.Phase{pct(10), pct(100)}, BakeSeconds: 60,
 		Gate: taskd.Gate{MinFinished: 2, SuccessRatio: 1, FailureRatio: 0.5}}.WithDefaults()
@@ -252,8 +253,8 @@ func TestRolloutHistory(t *testing.T) {
 		{"no bake", noBake.Step(running, pass, at), pass, "", 1, taskd.EventRolloutPhase},
 		{"a failed gate", auto.Step(running, fail, at), fail, "", 1, taskd.EventRolloutAborted},
 		{"the last phase passed", noBake.Step(last, pass, at), pass, "", 2, taskd.EventRolloutCompleted},
-		{"a pause", move(running, taskd.RolloutPause), pass, "admin", 0, ""},
-		{"a resume", move(paused, taskd.RolloutResume), pass, "admin", 0, ""},
+		{"a pause", move(running, taskd.RolloutPause), pass, "admin", 1, taskd.EventRolloutPaused},
+		{"a resume", move(paused, taskd.RolloutResume), pass, "admin", 2, taskd.EventRolloutResumed},
 		{"an advance on a failing gate", move(running, taskd.RolloutAdvance), fail, "admin", 1, taskd.EventRolloutPhase},
 		{"an advance past the last phase", move(last, taskd.RolloutAdvance), pass, "admin", 2, taskd.EventRolloutCompleted},
 		{"an abort of a paused rollout", move(paused, taskd.RolloutAbort), pass, "admin", 2, taskd.EventRolloutAborted},
@@ -266,7 +267,13 @@ func TestRolloutHistory(t *testing.T) {
 			}
 			continue
 		}
-		want := taskd.RolloutMoveRecord{Phase: tc.phase, At: at, Event: tc.event, PhaseFigures: tc.f, Actor: tc.actor}
+		want := taskd.RolloutMoveRecord{Phase: tc.phase, At: at, Event: tc.event, PhaseFigures: tc.f, Actor: tc.actor, Reason: tc.c.Reason}
+		if tc.name == "a failed gate" && tc.c.Reason != "gate failed: 1 of 2 finished failed (50%), at or above failure_ratio 0.5; 1 succeeded" {
+			t.Errorf("an automatic abort's reason: %q", tc.c.Reason)
+		}
+		if tc.name != "a failed gate" && tc.c.Reason != "" {
+			t.Errorf("%s: a reason %q", tc.name, tc.c.Reason)
+		}
 		if len(got) != 2 || got[0] != earlier || got[1] != want {
 			t.Errorf("%s: history %+v; want %+v appended", tc.name, got, want)
 		}

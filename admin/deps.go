@@ -21,7 +21,7 @@ type Store interface {
 
 	CreateTask(ctx context.Context, actor string, t taskd.Task, now time.Time) (taskd.Task, error)
 	GetTask(ctx context.Context, key taskd.TaskKey) (taskd.Task, error)
-	ReplaceTask(ctx context.Context, actor string, key taskd.TaskKey, ifMatch taskd.IfMatch, edit func(taskd.Task) (taskd.Task, error), now time.Time) (before, after taskd.Task, err error)
+	ReplaceTask(ctx context.Context, actor, action string, key taskd.TaskKey, ifMatch taskd.IfMatch, edit func(taskd.Task) (taskd.Task, error), now time.Time) (before, after taskd.Task, err error)
 	DeleteTask(ctx context.Context, actor string, key taskd.TaskKey, ifMatch taskd.IfMatch, now time.Time) (taskd.Task, error)
 	ListTasks(ctx context.Context, f taskd.TaskFilter, after taskd.TaskKey, limit int) ([]taskd.Task, bool, error)
 
