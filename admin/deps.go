@@ -29,6 +29,7 @@ type Store interface {
 	RemoveMember(ctx context.Context, actor, gid, uid string, now time.Time) (bool, error)
 	ReplaceMembers(ctx context.Context, actor, gid string, uids []string, now time.Time) ([]string, error)
 	Members(ctx context.Context, gid string) ([]string, error)
+	Cursors(ctx context.Context, uids []string) (map[string]time.Time, error)
 	UserGroups(ctx context.Context, uid string) ([]string, error)
 
 	OfferTasks(ctx context.Context, executors []string, from, until time.Time) (schedule.TaskSet, error)
