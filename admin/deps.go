@@ -24,6 +24,7 @@ type Store interface {
 	ReplaceTask(ctx context.Context, actor, action string, key taskd.TaskKey, ifMatch taskd.IfMatch, edit func(taskd.Task) (taskd.Task, error), now time.Time) (before, after taskd.Task, err error)
 	DeleteTask(ctx context.Context, actor string, key taskd.TaskKey, ifMatch taskd.IfMatch, now time.Time) (taskd.Task, error)
 	ListTasks(ctx context.Context, f taskd.TaskFilter, after taskd.TaskKey, limit int) ([]taskd.Task, bool, error)
+	OutcomeFigures(ctx context.Context, tasks []taskd.TaskKey) (map[taskd.TaskKey]taskd.OutcomeFigures, error)
 
 	AddMembers(ctx context.Context, actor, gid string, uids []string, now time.Time) ([]string, error)
 	RemoveMember(ctx context.Context, actor, gid, uid string, now time.Time) (bool, error)

@@ -327,6 +327,31 @@ func (s *Service) GetTask(ctx context.Context, key taskd.TaskKey) (taskd.Task, e
 	return s.store.GetTask(ctx, key)
 }
 
+// TaskOutcomes returns the outcomes of tasks (taskd.Task.Outcome) that have one: a
+// once task done or dead, a task ended. Users' offers start the catch-up window back;
+// without one known, nothing is taken to have ended by it.
+func (s *Service) TaskOutcomes(ctx context.Context, tasks []taskd.Task) (map[taskd.TaskKey]string, error) {
+	keys := make([]taskd.TaskKey, len(tasks))
+	for i, t := range tasks {
+		keys[i] = t.Key
+	}
+	figures, err := s.store.OutcomeFigures(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	var floor time.Time
+	if s.catchUp > 0 {
+		floor = s.now().Add(-s.catchUp).Truncate(time.Second)
+	}
+	out := make(map[taskd.TaskKey]string)
+	for _, t := range tasks {
+		if o := t.Outcome(figures[t.Key], floor); o != "" {
+			out[t.Key] = o
+		}
+	}
+	return out, nil
+}
+
 // ListTasks returns up to limit tasks matching f after the key after, and whether more
 // follow.
 func (s *Service) ListTasks(ctx context.Context, f taskd.TaskFilter, after taskd.TaskKey, limit int) ([]taskd.Task, bool, error) {
