@@ -501,8 +501,8 @@ type RolloutMoveRecord struct {
 // does), so the successes a phase can ever gather are bounded by its cap on each of
 // the task's occurrences. The rule, per phase (GateFindings):
 //
-//   - refused (Refuse, at create and edit: 400 invalid_argument, details reason
-//     gate_unreachable) when even the phase's whole cap on every occurrence the task
+//   - refused (Refuse, at create and at an edit that makes it so: 400
+//     invalid_argument, details reason gate_unreachable; RolloutRefusal) when even the phase's whole cap on every occurrence the task
 //     will ever have holds fewer successes than the gate needs (ceil(success_ratio *
 //     min_finished)) under advance auto: it would sit in running, gate pending,
 //     forever, whatever happens. A once task has one occurrence; a rotating one with an
@@ -567,6 +567,30 @@ func (r Rollout) GateFindings(quota, occurrences, audience int) []GateFinding {
 		}
 	}
 	return out
+}
+
+// RolloutRefusal refuses t's rollout when one of its gates could never pass
+// (a Refuse finding of GateFindings): 400 invalid_argument, the finding's message,
+// details {"reason": "gate_unreachable", "phase": n}. before is the task an edit
+// starts from (nil: a create); a phase that was refused already in before is let
+// through, so that an edit leaving a rollout as stuck as it was (one stored before
+// this rule; a pause of its task) is not refused: its write warns of it instead.
+func (t Task) RolloutRefusal(before *Task) error {
+	if t.Rollout == nil {
+		return nil
+	}
+	had := map[int]bool{}
+	if before != nil && before.Rollout != nil {
+		for _, f := range before.Rollout.GateFindings(before.DispatchTimes, before.Occurrences(), -1) {
+			had[f.Phase] = f.Refuse
+		}
+	}
+	for _, f := range t.Rollout.GateFindings(t.DispatchTimes, t.Occurrences(), -1) {
+		if f.Refuse && !had[f.Phase] {
+			return &Error{Code: CodeInvalid, Message: f.Message, Details: map[string]any{"reason": GateWarning, "phase": f.Phase}}
+		}
+	}
+	return nil
 }
 
 // Occurrences is how many occurrences t will ever have: 1 for a once task, the count

@@ -332,14 +332,18 @@ func TestRolloutGateFindings(t *testing.T) {
 	}
 }
 
-// Task.Validate refuses what GateFindings refuses, naming the reason in the details;
-// a rotating task's end bounds its occurrences.
+// RolloutRefusal refuses what GateFindings refuses, naming the reason in the details;
+// a rotating task's end bounds its occurrences; an edit that leaves a refused phase as
+// it was is let through.
 func TestTaskValidateRefusesAnUnreachableGate(t *testing.T) {
 	start := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 	r := taskd.Rollout{Phases: []taskd.Phase{cnt(2), pct(100)}, Gate: taskd.Gate{MinFinished: 5}}.WithDefaults()
 	once := taskd.Task{Key: taskd.TaskKey{Kind: taskd.KindOnce, ID: 1}, Executor: "gid_g", StartTime: start, TemplateID: 1,
 		DispatchTimes: 20, Mode: taskd.ModeOncePerUser, Priority: 5, Status: taskd.StatusActive, Rollout: &r}
-	err := once.Validate()
+	if err := once.Validate(); err != nil {
+		t.Fatalf("Validate leaves gates to RolloutRefusal: %v", err)
+	}
+	err := once.RolloutRefusal(nil)
 	var e *taskd.Error
 	if !errors.As(err, &e) || e.Code != taskd.CodeInvalid || !strings.Contains(e.Message, "rollout.phases[0]") {
 		t.Fatalf("once, cap 2, min_finished 5: %v", err)
@@ -349,22 +353,36 @@ func TestTaskValidateRefusesAnUnreachableGate(t *testing.T) {
 	}
 	rot := once
 	rot.Key, rot.SpaceMinutes = taskd.TaskKey{Kind: taskd.KindRotate, ID: 1}, 60
-	if err := rot.Validate(); err != nil {
+	if err := rot.RolloutRefusal(nil); err != nil {
 		t.Fatalf("rotating without an end: %v", err)
 	}
 	end := start.Add(2 * time.Hour) // three occurrences: 6 slots in phase 1
 	rot.EndTime = &end
-	if err := rot.Validate(); err != nil {
+	if err := rot.RolloutRefusal(nil); err != nil {
 		t.Fatalf("rotating, three occurrences: %v", err)
 	}
 	end = start.Add(time.Hour) // two: 4 slots
-	if err := rot.Validate(); taskd.ErrorCode(err) != taskd.CodeInvalid {
+	if err := rot.RolloutRefusal(nil); taskd.ErrorCode(err) != taskd.CodeInvalid {
 		t.Fatalf("rotating, two occurrences: %v", err)
+	}
+	// An edit of a task stuck already (stored before the rule) is let through; one
+	// that makes a phase stuck is not.
+	stuck := once
+	paused := stuck
+	paused.Status = taskd.StatusPaused
+	if err := paused.RolloutRefusal(&stuck); err != nil {
+		t.Fatalf("a pause of a stuck rollout's task: %v", err)
+	}
+	fine := taskd.Rollout{Phases: []taskd.Phase{cnt(5), pct(100)}, Gate: taskd.Gate{MinFinished: 5}}.WithDefaults()
+	was := once
+	was.Rollout = &fine
+	if err := stuck.RolloutRefusal(&was); taskd.ErrorCode(err) != taskd.CodeInvalid {
+		t.Fatalf("an edit that makes phase 1 stuck: %v", err)
 	}
 	manual := r
 	manual.Advance = taskd.AdvanceManual
 	once.Rollout = &manual
-	if err := once.Validate(); err != nil {
+	if err := once.RolloutRefusal(nil); err != nil {
 		t.Fatalf("manual: warned, not refused: %v", err)
 	}
 }

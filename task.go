@@ -284,8 +284,8 @@ var (
 )
 
 // Validate checks a task as it is about to be stored (created or replaced): every
-// field within its bounds, the kind's own fields only, the executor a user or a group,
-// and a rollout whose gate could never pass refused (Rollout.GateFindings).
+// field within its bounds, the kind's own fields only, the executor a user or a group.
+// (A rollout whose gate could never pass is RolloutRefusal's to refuse.)
 // The first field that is wrong is named in the error (CodeInvalid).
 func (t Task) Validate() error {
 	bad := func(format string, args ...any) error { return Errorf(CodeInvalid, format, args...) }
@@ -315,11 +315,6 @@ func (t Task) Validate() error {
 		}
 		if err := t.Rollout.Validate(t.DispatchTimes); err != nil {
 			return err
-		}
-		for _, f := range t.Rollout.GateFindings(t.DispatchTimes, t.Occurrences(), -1) {
-			if f.Refuse {
-				return &Error{Code: CodeInvalid, Message: f.Message, Details: map[string]any{"reason": GateWarning, "phase": f.Phase}}
-			}
 		}
 	}
 	switch t.Key.Kind {

@@ -128,6 +128,9 @@ func (s *Service) CreateTask(ctx context.Context, t taskd.Task) (taskd.Task, err
 	if err := t.Validate(); err != nil {
 		return taskd.Task{}, err
 	}
+	if err := t.RolloutRefusal(nil); err != nil {
+		return taskd.Task{}, err
+	}
 	if err := s.validateParams(ctx, t.TemplateID, t.Params); err != nil {
 		return taskd.Task{}, err
 	}
@@ -169,6 +172,9 @@ func (s *Service) editTask(ctx context.Context, action string, key taskd.TaskKey
 		}
 		t.Key = key
 		if err := t.Validate(); err != nil {
+			return t, err
+		}
+		if err := t.RolloutRefusal(&cur); err != nil {
 			return t, err
 		}
 		return t, s.validateParams(ctx, t.TemplateID, t.Params)

@@ -84,12 +84,11 @@ func (s *Service) TaskWarnings(ctx context.Context, t taskd.Task) ([]Warning, er
 			t.StartTime.UTC().Format(time.RFC3339), now.Sub(t.StartTime).Truncate(time.Second), s.catchUp)})
 	}
 	if t.Rollout != nil {
-		// The refused ones never get here (Task.Validate); the rest depend on later
-		// events: an admin's advance, slots earlier phases leave, failures, new members.
+		// The rest depend on later events (an admin's advance, slots earlier phases
+		// leave, failures, new members); one refused gets here only from an edit that
+		// left it as stuck as it was (taskd.Task.RolloutRefusal).
 		for _, f := range t.Rollout.GateFindings(t.DispatchTimes, t.Occurrences(), audience) {
-			if !f.Refuse {
-				out = append(out, Warning{WarnGateUnreachable, f.Message})
-			}
+			out = append(out, Warning{WarnGateUnreachable, f.Message})
 		}
 	}
 	if t.EndTime != nil && t.EndTime.Before(s.now()) {
@@ -158,6 +157,9 @@ type Preview struct {
 // one a new task starts in. A paused task has no occurrences.
 func (s *Service) PreviewTask(ctx context.Context, t taskd.Task) (Preview, error) {
 	if err := t.Validate(); err != nil {
+		return Preview{}, err
+	}
+	if err := t.RolloutRefusal(nil); err != nil {
 		return Preview{}, err
 	}
 	if err := s.validateParams(ctx, t.TemplateID, t.Params); err != nil {

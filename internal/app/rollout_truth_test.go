@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -85,5 +86,30 @@ func TestRolloutListMarksAnUnreachableGate(t *testing.T) {
 	}
 	if got[fine] != "" || got[stuck] == "" {
 		t.Fatalf("gate_unreachable in the list: %q", got)
+	}
+}
+
+// An edit that makes a gate unreachable under auto is refused; one of a task whose
+// rollout was stuck already (stored before the rule) is let through, and warned of:
+// refusing it would keep an admin from even pausing the task.
+func TestRolloutEditOfAStuckRollout(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	e.admin("PUT", "/v1/admin/groups/g/members", map[string]any{"uids": []string{"a", "b", "c"}})
+	id := e.task("once", map[string]any{"executor": "gid_g", "start_time": ts(t0), "dispatch_times": 3, "rollout": map[string]any{
+		"phases": []any{map[string]any{"count": 1}, map[string]any{"percent": 100}}, "gate": map[string]any{"min_finished": 2}, "advance": "manual"}})
+	e.expectMsg("PATCH", "/v1/admin/tasks/"+taskPath(id), map[string]any{"rollout": map[string]any{"advance": "auto"}},
+		400, "invalid_argument", "rollout.phases[0]")
+	// As a rollout stored before the rule would be: auto, and stuck.
+	if _, err := e.store.DB().Exec("UPDATE task_once SET rollout = REPLACE(rollout, '\"manual\"', '\"auto\"') WHERE id = ?",
+		strings.TrimPrefix(id, "once:")); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.admin("GET", "/v1/admin/tasks/"+taskPath(id), nil)["rollout"].(map[string]any); r["advance"] != "auto" {
+		t.Fatalf("the stored rollout: %v", r)
+	}
+	out := e.admin("PATCH", "/v1/admin/tasks/"+taskPath(id), map[string]any{"status": "paused"})
+	if out["status"] != "paused" || !slices.Contains(codesOf(out), "gate_unreachable") {
+		t.Fatalf("a pause of a stuck rollout's task: %v", out)
 	}
 }
