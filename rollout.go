@@ -296,11 +296,13 @@ func (g Gate) Verdict(f PhaseFigures) GateVerdict {
 }
 
 // RolloutChange is what a step or a move did: Event names it (one of the EventRollout
-// events); "" when nothing changed.
+// events); "" when nothing changed. Reason, on a change a failed gate made, names the
+// figures and the ratio that failed it.
 type RolloutChange struct {
-	Event EventType
-	From  RolloutStatus
-	To    RolloutStatus
+	Event  EventType
+	From   RolloutStatus
+	To     RolloutStatus
+	Reason string
 }
 
 // endsPhase reports whether c ends its phase: it opens another, or ends the rollout
@@ -310,15 +312,25 @@ func (c RolloutChange) endsPhase() bool {
 }
 
 // AppendHistory is a rollout's history after c: when c ends its phase (it opens
-// another, completes the rollout or aborts it), history with c's record appended (the
-// phase it ends, at, its event, the phase's figures f it was decided on, and actor: the
-// admin's, "" for the server's own moves); history as it is otherwise, since the
-// history is of the phases, not of every move.
+// another, completes the rollout or aborts it), or pauses or resumes the rollout,
+// history with c's record appended (the phase, at, its event, the phase's figures f
+// it was decided on, c's reason, and actor: the admin's, "" for the server's own
+// moves); history as it is otherwise: baking and waiting are the gate's verdicts,
+// shown by the rollout's state, not moves anyone made.
 func (c RolloutChange) AppendHistory(history []RolloutMoveRecord, f PhaseFigures, actor string, at time.Time) []RolloutMoveRecord {
-	if !c.endsPhase() {
+	if !c.endsPhase() && c.Event != EventRolloutPaused && c.Event != EventRolloutResumed {
 		return history
 	}
-	return append(history, RolloutMoveRecord{Phase: c.From.PhaseNumber(), At: at, Event: c.Event, PhaseFigures: f, Actor: actor})
+	return append(history, RolloutMoveRecord{Phase: c.From.PhaseNumber(), At: at, Event: c.Event, PhaseFigures: f,
+		Reason: c.Reason, Actor: actor})
+}
+
+// failure says why g failed on f: the failures among the finished, and the ratio
+// they reached.
+func (g Gate) failure(f PhaseFigures) string {
+	return fmt.Sprintf("gate failed: %d of %d finished failed (%s), at or above failure_ratio %v; %d succeeded",
+		f.Failed, f.Finished, strconv.FormatFloat(100*float64(f.Failed)/float64(max(f.Finished, 1)), 'f', -1, 64)+"%",
+		g.FailureRatio, f.Succeeded)
 }
 
 // StartRollout is the status of a rollout that starts at now.
@@ -338,10 +350,10 @@ func (r Rollout) Step(st RolloutStatus, f PhaseFigures, now time.Time) RolloutCh
 	switch v := r.Gate.Verdict(f); {
 	case v == GateFailed && r.Advance == AdvanceAuto:
 		to.State, to.GateFailed, to.BakeUntil = RolloutAborted, true, nil
-		return RolloutChange{EventRolloutAborted, st, to}
+		return RolloutChange{Event: EventRolloutAborted, From: st, To: to, Reason: r.Gate.failure(f)}
 	case v == GateFailed:
 		to.State, to.GateFailed, to.BakeUntil = RolloutWaiting, true, nil
-		return RolloutChange{EventRolloutWaiting, st, to}
+		return RolloutChange{Event: EventRolloutWaiting, From: st, To: to, Reason: r.Gate.failure(f)}
 	case st.State == RolloutBaking:
 		if st.BakeUntil != nil && now.Before(*st.BakeUntil) {
 			return RolloutChange{}
@@ -349,11 +361,11 @@ func (r Rollout) Step(st RolloutStatus, f PhaseFigures, now time.Time) RolloutCh
 		return r.advance(st, now)
 	case v == GatePassed && r.Advance == AdvanceManual:
 		to.State = RolloutWaiting
-		return RolloutChange{EventRolloutWaiting, st, to}
+		return RolloutChange{Event: EventRolloutWaiting, From: st, To: to}
 	case v == GatePassed && r.BakeSeconds > 0:
 		until := now.Add(time.Duration(r.BakeSeconds) * time.Second)
 		to.State, to.BakeUntil = RolloutBaking, &until
-		return RolloutChange{EventRolloutBaking, st, to}
+		return RolloutChange{Event: EventRolloutBaking, From: st, To: to}
 	case v == GatePassed:
 		return r.advance(st, now)
 	}
@@ -365,9 +377,9 @@ func (r Rollout) advance(st RolloutStatus, now time.Time) RolloutChange {
 	to := RolloutStatus{State: RolloutRunning, Phase: st.Phase + 1, PhaseStartedAt: now}
 	if to.Phase >= len(r.Phases) {
 		to = RolloutStatus{State: RolloutCompleted, Phase: len(r.Phases) - 1, PhaseStartedAt: st.PhaseStartedAt}
-		return RolloutChange{EventRolloutCompleted, st, to}
+		return RolloutChange{Event: EventRolloutCompleted, From: st, To: to}
 	}
-	return RolloutChange{EventRolloutPhase, st, to}
+	return RolloutChange{Event: EventRolloutPhase, From: st, To: to}
 }
 
 // RolloutMove is an admin's move of a rollout.
@@ -401,30 +413,45 @@ func (r Rollout) Move(st RolloutStatus, move RolloutMove, now time.Time) (Rollou
 		}
 		to := st
 		to.State, to.BakeUntil = RolloutPaused, nil
-		return RolloutChange{EventRolloutPaused, st, to}, nil
+		return RolloutChange{Event: EventRolloutPaused, From: st, To: to}, nil
 	case RolloutResume:
 		if st.State != RolloutPaused {
 			return conflict()
 		}
 		to := st
 		to.State, to.GateFailed = RolloutRunning, false
-		return RolloutChange{EventRolloutResumed, st, to}, nil
+		return RolloutChange{Event: EventRolloutResumed, From: st, To: to}, nil
 	case RolloutAbort:
 		if st.State == RolloutAborted || st.State == RolloutCompleted {
 			return conflict()
 		}
 		to := st
 		to.State, to.BakeUntil = RolloutAborted, nil
-		return RolloutChange{EventRolloutAborted, st, to}, nil
+		return RolloutChange{Event: EventRolloutAborted, From: st, To: to}, nil
 	}
 	return RolloutChange{}, Errorf(CodeInvalid, "rollout move: advance, pause, resume or abort, got %q", move)
 }
 
-// RolloutSummary is a rollout in a list: its task, state and phase (1-based).
+// RolloutSummary is a rollout in a list: its task, state and phase (1-based), and
+// what may keep it from advancing.
 type RolloutSummary struct {
 	TaskID string       `json:"task_id"`
 	State  RolloutState `json:"state"`
 	Phase  int          `json:"phase"`
+	// GateUnreachable, when set, says why the gate of this phase or a later one may
+	// never pass on what the task can give it (GateFindings; "": none found).
+	GateUnreachable string `json:"gate_unreachable,omitempty"`
+}
+
+// Unreachable is the first of r's GateFindings (for task t) at phase (1-based) or
+// after, the phases behind it being over; ok false when there is none.
+func (r Rollout) Unreachable(t Task, phase int) (GateFinding, bool) {
+	for _, f := range r.GateFindings(t.DispatchTimes, t.Occurrences(), -1) {
+		if f.Phase >= phase {
+			return f, true
+		}
+	}
+	return GateFinding{}, false
 }
 
 // RolloutView is a rollout as an admin sees it: its declaration and state, the task's
@@ -455,12 +482,126 @@ func (v RolloutView) Version() Version {
 	return Version(strconv.FormatInt(v.TaskVersion, 10) + "-" + strconv.FormatInt(v.Moves, 10))
 }
 
-// RolloutMoveRecord is a move that ended a phase, or the rollout: the phase (1-based),
-// when, the event, and the phase's figures it was decided on.
+// RolloutMoveRecord is a move that ended a phase, or the rollout, or paused or
+// resumed it: the phase (1-based), when, the event, the phase's figures it was decided
+// on, why (an automatic abort names the gate's figures and ratio) and who (empty: the
+// server).
 type RolloutMoveRecord struct {
 	Phase int       `json:"phase"`
 	At    time.Time `json:"at"`
 	Event EventType `json:"event"`
 	PhaseFigures
-	Actor string `json:"actor,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	Actor  string `json:"actor,omitempty"`
+}
+
+// A gate the task cannot feed. A phase's gate waits for MinFinished finished
+// dispatches, SuccessRatio of them successes; every success holds one of an
+// occurrence's slots for good (a failure may hand its slot back, an expiry always
+// does), so the successes a phase can ever gather are bounded by its cap on each of
+// the task's occurrences. The rule, per phase (GateFindings):
+//
+//   - refused (Refuse, at create and at an edit that makes it so: 400
+//     invalid_argument, details reason gate_unreachable; RolloutRefusal) when even the phase's whole cap on every occurrence the task
+//     will ever have holds fewer successes than the gate needs (ceil(success_ratio *
+//     min_finished)) under advance auto: it would sit in running, gate pending,
+//     forever, whatever happens. A once task has one occurrence; a rotating one with an
+//     end_time a known number; one without is never refused (later occurrences feed it).
+//   - warned (gate_unreachable, the write done) when passing depends on later events:
+//     the same impossibility under advance manual (only an admin's advance moves it);
+//     a phase whose new slots (its cap less the phase before's, on every occurrence)
+//     are fewer than min_finished (it passes only if earlier phases left slots unused,
+//     or failures make up the count); a once-per-user group smaller than the gate needs
+//     (it passes only if members join).
+
+// GateFinding is a phase whose gate the task may never let pass.
+type GateFinding struct {
+	// Phase is 1-based.
+	Phase int
+	// Refuse says it can never pass, whatever happens, and nothing else would move the
+	// rollout on (advance auto): the declaration is refused.
+	Refuse  bool
+	Message string
+}
+
+// GateWarning is the code of a GateFinding that is not refused, as the admin API's
+// warnings and the refusal's details name it.
+const GateWarning = "gate_unreachable"
+
+// GateFindings checks r's gates (with its defaults) against what its task can give
+// them: quota its dispatch_times, occurrences how many occurrences the task will ever
+// have (-1: no end), audience how many users may take each occurrence once
+// (once_per_user: the group's members; -1: no bound). At most one finding per phase,
+// the strongest; see the rule above.
+func (r Rollout) GateFindings(quota, occurrences, audience int) []GateFinding {
+	if occurrences < 0 || len(r.Phases) == 0 {
+		return nil
+	}
+	m := r.Gate.MinFinished
+	need := int(math.Ceil(r.Gate.SuccessRatio*float64(m) - 1e-9))
+	per := "on its occurrence"
+	if occurrences != 1 {
+		per = fmt.Sprintf("on each of the task's %d occurrences", occurrences)
+	}
+	var out []GateFinding
+	prev := 0
+	for i := range r.Phases {
+		c := r.phaseCap(i, quota)
+		if c < 0 {
+			break // the whole of an unlimited quota: no bound
+		}
+		fresh := c - prev
+		best, sure := c*occurrences, fresh*occurrences
+		prev = c
+		n := i + 1
+		switch {
+		case need > 0 && best < need && r.Advance == AdvanceAuto:
+			out = append(out, GateFinding{n, true, fmt.Sprintf("rollout.phases[%d]: phase %d caps claims at %d %s, so it can finish at most %d successes; its gate needs %d (min_finished %d, success_ratio %v): it would never advance (lower gate.min_finished, or raise the phase's cap)",
+				i, n, c, per, best, need, m, r.Gate.SuccessRatio)})
+		case need > 0 && best < need:
+			out = append(out, GateFinding{n, false, fmt.Sprintf("phase %d caps claims at %d %s, so its gate (%d successes needed) can never pass: only an admin's advance moves it on", n, c, per, need)})
+		case sure < m:
+			out = append(out, GateFinding{n, false, fmt.Sprintf("phase %d opens %d new slots %s and its gate waits for %d finished: it passes only if the phases before leave slots unused, or failures make up the count", n, fresh, per, m)})
+		case audience > 0 && min(c, audience)*occurrences < m:
+			out = append(out, GateFinding{n, false, fmt.Sprintf("once per user, phase %d can finish at most %d dispatches %s with the %d users it targets now; its gate waits for %d: it passes only if members join", n, min(c, audience), per, audience, m)})
+		}
+	}
+	return out
+}
+
+// RolloutRefusal refuses t's rollout when one of its gates could never pass
+// (a Refuse finding of GateFindings): 400 invalid_argument, the finding's message,
+// details {"reason": "gate_unreachable", "phase": n}. before is the task an edit
+// starts from (nil: a create); a phase that was refused already in before is let
+// through, so that an edit leaving a rollout as stuck as it was (one stored before
+// this rule; a pause of its task) is not refused: its write warns of it instead.
+func (t Task) RolloutRefusal(before *Task) error {
+	if t.Rollout == nil {
+		return nil
+	}
+	had := map[int]bool{}
+	if before != nil && before.Rollout != nil {
+		for _, f := range before.Rollout.GateFindings(before.DispatchTimes, before.Occurrences(), -1) {
+			had[f.Phase] = f.Refuse
+		}
+	}
+	for _, f := range t.Rollout.GateFindings(t.DispatchTimes, t.Occurrences(), -1) {
+		if f.Refuse && !had[f.Phase] {
+			return &Error{Code: CodeInvalid, Message: f.Message, Details: map[string]any{"reason": GateWarning, "phase": f.Phase}}
+		}
+	}
+	return nil
+}
+
+// Occurrences is how many occurrences t will ever have: 1 for a once task, the count
+// up to a rotating task's end_time, -1 without one.
+func (t Task) Occurrences() int {
+	if t.Key.Kind == KindOnce {
+		return 1
+	}
+	if t.EndTime == nil || t.SpaceMinutes < 1 || t.EndTime.Before(t.StartTime) {
+		return -1
+	}
+	n := t.EndTime.Sub(t.StartTime)/(time.Duration(t.SpaceMinutes)*time.Minute) + 1
+	return int(min(n, math.MaxInt32))
 }

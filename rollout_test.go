@@ -1,6 +1,7 @@
 package taskd_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -213,10 +214,11 @@ func TestRolloutPhaseNumber(t *testing.T) {
 	}
 }
 
-// A rollout's history keeps the changes that end a phase: the next phase opened, the
-// rollout completed or aborted, by the server's step or an admin's move, each with the
-// phase it ends (1-based), its event, figures and actor. Baking, waiting, a pause and
-// a resume leave the phase open, and the history as it was.
+// A rollout's history keeps the changes that end a phase (the next phase opened, the
+// rollout completed or aborted, by the server's step or an admin's move) and the
+// pauses and resumes, each with its phase (1-based), event, figures and actor; an
+// automatic abort says which figures failed the gate. Baking and waiting leave the
+// history as it was (issue 37: pauses and resumes were missing).
 func TestRolloutHistory(t *testing.T) {
 	auto := taskd.Rollout{Phases: []taskd.Phase{pct(10), pct(100)}, BakeSeconds: 60,
 		Gate: taskd.Gate{MinFinished: 2, SuccessRatio: 1, FailureRatio: 0.5}}.WithDefaults()
@@ -251,8 +253,8 @@ func TestRolloutHistory(t *testing.T) {
 		{"no bake", noBake.Step(running, pass, at), pass, "", 1, taskd.EventRolloutPhase},
 		{"a failed gate", auto.Step(running, fail, at), fail, "", 1, taskd.EventRolloutAborted},
 		{"the last phase passed", noBake.Step(last, pass, at), pass, "", 2, taskd.EventRolloutCompleted},
-		{"a pause", move(running, taskd.RolloutPause), pass, "admin", 0, ""},
-		{"a resume", move(paused, taskd.RolloutResume), pass, "admin", 0, ""},
+		{"a pause", move(running, taskd.RolloutPause), pass, "admin", 1, taskd.EventRolloutPaused},
+		{"a resume", move(paused, taskd.RolloutResume), pass, "admin", 2, taskd.EventRolloutResumed},
 		{"an advance on a failing gate", move(running, taskd.RolloutAdvance), fail, "admin", 1, taskd.EventRolloutPhase},
 		{"an advance past the last phase", move(last, taskd.RolloutAdvance), pass, "admin", 2, taskd.EventRolloutCompleted},
 		{"an abort of a paused rollout", move(paused, taskd.RolloutAbort), pass, "admin", 2, taskd.EventRolloutAborted},
@@ -265,9 +267,122 @@ func TestRolloutHistory(t *testing.T) {
 			}
 			continue
 		}
-		want := taskd.RolloutMoveRecord{Phase: tc.phase, At: at, Event: tc.event, PhaseFigures: tc.f, Actor: tc.actor}
+		want := taskd.RolloutMoveRecord{Phase: tc.phase, At: at, Event: tc.event, PhaseFigures: tc.f, Actor: tc.actor, Reason: tc.c.Reason}
+		if tc.name == "a failed gate" && tc.c.Reason != "gate failed: 1 of 2 finished failed (50%), at or above failure_ratio 0.5; 1 succeeded" {
+			t.Errorf("an automatic abort's reason: %q", tc.c.Reason)
+		}
+		if tc.name != "a failed gate" && tc.c.Reason != "" {
+			t.Errorf("%s: a reason %q", tc.name, tc.c.Reason)
+		}
 		if len(got) != 2 || got[0] != earlier || got[1] != want {
 			t.Errorf("%s: history %+v; want %+v appended", tc.name, got, want)
 		}
+	}
+}
+
+// A gate the task cannot feed: refused when it can never pass whatever happens under
+// advance auto, warned when passing depends on later events (issue 37).
+func TestRolloutGateFindings(t *testing.T) {
+	gate := func(m int, ratio float64) taskd.Gate { return taskd.Gate{MinFinished: m, SuccessRatio: ratio} }
+	for _, tc := range []struct {
+		name        string
+		r           taskd.Rollout
+		quota       int
+		occurrences int
+		audience    int
+		want        []taskd.GateFinding // Phase and Refuse; the message is checked for the phase
+	}{
+		{"fits", taskd.Rollout{Phases: []taskd.Phase{cnt(5), cnt(10), pct(100)}, Gate: gate(5, 1)}, 20, 1, -1, nil},
+		{"first phase below min_finished, auto", taskd.Rollout{Phases: []taskd.Phase{cnt(2), pct(100)}, Gate: gate(5, 1)}, 20, 1, -1,
+			[]taskd.GateFinding{{Phase: 1, Refuse: true}}},
+		{"first phase below min_finished, manual", taskd.Rollout{Phases: []taskd.Phase{cnt(2), pct(100)}, Gate: gate(5, 1), Advance: "manual"}, 20, 1, -1,
+			[]taskd.GateFinding{{Phase: 1}}},
+		{"few new slots: earlier phases may leave some", taskd.Rollout{Phases: []taskd.Phase{cnt(5), cnt(7), pct(100)}, Gate: gate(5, 1)}, 20, 1, -1,
+			[]taskd.GateFinding{{Phase: 2}}},
+		{"a ratio below 1: failures may fill the count", taskd.Rollout{Phases: []taskd.Phase{cnt(4), pct(100)}, Gate: gate(5, 0.8)}, 20, 1, -1,
+			[]taskd.GateFinding{{Phase: 1}}},
+		{"a ratio below 1 still short", taskd.Rollout{Phases: []taskd.Phase{cnt(3), pct(100)}, Gate: gate(5, 0.8)}, 20, 1, -1,
+			[]taskd.GateFinding{{Phase: 1, Refuse: true}}},
+		{"the last phase is the quota", taskd.Rollout{Phases: []taskd.Phase{cnt(1), pct(100)}, Gate: gate(3, 1)}, 2, 1, -1,
+			[]taskd.GateFinding{{Phase: 1, Refuse: true}, {Phase: 2, Refuse: true}}},
+		{"an unlimited last phase has no bound", taskd.Rollout{Phases: []taskd.Phase{cnt(5), pct(100)}, Gate: gate(5, 1)}, taskd.Unlimited, 1, -1, nil},
+		{"rotating without end: later occurrences feed it", taskd.Rollout{Phases: []taskd.Phase{cnt(1), pct(100)}, Gate: gate(50, 1)}, 10, -1, -1, nil},
+		{"rotating with an end: too few occurrences", taskd.Rollout{Phases: []taskd.Phase{cnt(1), pct(100)}, Gate: gate(5, 1)}, 10, 4, -1,
+			[]taskd.GateFinding{{Phase: 1, Refuse: true}}},
+		{"rotating with an end: enough occurrences", taskd.Rollout{Phases: []taskd.Phase{cnt(1), pct(100)}, Gate: gate(5, 1)}, 10, 5, -1, nil},
+		{"a small group: members may join", taskd.Rollout{Phases: []taskd.Phase{cnt(5), pct(100)}, Gate: gate(5, 1)}, 20, 1, 3,
+			[]taskd.GateFinding{{Phase: 1}, {Phase: 2}}},
+		{"an empty group is another warning's", taskd.Rollout{Phases: []taskd.Phase{cnt(5), pct(100)}, Gate: gate(5, 1)}, 20, 1, 0, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := tc.r.WithDefaults()
+			if err := r.Validate(tc.quota); err != nil {
+				t.Fatal(err)
+			}
+			got := r.GateFindings(tc.quota, tc.occurrences, tc.audience)
+			if len(got) != len(tc.want) {
+				t.Fatalf("%d findings, want %d: %+v", len(got), len(tc.want), got)
+			}
+			for i, f := range got {
+				if f.Phase != tc.want[i].Phase || f.Refuse != tc.want[i].Refuse || !strings.Contains(f.Message, "phase") {
+					t.Errorf("finding %d: %+v, want phase %d refuse %v", i, f, tc.want[i].Phase, tc.want[i].Refuse)
+				}
+			}
+		})
+	}
+}
+
+// RolloutRefusal refuses what GateFindings refuses, naming the reason in the details;
+// a rotating task's end bounds its occurrences; an edit that leaves a refused phase as
+// it was is let through.
+func TestTaskValidateRefusesAnUnreachableGate(t *testing.T) {
+	start := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	r := taskd.Rollout{Phases: []taskd.Phase{cnt(2), pct(100)}, Gate: taskd.Gate{MinFinished: 5}}.WithDefaults()
+	once := taskd.Task{Key: taskd.TaskKey{Kind: taskd.KindOnce, ID: 1}, Executor: "gid_g", StartTime: start, TemplateID: 1,
+		DispatchTimes: 20, Mode: taskd.ModeOncePerUser, Priority: 5, Status: taskd.StatusActive, Rollout: &r}
+	if err := once.Validate(); err != nil {
+		t.Fatalf("Validate leaves gates to RolloutRefusal: %v", err)
+	}
+	err := once.RolloutRefusal(nil)
+	var e *taskd.Error
+	if !errors.As(err, &e) || e.Code != taskd.CodeInvalid || !strings.Contains(e.Message, "rollout.phases[0]") {
+		t.Fatalf("once, cap 2, min_finished 5: %v", err)
+	}
+	if d, _ := e.Details.(map[string]any); d["reason"] != "gate_unreachable" || d["phase"] != 1 {
+		t.Fatalf("details: %v", e.Details)
+	}
+	rot := once
+	rot.Key, rot.SpaceMinutes = taskd.TaskKey{Kind: taskd.KindRotate, ID: 1}, 60
+	if err := rot.RolloutRefusal(nil); err != nil {
+		t.Fatalf("rotating without an end: %v", err)
+	}
+	end := start.Add(2 * time.Hour) // three occurrences: 6 slots in phase 1
+	rot.EndTime = &end
+	if err := rot.RolloutRefusal(nil); err != nil {
+		t.Fatalf("rotating, three occurrences: %v", err)
+	}
+	end = start.Add(time.Hour) // two: 4 slots
+	if err := rot.RolloutRefusal(nil); taskd.ErrorCode(err) != taskd.CodeInvalid {
+		t.Fatalf("rotating, two occurrences: %v", err)
+	}
+	// An edit of a task stuck already (stored before the rule) is let through; one
+	// that makes a phase stuck is not.
+	stuck := once
+	paused := stuck
+	paused.Status = taskd.StatusPaused
+	if err := paused.RolloutRefusal(&stuck); err != nil {
+		t.Fatalf("a pause of a stuck rollout's task: %v", err)
+	}
+	fine := taskd.Rollout{Phases: []taskd.Phase{cnt(5), pct(100)}, Gate: taskd.Gate{MinFinished: 5}}.WithDefaults()
+	was := once
+	was.Rollout = &fine
+	if err := stuck.RolloutRefusal(&was); taskd.ErrorCode(err) != taskd.CodeInvalid {
+		t.Fatalf("an edit that makes phase 1 stuck: %v", err)
+	}
+	manual := r
+	manual.Advance = taskd.AdvanceManual
+	once.Rollout = &manual
+	if err := once.RolloutRefusal(nil); err != nil {
+		t.Fatalf("manual: warned, not refused: %v", err)
 	}
 }

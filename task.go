@@ -285,6 +285,7 @@ var (
 
 // Validate checks a task as it is about to be stored (created or replaced): every
 // field within its bounds, the kind's own fields only, the executor a user or a group.
+// (A rollout whose gate could never pass is RolloutRefusal's to refuse.)
 // The first field that is wrong is named in the error (CodeInvalid).
 func (t Task) Validate() error {
 	bad := func(format string, args ...any) error { return Errorf(CodeInvalid, format, args...) }

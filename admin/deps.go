@@ -21,9 +21,10 @@ type Store interface {
 
 	CreateTask(ctx context.Context, actor string, t taskd.Task, now time.Time) (taskd.Task, error)
 	GetTask(ctx context.Context, key taskd.TaskKey) (taskd.Task, error)
-	ReplaceTask(ctx context.Context, actor string, key taskd.TaskKey, ifMatch taskd.IfMatch, edit func(taskd.Task) (taskd.Task, error), now time.Time) (before, after taskd.Task, err error)
+	ReplaceTask(ctx context.Context, actor, action string, key taskd.TaskKey, ifMatch taskd.IfMatch, edit func(taskd.Task) (taskd.Task, error), now time.Time) (before, after taskd.Task, err error)
 	DeleteTask(ctx context.Context, actor string, key taskd.TaskKey, ifMatch taskd.IfMatch, now time.Time) (taskd.Task, error)
 	ListTasks(ctx context.Context, f taskd.TaskFilter, after taskd.TaskKey, limit int) ([]taskd.Task, bool, error)
+	OutcomeFigures(ctx context.Context, tasks []taskd.TaskKey) (map[taskd.TaskKey]taskd.OutcomeFigures, error)
 
 	AddMembers(ctx context.Context, actor, gid string, uids []string, now time.Time) ([]string, error)
 	RemoveMember(ctx context.Context, actor, gid, uid string, now time.Time) (bool, error)
@@ -38,6 +39,7 @@ type Store interface {
 	Group(ctx context.Context, gid string) (taskd.Group, error)
 	// DeleteGroup removes gid's members and rule; it returns the uids removed.
 	DeleteGroup(ctx context.Context, actor, gid string, now time.Time) ([]string, error)
+	Cursors(ctx context.Context, uids []string) (map[string]time.Time, error)
 	UserGroups(ctx context.Context, uid string) ([]string, error)
 
 	OfferTasks(ctx context.Context, executors []string, from, until time.Time) (schedule.TaskSet, error)

@@ -385,6 +385,9 @@ type taskView struct {
 	Status string `json:"status"`
 	// Warnings are a create's, replace's or patch's hints (warnings.go); absent elsewhere.
 	Warnings []Warning `json:"warnings,omitempty"`
+	// Outcome, in a list, says a task is over though its status is not (done, dead,
+	// ended: taskd.Task.Outcome); absent while more may be handed out, and elsewhere.
+	Outcome string `json:"outcome,omitempty"`
 }
 
 func viewTask(t taskd.Task) taskView {

@@ -53,7 +53,7 @@ const jsonPatchMediaType = "application/json-patch+json"
 // task's editable fields. Absent members stay as they are; null takes an optional field
 // back to its default (end_time: null clears it); params merges recursively, as the RFC
 // says. The merged task is checked exactly as a PUT body is, and replaced as PUT replaces
-// it (audited as task.replace, caches invalidated).
+// it (audited as task.patch, caches invalidated).
 func (h *Handlers) PatchTask() http.Handler {
 	return h.serve(func(w http.ResponseWriter, r *http.Request) (int, any, error) {
 		key, err := pathTaskKey(r)

@@ -214,9 +214,14 @@ func (h *Handlers) ListTasks() http.Handler {
 		if err != nil {
 			return 0, nil, err
 		}
+		outcomes, err := h.svc.TaskOutcomes(r.Context(), tasks)
+		if err != nil {
+			return 0, nil, err
+		}
 		views := make([]taskView, len(tasks))
 		for i, t := range tasks {
 			views[i] = viewTask(t)
+			views[i].Outcome = outcomes[t.Key]
 		}
 		next := ""
 		if more {

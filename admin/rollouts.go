@@ -78,12 +78,37 @@ func (s *Service) RunRollouts(ctx context.Context) {
 }
 
 // ActiveRollouts lists the rollouts neither completed nor aborted, after the server's
-// moves due now (as a rollout's own read does): what it shows holds.
+// moves due now (as a rollout's own read does): what it shows holds. Each says whether
+// a gate ahead of it cannot be met on what its task gives (a rollout stored before
+// such gates were refused sits in running for ever).
 func (s *Service) ActiveRollouts(ctx context.Context) ([]taskd.RolloutSummary, error) {
 	if err := s.StepRollouts(ctx); err != nil {
 		return nil, err
 	}
-	return s.store.ActiveRollouts(ctx)
+	rs, err := s.store.ActiveRollouts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i, r := range rs {
+		key, err := taskd.ParseTaskKey(r.TaskID)
+		if err != nil {
+			return nil, err
+		}
+		t, err := s.store.GetTask(ctx, key)
+		if taskd.ErrorCode(err) == taskd.CodeNotFound {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		if t.Rollout == nil {
+			continue
+		}
+		if f, ok := t.Rollout.Unreachable(t, r.Phase); ok {
+			rs[i].GateUnreachable = f.Message
+		}
+	}
+	return rs, nil
 }
 
 // rolloutReply is GET .../rollout's answer.

@@ -129,6 +129,9 @@ func (s *Service) CreateTask(ctx context.Context, t taskd.Task) (taskd.Task, err
 	if err := t.Validate(); err != nil {
 		return taskd.Task{}, err
 	}
+	if err := t.RolloutRefusal(nil); err != nil {
+		return taskd.Task{}, err
+	}
 	if err := s.validateParams(ctx, t.TemplateID, t.Params); err != nil {
 		return taskd.Task{}, err
 	}
@@ -139,17 +142,30 @@ func (s *Service) CreateTask(ctx context.Context, t taskd.Task) (taskd.Task, err
 	return t, s.invalidate(ctx, t.Executor)
 }
 
+// The audit actions of a task's edits: a PUT replaces, a PATCH patches (the audit
+// says which the admin sent: the entries of a patch were recorded as replaces).
+const (
+	auditTaskReplace = "task.replace"
+	auditTaskPatch   = "task.patch"
+)
+
 // ReplaceTask replaces a task's editable fields with t's, if its version is one
-// ifMatch matches (see UpdateTask).
+// ifMatch matches (see UpdateTask); audited as task.replace.
 func (s *Service) ReplaceTask(ctx context.Context, t taskd.Task, ifMatch taskd.IfMatch) (taskd.Task, error) {
-	return s.UpdateTask(ctx, t.Key, ifMatch, func(taskd.Task) (taskd.Task, error) { return t, nil })
+	return s.editTask(ctx, auditTaskReplace, t.Key, ifMatch, func(taskd.Task) (taskd.Task, error) { return t, nil })
 }
 
 // UpdateTask replaces task key's editable fields with those edit makes of the task as
 // it is, held locked (so that an edit made meanwhile is never overwritten with what
-// was read before it), if its version is one ifMatch matches. The result is checked as
-// a new task is; the heaps of the old and the new executor are invalidated.
+// was read before it), if its version is one ifMatch matches: a patch, audited as
+// task.patch. The result is checked as a new task is; the heaps of the old and the
+// new executor are invalidated.
 func (s *Service) UpdateTask(ctx context.Context, key taskd.TaskKey, ifMatch taskd.IfMatch, edit func(taskd.Task) (taskd.Task, error)) (taskd.Task, error) {
+	return s.editTask(ctx, auditTaskPatch, key, ifMatch, edit)
+}
+
+// editTask is ReplaceTask and UpdateTask, audited as action.
+func (s *Service) editTask(ctx context.Context, action string, key taskd.TaskKey, ifMatch taskd.IfMatch, edit func(taskd.Task) (taskd.Task, error)) (taskd.Task, error) {
 	checked := func(cur taskd.Task) (taskd.Task, error) {
 		t, err := edit(cur)
 		if err != nil {
@@ -157,6 +173,9 @@ func (s *Service) UpdateTask(ctx context.Context, key taskd.TaskKey, ifMatch tas
 		}
 		t.Key = key
 		if err := t.Validate(); err != nil {
+			return t, err
+		}
+		if err := t.RolloutRefusal(&cur); err != nil {
 			return t, err
 		}
 		return t, s.validateParams(ctx, t.TemplateID, t.Params)
@@ -169,7 +188,7 @@ func (s *Service) UpdateTask(ctx context.Context, key taskd.TaskKey, ifMatch tas
 			s.templateSchema(ctx, t.TemplateID)
 		}
 	}
-	before, after, err := s.store.ReplaceTask(ctx, ActorFrom(ctx), key, ifMatch, checked, s.now())
+	before, after, err := s.store.ReplaceTask(ctx, ActorFrom(ctx), action, key, ifMatch, checked, s.now())
 	if err != nil {
 		return after, err
 	}
@@ -358,6 +377,31 @@ func (s *Service) GetTemplate(ctx context.Context, id int64) (taskd.Template, er
 // GetTask returns the task key, or taskd.ErrNotFound.
 func (s *Service) GetTask(ctx context.Context, key taskd.TaskKey) (taskd.Task, error) {
 	return s.store.GetTask(ctx, key)
+}
+
+// TaskOutcomes returns the outcomes of tasks (taskd.Task.Outcome) that have one: a
+// once task done or dead, a task ended. Users' offers start the catch-up window back;
+// without one known, nothing is taken to have ended by it.
+func (s *Service) TaskOutcomes(ctx context.Context, tasks []taskd.Task) (map[taskd.TaskKey]string, error) {
+	keys := make([]taskd.TaskKey, len(tasks))
+	for i, t := range tasks {
+		keys[i] = t.Key
+	}
+	figures, err := s.store.OutcomeFigures(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	var floor time.Time
+	if s.catchUp > 0 {
+		floor = s.now().Add(-s.catchUp).Truncate(time.Second)
+	}
+	out := make(map[taskd.TaskKey]string)
+	for _, t := range tasks {
+		if o := t.Outcome(figures[t.Key], floor); o != "" {
+			out[t.Key] = o
+		}
+	}
+	return out, nil
 }
 
 // ListTasks returns up to limit tasks matching f after the key after, and whether more

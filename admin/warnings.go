@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
+	"sort"
 	"time"
 
 	"github.com/taskpull/taskd"
@@ -27,6 +29,9 @@ const (
 	WarnQuotaExceedsGroup = "quota_exceeds_group"
 	WarnEnded             = "ended"
 	WarnBeforeCatchUp     = "before_catch_up"
+	// WarnGateUnreachable is a rollout phase whose gate may never pass
+	// (taskd.Rollout.GateFindings); one that never can under advance auto is refused.
+	WarnGateUnreachable = taskd.GateWarning
 )
 
 // audience is who task t's executor names: the uid, or the group's members.
@@ -48,6 +53,7 @@ func (s *Service) TaskWarnings(ctx context.Context, t taskd.Task) ([]Warning, er
 		return nil, err
 	}
 	var out []Warning
+	audience := -1 // how many users may take an occurrence once each; -1: no bound
 	if e.Group {
 		members, err := s.store.Members(ctx, e.ID)
 		if err != nil {
@@ -56,6 +62,9 @@ func (s *Service) TaskWarnings(ctx context.Context, t taskd.Task) ([]Warning, er
 		g, err := s.store.Group(ctx, e.ID)
 		if err != nil && taskd.ErrorCode(err) != taskd.CodeNotFound { // a group that never had members nor a rule
 			return nil, err
+		}
+		if t.Mode == taskd.ModeOncePerUser && !g.Dynamic { // a dynamic group's members come with the reports
+			audience = len(members)
 		}
 		switch {
 		case len(members) == 0 && g.Dynamic:
@@ -83,6 +92,14 @@ func (s *Service) TaskWarnings(ctx context.Context, t taskd.Task) ([]Warning, er
 		out = append(out, Warning{WarnBeforeCatchUp, fmt.Sprintf("start_time %s is %s ago, beyond the catch-up window of %s (DISPATCH_CATCH_UP): a user's offer starts at most that far back, so nobody is offered this task",
 			t.StartTime.UTC().Format(time.RFC3339), now.Sub(t.StartTime).Truncate(time.Second), s.catchUp)})
 	}
+	if t.Rollout != nil {
+		// The rest depend on later events (an admin's advance, slots earlier phases
+		// leave, failures, new members); one refused gets here only from an edit that
+		// left it as stuck as it was (taskd.Task.RolloutRefusal).
+		for _, f := range t.Rollout.GateFindings(t.DispatchTimes, t.Occurrences(), audience) {
+			out = append(out, Warning{WarnGateUnreachable, f.Message})
+		}
+	}
 	if t.EndTime != nil && t.EndTime.Before(s.now()) {
 		out = append(out, Warning{WarnEnded, "end_time is in the past: no occurrence of this task is due any more"})
 	}
@@ -109,8 +126,8 @@ func (h *Handlers) withWarnings(ctx context.Context, t taskd.Task, err error) ta
 // previewWindow is how far ahead a preview looks.
 const previewWindow = 24 * time.Hour
 
-// maxPreviewOccurrences bounds a preview's occurrences (a rotation every minute for a
-// day is 1,440).
+// maxPreviewOccurrences bounds a preview's list of occurrences (a rotation every
+// minute for a day is 1,440); its summary counts them all.
 const maxPreviewOccurrences = 1440
 
 // PreviewOccurrence is one occurrence a preview finds, and how many users would get it.
@@ -119,19 +136,39 @@ type PreviewOccurrence struct {
 	Recipients int       `json:"recipients"`
 }
 
+// PreviewSummary sums a preview's occurrences: the dispatches they would make, and how
+// many users would get at least one (at most: when a quota or a cap leaves some of
+// the offered users out, which ones is whoever fetches first).
+type PreviewSummary struct {
+	TotalDispatches int `json:"total_dispatches"`
+	UIDs            int `json:"uids"`
+}
+
 // Preview is who a task would reach in the next 24 h, stored nowhere.
 type Preview struct {
 	UIDs        []string            `json:"uids"`
+	Summary     PreviewSummary      `json:"summary"`
 	Occurrences []PreviewOccurrence `json:"occurrences"`
 	Warnings    []Warning           `json:"warnings"`
 }
 
-// PreviewTask checks t as a create would (params included) and answers its audience and
-// its occurrences due in the next 24 h, each with how many of the audience would get it
-// under the quota (dispatch_times; unlimited: all). A once task due already counts as
-// due now. A paused task has no occurrences.
+// PreviewTask checks t as a create would (params included) and answers its audience,
+// its occurrences that agents would be handed from now to 24 h ahead, each with how
+// many of the audience would get it, and their sum.
+//
+// What is counted is what a fetch hands out. An occurrence already due is handed out
+// at once to every user whose offer reaches back to it: a user's offer starts at its
+// cursor, never more than the catch-up window (DISPATCH_CATCH_UP) behind now, so a
+// rotating task's occurrences of that window count for the users whose cursor is not
+// past them (a new user's is the window's start), and a once task due before the
+// window counts for nobody. Each occurrence's recipients are bounded by the quota
+// (dispatch_times; unlimited: none) and by the cap of the rollout's first phase, the
+// one a new task starts in. A paused task has no occurrences.
 func (s *Service) PreviewTask(ctx context.Context, t taskd.Task) (Preview, error) {
 	if err := t.Validate(); err != nil {
+		return Preview{}, err
+	}
+	if err := t.RolloutRefusal(nil); err != nil {
 		return Preview{}, err
 	}
 	if err := s.validateParams(ctx, t.TemplateID, t.Params); err != nil {
@@ -151,29 +188,76 @@ func (s *Service) PreviewTask(ctx context.Context, t taskd.Task) (Preview, error
 	if p.Warnings == nil {
 		p.Warnings = []Warning{}
 	}
-	recipients := len(uids)
-	if t.DispatchTimes != taskd.Unlimited {
-		recipients = min(recipients, t.DispatchTimes)
-	}
-	now := s.now()
-	until := now.Add(previewWindow)
 	if t.Status == taskd.StatusPaused {
 		return p, nil
 	}
+	now := s.now()
+	floor := now.Add(-s.catchUp).Truncate(time.Second)
+	if floor.After(now) {
+		floor = now
+	}
+	offered, err := s.offeredFrom(ctx, uids, floor)
+	if err != nil {
+		return Preview{}, err
+	}
+	bound := -1 // the most users of one occurrence: the quota, the rollout's first cap
+	if t.DispatchTimes != taskd.Unlimited {
+		bound = t.DispatchTimes
+	}
+	if t.Rollout != nil {
+		if c := t.Rollout.Cap(taskd.StartRollout(now), t.DispatchTimes); c >= 0 && (bound < 0 || c < bound) {
+			bound = c
+		}
+	}
+	add := func(at time.Time) {
+		n := offered(at)
+		p.Summary.UIDs = max(p.Summary.UIDs, n) // offered(at) grows with at
+		if bound >= 0 {
+			n = min(n, bound)
+		}
+		p.Summary.TotalDispatches += n
+		if len(p.Occurrences) < maxPreviewOccurrences {
+			p.Occurrences = append(p.Occurrences, PreviewOccurrence{DueAt: at, Recipients: n})
+		}
+	}
+	until := now.Add(previewWindow)
 	if t.Key.Kind == taskd.KindOnce {
-		if t.StartTime.Before(until) {
-			p.Occurrences = append(p.Occurrences, PreviewOccurrence{DueAt: t.StartTime, Recipients: recipients})
+		if !t.StartTime.Before(floor) && t.StartTime.Before(until) {
+			add(t.StartTime)
 		}
-		return p, nil
-	}
-	space := time.Duration(t.SpaceMinutes) * time.Minute
-	for at := taskd.FirstRotation(t.StartTime, space, now); at.Before(until) && len(p.Occurrences) < maxPreviewOccurrences; at = at.Add(space) {
-		if t.EndTime != nil && at.After(*t.EndTime) {
-			break
+	} else {
+		space := time.Duration(t.SpaceMinutes) * time.Minute
+		for at := taskd.FirstRotation(t.StartTime, space, floor); at.Before(until); at = at.Add(space) {
+			if t.EndTime != nil && at.After(*t.EndTime) {
+				break
+			}
+			add(at)
 		}
-		p.Occurrences = append(p.Occurrences, PreviewOccurrence{DueAt: at, Recipients: recipients})
 	}
+	p.Summary.UIDs = min(p.Summary.UIDs, p.Summary.TotalDispatches)
 	return p, nil
+}
+
+// offeredFrom returns how many of uids have on their offer an occurrence due at a
+// given time, their offers starting at floor at the earliest: those whose cursor is
+// not past it (every one, for an occurrence not due yet).
+func (s *Service) offeredFrom(ctx context.Context, uids []string, floor time.Time) (func(time.Time) int, error) {
+	cursors, err := s.store.Cursors(ctx, uids)
+	if err != nil {
+		return nil, err
+	}
+	starts := make([]time.Time, 0, len(uids)) // each user's offer's start, sorted
+	for _, u := range uids {
+		at := floor
+		if c, ok := cursors[u]; ok && c.After(floor) {
+			at = c
+		}
+		starts = append(starts, at)
+	}
+	slices.SortFunc(starts, time.Time.Compare)
+	return func(due time.Time) int {
+		return sort.Search(len(starts), func(i int) bool { return starts[i].After(due) })
+	}, nil
 }
 
 // PreviewTask is POST /v1/admin/tasks/{kind}/preview: a create's body, nothing stored.

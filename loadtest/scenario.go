@@ -74,11 +74,16 @@ func (t TaskSpec) Body(templateID int64) map[string]any {
 // rolloutFor is the rollout workload's rollout of a task of quota dispatchTimes: up to
 // three phases (counts 3 and 10 of an unlimited quota; 10% and 50% of a limited one,
 // those whose caps rise), the last the whole quota; an auto gate on 20 finished
-// dispatches (8 of 10 successes pass, half failed aborts), a two-second bake. nil for
-// a quota too small for two phases.
-func rolloutFor(dispatchTimes int) map[string]any {
+// dispatches (8 of 10 successes pass, half failed aborts; a once task's first phase
+// can finish no more than its cap, so its gate waits for no more: the server refuses a
+// gate that can never pass), a two-second bake. nil for a quota too small for two
+// phases.
+func rolloutFor(kind string, dispatchTimes int) map[string]any {
 	phases := []any{map[string]any{"count": 3}, map[string]any{"count": 10}, map[string]any{"percent": 100}}
 	minFinished := rolloutMinFinished
+	if kind == "once" && dispatchTimes == -1 {
+		minFinished = 3
+	}
 	if dispatchTimes != -1 {
 		phases = nil
 		last := 0
@@ -271,7 +276,7 @@ func NewScenario(cfg Config, runID string, now time.Time) *Scenario {
 	if cfg.Workload == WorkloadRollout {
 		for i := range s.Tasks {
 			if t := &s.Tasks[i]; strings.HasPrefix(t.Executor, "gid_") {
-				t.Rollout = rolloutFor(t.DispatchTimes)
+				t.Rollout = rolloutFor(t.Kind, t.DispatchTimes)
 			}
 		}
 	}

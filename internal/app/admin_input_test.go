@@ -246,7 +246,7 @@ func TestPatchTask(t *testing.T) {
 		"space_minutes": 60, "end_time": ts(end), "lease_seconds": 30, "dispatch_times": 4}, 201, "")
 	path := "/v1/admin/tasks/rotate/" + fmt.Sprint(created["id"])
 	audits := func() int {
-		return e.count("SELECT COUNT(*) FROM audit_log WHERE action = 'task.replace' AND target = ?", created["task_id"])
+		return e.count("SELECT COUNT(*) FROM audit_log WHERE action = 'task.patch' AND target = ?", created["task_id"])
 	}
 	patch := func(body string, status int, code string, want ...string) map[string]any {
 		t.Helper()

@@ -191,6 +191,12 @@ func TestRolloutAdvancesAfterBakeAndAbortsOnFailure(t *testing.T) {
 	if r["state"] != "aborted" || !r["gate_failed"].(bool) || num(r["failed"]) != 2 {
 		t.Fatalf("two failures of two: %v", r)
 	}
+	// The automatic abort's record names the figures that failed the gate (issue 37).
+	h := r["history"].([]any)
+	if last := h[len(h)-1].(map[string]any); last["event"] != "rollout.aborted" || last["actor"] != nil ||
+		last["reason"] != "gate failed: 2 of 2 finished failed (100%), at or above failure_ratio 0.5; 0 succeeded" {
+		t.Fatalf("the abort's record: %v", last)
+	}
 	task := e.admin("GET", "/v1/admin/tasks/"+taskPath(id), nil)
 	if task["status"] != "paused" {
 		t.Fatalf("an aborted rollout's task: %v", task["status"])
@@ -273,8 +279,9 @@ func TestRolloutMinFinishedBounded(t *testing.T) {
 			"rollout": map[string]any{"phases": phases, "gate": map[string]any{"min_finished": n}}}, 400, "invalid_argument",
 			"gate.min_finished", "1000000")
 	}
+	// Manual: a gate no phase of a quota of 2 can pass is warned of, not refused.
 	id := e.task("once", map[string]any{"executor": "gid_g", "start_time": ts(t0), "dispatch_times": 2,
-		"rollout": map[string]any{"phases": phases, "gate": map[string]any{"min_finished": 1_000_000}}})
+		"rollout": map[string]any{"phases": phases, "gate": map[string]any{"min_finished": 1_000_000}, "advance": "manual"}})
 	e.admin("PATCH", "/v1/admin/tasks/"+taskPath(id), map[string]any{"priority": 7})
 }
 
@@ -336,6 +343,16 @@ func TestRolloutPauseAndResume(t *testing.T) {
 	}
 	if n := e.count("SELECT COUNT(*) FROM audit_log WHERE action IN ('task.rollout.pause', 'task.rollout.resume')"); n != 2 {
 		t.Errorf("%d audited moves, want 2", n)
+	}
+	// The history keeps the pause and the resume, with their actor (issue 37).
+	var moves []string
+	for _, m := range e.rollout(id)["history"].([]any) {
+		m := m.(map[string]any)
+		moves = append(moves, fmt.Sprintf("%v phase %v by %v", m["event"], m["phase"], m["actor"]))
+	}
+	if want := []string{"rollout.paused phase 1 by admin", "rollout.resumed phase 1 by admin", "rollout.phase phase 1 by <nil>",
+		"rollout.completed phase 2 by <nil>"}; strings.Join(moves, "; ") != strings.Join(want, "; ") {
+		t.Errorf("history: %q, want %q", moves, want)
 	}
 }
 

@@ -100,12 +100,16 @@ func TestTaskPreview(t *testing.T) {
 		t.Fatalf("uids: %v", out)
 	}
 	occ := out["occurrences"].([]any)
-	if len(occ) != 24 {
-		t.Fatalf("hourly for 24 h: %d occurrences, want 24: %v", len(occ), out)
+	if len(occ) != 25 {
+		t.Fatalf("hourly for 24 h, and the one due 7 min ago: %d occurrences, want 25: %v", len(occ), out)
 	}
+	// The occurrence due 7 minutes ago is within the catch-up window: handed out at once.
 	first := occ[0].(map[string]any)
-	if first["due_at"] != ts(t0.Add(53*time.Minute)) || first["recipients"] != float64(2) {
+	if first["due_at"] != ts(t0.Add(-7*time.Minute)) || first["recipients"] != float64(2) {
 		t.Fatalf("first occurrence: %v", first)
+	}
+	if sum := out["summary"].(map[string]any); sum["total_dispatches"] != float64(50) || sum["uids"] != float64(3) {
+		t.Fatalf("summary: %v", sum)
 	}
 
 	out = e.admin("POST", "/v1/admin/tasks/once/preview", map[string]any{"executor": "gid_nosuchgroup", "template_id": tpl,

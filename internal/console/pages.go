@@ -208,7 +208,7 @@ func (c *Console) task(w http.ResponseWriter, r *http.Request) {
 func previewBody(t map[string]any) map[string]any {
 	body := map[string]any{}
 	for _, k := range []string{"executor", "start_time", "template_id", "params", "priority", "dispatch_times", "mode",
-		"space_minutes", "end_time"} {
+		"space_minutes", "end_time", "rollout"} {
 		if v, ok := t[k]; ok && v != nil {
 			body[k] = v
 		}

@@ -95,10 +95,12 @@ func (c *Console) setRollout(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/console/tasks/"+url.PathEscape(chi.URLParam(r, "kind"))+"/"+url.PathEscape(chi.URLParam(r, "id")), http.StatusSeeOther)
 }
 
-// exampleRollout is what the form offers a task without a rollout.
+// exampleRollout is what the form offers a task without a rollout: its gate (5
+// successes) fits the first phase of a once task of a quota of 100 or more, and any
+// rotating task without an end (a gate no phase can meet is refused).
 const exampleRollout = `{
   "phases": [{"percent": 5}, {"percent": 25}, {"percent": 100}],
-  "gate": {"min_finished": 10, "success_ratio": 0.95, "failure_ratio": 0.2},
+  "gate": {"min_finished": 5, "success_ratio": 0.95, "failure_ratio": 0.2},
   "advance": "auto",
   "bake_seconds": 600,
   "targeting": "continuous"

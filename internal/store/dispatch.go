@@ -420,3 +420,39 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit, of int,
 	}
 	return ids, mysqlErr("expired leases", rows.Err())
 }
+
+// cursorBatch bounds the uids of one query of Cursors.
+const cursorBatch = 1000
+
+// Cursors returns the cursors of those of uids that have one (a user that never
+// completed anything has none), for a preview: an occurrence already due is on a
+// user's offer only from its cursor on.
+func (s *Store) Cursors(ctx context.Context, uids []string) (map[string]time.Time, error) {
+	out := make(map[string]time.Time, len(uids))
+	for len(uids) > 0 {
+		n := min(len(uids), cursorBatch)
+		args := make([]any, n)
+		for i, u := range uids[:n] {
+			args[i] = u
+		}
+		uids = uids[n:]
+		rows, err := s.db.QueryContext(ctx, "SELECT uid, cursor_at FROM user_state WHERE uid IN ("+marks(n)+")", args...)
+		if err != nil {
+			return nil, mysqlErr("cursors", err)
+		}
+		for rows.Next() {
+			var uid string
+			var at time.Time
+			if err := rows.Scan(&uid, &at); err != nil {
+				rows.Close()
+				return nil, mysqlErr("cursors", err)
+			}
+			out[uid] = at.UTC()
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, mysqlErr("cursors", err)
+		}
+	}
+	return out, nil
+}

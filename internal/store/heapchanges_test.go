@@ -30,7 +30,7 @@ func TestHeapChangesAreNoted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = st.ReplaceTask(ctx, "admin", task.Key, nil, func(cur taskd.Task) (taskd.Task, error) {
+	_, _, err = st.ReplaceTask(ctx, "admin", "task.replace", task.Key, nil, func(cur taskd.Task) (taskd.Task, error) {
 		cur.Executor = "gid_g"
 		return cur, nil
 	}, at(2))

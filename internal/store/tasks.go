@@ -165,7 +165,9 @@ func lockTask(ctx context.Context, tx *sql.Tx, key taskd.TaskKey, ifMatch taskd.
 // it as it is, held locked and at a version ifMatch matches, and returns the task
 // before and after. Claims already made are kept: a lower quota only stops further
 // dispatch. Pausing parks the task's open dispatches beside their users' open slots.
-func (s *Store) ReplaceTask(ctx context.Context, actor string, key taskd.TaskKey, ifMatch taskd.IfMatch,
+// action is the audit entry's: what the admin did (task.replace for a PUT, task.patch
+// for a PATCH).
+func (s *Store) ReplaceTask(ctx context.Context, actor, action string, key taskd.TaskKey, ifMatch taskd.IfMatch,
 	edit func(taskd.Task) (taskd.Task, error), now time.Time) (before, after taskd.Task, err error) {
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
@@ -210,7 +212,7 @@ func (s *Store) ReplaceTask(ctx context.Context, actor string, key taskd.TaskKey
 		if err := noteHeapChanges(ctx, tx, now, before.Executor, after.Executor); err != nil {
 			return err
 		}
-		return audit(ctx, tx, actor, "task.replace", t.Key.String(), taskAudit(before), taskAudit(after), now)
+		return audit(ctx, tx, actor, action, t.Key.String(), taskAudit(before), taskAudit(after), now)
 	})
 	return before, after, mysqlErr("replace task", err)
 }

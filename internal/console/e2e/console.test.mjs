@@ -374,6 +374,40 @@ try {
     assert.equal((await api('POST', '/v1/fetch', {}, other)).body.task.task_id, task.task_id);
   });
 
+  await step('a rollout whose gate cannot be met is marked on the dashboard', async () => {
+    await api('PUT', '/v1/admin/groups/sg/members', { uids: ['s1', 's2', 's3'] });
+    const start = new Date(Date.now() + 3600_000).toISOString().replace(/\.\d+Z$/, 'Z');
+    const body = { executor: 'gid_sg', start_time: start, template_id: templateId, params: { url: 'http://x' }, dispatch_times: 3,
+      rollout: { phases: [{ count: 1 }, { percent: 100 }], gate: { min_finished: 2 } } };
+    const refused = await api('POST', '/v1/admin/tasks/once', body);
+    assert.equal(refused.status, 400, 'auto: a first phase of 1 slot for a gate of 2 never advances');
+    assert.equal(refused.body.error.details.reason, 'gate_unreachable');
+    body.rollout.advance = 'manual';
+    const task = await api('POST', '/v1/admin/tasks/once', body);
+    assert.equal(task.status, 201);
+    assert.ok(task.body.warnings.some((w) => w.code === 'gate_unreachable'));
+    await page.goto(base + '/console/');
+    const row = page.locator('#active-rollouts tr').filter({ hasText: task.body.task_id });
+    assert.match(await row.textContent(), /gate cannot be met/);
+  });
+
+  await step('a finished once task shows its outcome in the list; no rate says no limit', async () => {
+    const start = new Date(Date.now() - 60_000).toISOString().replace(/\.\d+Z$/, 'Z');
+    const task = (await api('POST', '/v1/admin/tasks/once', { executor: 'uid_oc1', start_time: start, template_id: templateId,
+      params: { url: 'http://x' } })).body;
+    await page.goto(base + '/console/tasks/once/' + task.id);
+    assert.equal((await page.locator('#task-rate').textContent()).trim(), 'no limit');
+    const key = (await api('POST', '/v1/admin/clients/oc1/keys')).body.client_key;
+    const got = await api('POST', '/v1/fetch', {}, key);
+    assert.equal(got.body.task.task_id, task.task_id);
+    await page.goto(base + '/console/tasks?executor=uid_oc1');
+    const row = page.getByRole('row').filter({ hasText: task.task_id });
+    assert.match(await row.locator('td.outcome').textContent(), /live/, 'open: still live');
+    await api('POST', '/v1/complete', { log_id: got.body.task.log_id, result: 'success' }, key);
+    await page.reload();
+    assert.equal((await row.locator('td.outcome').textContent()).trim(), 'done');
+  });
+
   await step('a campaign paused by its error budget stands out on the dashboard; its page shows the failures with their detail', async () => {
     const created = await api('POST', '/v1/admin/campaigns', { name: 'flaky', template_id: templateId, params: { url: 'http://x' },
       executor: 'uid_77', items: { count: 5 }, max_attempts: 3, error_budget: { max_failures: 1, per_seconds: 3600 } });

@@ -1,0 +1,63 @@
+package store
+
+import (
+	"context"
+	"strings"
+
+	"github.com/taskpull/taskd"
+)
+
+// OutcomeFigures returns the dispatch figures of tasks that their outcomes
+// (taskd.Task.Outcome) are decided on: for every task, its unfinished dispatches (read
+// through the state index: few are unfinished at any time, however many a rotating
+// task has finished); for once tasks also their occurrence's claimed slots, successes
+// and deaths (read through the occurrence index: at most a quota's worth of attempts).
+func (s *Store) OutcomeFigures(ctx context.Context, tasks []taskd.TaskKey) (map[taskd.TaskKey]taskd.OutcomeFigures, error) {
+	out := make(map[taskd.TaskKey]taskd.OutcomeFigures, len(tasks))
+	if len(tasks) == 0 {
+		return out, nil
+	}
+	var all, once []string
+	var allArgs, onceArgs []any
+	for _, k := range tasks {
+		all, allArgs = append(all, "(task_kind = ? AND task_id = ?)"), append(allArgs, k.Kind, k.ID)
+		if k.Kind == taskd.KindOnce {
+			once, onceArgs = append(once, "(task_kind = ? AND task_id = ?)"), append(onceArgs, k.Kind, k.ID)
+		}
+	}
+	scan := func(query string, args []any, set func(k taskd.TaskKey, f *taskd.OutcomeFigures, a, b int)) error {
+		rows, err := s.db.QueryContext(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k taskd.TaskKey
+			var a, b int
+			if err := rows.Scan(&k.Kind, &k.ID, &a, &b); err != nil {
+				return err
+			}
+			f := out[k]
+			set(k, &f, a, b)
+			out[k] = f
+		}
+		return rows.Err()
+	}
+	err := scan(`SELECT task_kind, task_id, COUNT(*), 0 FROM dispatch WHERE state IN (?, ?, ?) AND (`+strings.Join(all, " OR ")+`)
+		GROUP BY task_kind, task_id`, append([]any{taskd.StateOpen, taskd.StateRetryWait, taskd.StateStaged}, allArgs...),
+		func(_ taskd.TaskKey, f *taskd.OutcomeFigures, n, _ int) { f.Unfinished = n })
+	if err != nil || len(once) == 0 {
+		return out, mysqlErr("task outcomes", err)
+	}
+	err = scan(`SELECT task_kind, task_id, COALESCE(SUM(state = ? AND result = ?), 0), COALESCE(SUM(state = ?), 0) FROM dispatch
+		WHERE `+strings.Join(once, " OR ")+` GROUP BY task_kind, task_id`,
+		append([]any{taskd.StateDone, taskd.ResultSuccess, taskd.StateDead}, onceArgs...),
+		func(_ taskd.TaskKey, f *taskd.OutcomeFigures, ok, dead int) { f.Succeeded, f.Dead = ok, dead })
+	if err != nil {
+		return out, mysqlErr("task outcomes", err)
+	}
+	err = scan(`SELECT task_kind, task_id, SUM(claimed), 0 FROM occurrence_claim WHERE `+strings.Join(once, " OR ")+`
+		GROUP BY task_kind, task_id`, onceArgs,
+		func(_ taskd.TaskKey, f *taskd.OutcomeFigures, n, _ int) { f.Claimed = n })
+	return out, mysqlErr("task outcomes", err)
+}
