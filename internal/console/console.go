@@ -168,6 +168,8 @@ func (c *Console) Routes() http.Handler {
 		r.Get("/groups", c.groups)
 		r.Post("/groups/{gid}/members", c.addMembers)
 		r.Post("/groups/{gid}/members/{uid}/delete", c.removeMember)
+		r.Post("/groups/{gid}/rule", c.setRule)
+		r.Post("/groups/{gid}/delete", c.deleteGroup)
 		r.Get("/clients", c.clients)
 		r.Post("/clients/{uid}", c.setMaxInFlight)
 		r.Post("/clients/{uid}/keys", c.issueKey)

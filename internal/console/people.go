@@ -50,7 +50,20 @@ func (c *Console) groupPage(w http.ResponseWriter, r *http.Request, status int, 
 			}
 		}
 	} else {
-		res, ok := c.api(w, r, http.MethodGet, "/v1/admin/groups/"+url.PathEscape(gid)+"/members", nil)
+		// The group itself (its rule, if dynamic); a gid nobody used yet is a new group.
+		res, ok := c.api(w, r, http.MethodGet, "/v1/admin/groups/"+url.PathEscape(gid), nil)
+		if !ok {
+			return
+		}
+		switch {
+		case res.ok():
+			var g map[string]any
+			res.decode(&g)
+			data["Group"] = g
+		case res.status != http.StatusNotFound:
+			data["Error"] = res.message()
+		}
+		res, ok = c.api(w, r, http.MethodGet, "/v1/admin/groups/"+url.PathEscape(gid)+"/members", nil)
 		if !ok {
 			return
 		}
@@ -63,6 +76,41 @@ func (c *Console) groupPage(w http.ResponseWriter, r *http.Request, status int, 
 		}
 	}
 	c.render(w, r, status, "groups", "Groups", data)
+}
+
+// setRule makes a group dynamic, or changes its rule.
+func (c *Console) setRule(w http.ResponseWriter, r *http.Request) {
+	gid := chi.URLParam(r, "gid")
+	rule := map[string]any{}
+	for _, k := range []string{"selector", "agent_version"} {
+		if v := strings.TrimSpace(r.PostFormValue(k)); v != "" {
+			rule[k] = v
+		}
+	}
+	res, ok := c.api(w, r, http.MethodPut, "/v1/admin/groups/"+url.PathEscape(gid), rule)
+	if !ok {
+		return
+	}
+	if !res.ok() {
+		c.groupPage(w, r, res.status, gid, map[string]any{"RuleError": res.message(),
+			"Selector": r.PostFormValue("selector"), "AgentVersion": r.PostFormValue("agent_version")})
+		return
+	}
+	http.Redirect(w, r, query("/console/groups", "gid", gid), http.StatusSeeOther)
+}
+
+// deleteGroup removes a group's members and rule.
+func (c *Console) deleteGroup(w http.ResponseWriter, r *http.Request) {
+	gid := chi.URLParam(r, "gid")
+	res, ok := c.api(w, r, http.MethodDelete, "/v1/admin/groups/"+url.PathEscape(gid), nil)
+	if !ok {
+		return
+	}
+	if !res.ok() {
+		c.groupPage(w, r, res.status, gid, map[string]any{"Error": "gid_" + gid + " was not deleted: " + res.message()})
+		return
+	}
+	http.Redirect(w, r, "/console/groups", http.StatusSeeOther)
 }
 
 // splitIDs reads ids separated by commas, spaces or new lines.
@@ -154,7 +202,7 @@ func (c *Console) clientPage(w http.ResponseWriter, r *http.Request, status int,
 func (c *Console) fleet(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	filter := map[string]string{}
-	for _, k := range []string{"group", "label", "not_seen", "cursor"} {
+	for _, k := range []string{"group", "label", "selector", "not_seen", "cursor"} {
 		filter[k] = strings.TrimSpace(q.Get(k))
 	}
 	data := map[string]any{"Filter": filter, "NotSeen": notSeen}
@@ -169,7 +217,7 @@ func (c *Console) fleet(w http.ResponseWriter, r *http.Request) {
 		seenBefore = c.sessions.clock.Now().UTC().Add(-d).Format(time.RFC3339)
 	}
 	res, ok := c.api(w, r, http.MethodGet, query("/v1/admin/clients", "group", filter["group"], "label", filter["label"],
-		"seen_before", seenBefore, "limit", strconv.Itoa(pageSize), "cursor", filter["cursor"]), nil)
+		"selector", filter["selector"], "seen_before", seenBefore, "limit", strconv.Itoa(pageSize), "cursor", filter["cursor"]), nil)
 	if !ok {
 		return
 	}
@@ -186,7 +234,7 @@ func (c *Console) fleet(w http.ResponseWriter, r *http.Request) {
 	data["Clients"] = body.Clients
 	if body.NextCursor != "" {
 		data["Next"] = query("/console/clients", "group", filter["group"], "label", filter["label"],
-			"not_seen", filter["not_seen"], "cursor", body.NextCursor)
+			"selector", filter["selector"], "not_seen", filter["not_seen"], "cursor", body.NextCursor)
 	}
 	c.render(w, r, http.StatusOK, "fleet", "Clients", data)
 }

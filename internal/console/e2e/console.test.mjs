@@ -506,6 +506,41 @@ try {
     await page.getByRole('cell', { name: 'uid_9', exact: true }).waitFor();
   });
 
+  await step('groups: a dynamic group made by its rule follows the agents\' reports; the fleet filtered by the same selector', async () => {
+    await page.getByRole('navigation').getByRole('link', { name: 'Groups' }).click();
+    await page.getByLabel('Group id').fill('eu');
+    await page.getByRole('button', { name: 'Show members' }).click();
+    await page.getByLabel(/Label selector/).fill('region in (eu');
+    await page.getByRole('button', { name: 'Make gid_eu dynamic' }).click();
+    await page.locator('#rule-error').filter({ hasText: 'selector' }).waitFor();
+    await page.getByLabel(/Label selector/).fill('region=eu');
+    await page.getByLabel(/Agent version/).fill('>=2');
+    await page.getByRole('button', { name: 'Make gid_eu dynamic' }).click();
+    await page.getByRole('heading', { name: /Dynamic group/ }).waitFor();
+    await page.getByRole('cell', { name: 'uid_21', exact: true }).waitFor(); // 2.0.1 in eu, reported in the fleet step
+    assert.equal(await page.getByRole('cell', { name: 'uid_22', exact: true }).count(), 0, '1.9.0 in us');
+    assert.equal(await page.getByRole('button', { name: /Add to gid_eu/ }).count(), 0, 'no members by hand');
+    assert.equal(await page.getByRole('button', { name: /Remove uid_21/ }).count(), 0, 'no members by hand');
+    await shot('group-dynamic');
+    const g = await api('GET', '/v1/admin/groups/eu');
+    assert.equal(g.body.dynamic, true);
+    assert.equal(g.body.members, 1);
+
+    await page.getByRole('navigation').getByRole('link', { name: 'Groups' }).click();
+    assert.match(await page.getByRole('row').filter({ hasText: 'gid_eu' }).textContent(), /dynamic: region=eu version >=2/);
+
+    await page.getByRole('navigation').getByRole('link', { name: 'Clients' }).click();
+    await page.getByLabel('Selector').fill('region!=eu');
+    await page.getByRole('button', { name: 'Filter' }).click();
+    await page.getByRole('row').filter({ hasText: 'uid_22' }).waitFor();
+    assert.equal(await page.getByRole('row').filter({ hasText: 'uid_21' }).count(), 0, 'region=eu is filtered out');
+
+    await page.goto(base + '/console/groups?gid=eu');
+    await page.getByRole('button', { name: /Delete gid_eu/ }).click();
+    await page.getByRole('heading', { name: 'Groups' }).first().waitFor();
+    assert.equal((await api('GET', '/v1/admin/groups/eu')).status, 404);
+  });
+
   await step('a sign-in form without its CSRF token is refused', async () => {
     const res = await page.request.post(base + '/console/signin', { form: { token, signin: 'forged' }, maxRedirects: 0 });
     assert.equal(res.status(), 400);
