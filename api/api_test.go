@@ -257,7 +257,7 @@ var contractQuery = map[string][]string{
 	"GET /v1/admin/audit":        {"from", "to", "limit", "cursor"},
 	"GET /v1/dispatches":         {"state", "limit", "cursor"},
 	"GET /v1/admin/dispatches":   {"uid", "task_id", "state", "from", "to", "limit", "cursor"},
-	"GET /v1/admin/clients":      {"group", "label", "seen_before", "seen_after", "limit", "cursor"},
+	"GET /v1/admin/clients":      {"group", "label", "selector", "agent_version", "seen_before", "seen_after", "limit", "cursor"},
 	"GET /v1/admin/groups":       {"limit", "cursor"},
 	"GET /v1/admin/stats/agents": {"from", "to"},
 }
