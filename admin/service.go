@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -324,6 +325,7 @@ func (s *Service) SetGroupRule(ctx context.Context, gid string, rule taskd.Dynam
 	if err := bareID("gid", gid); err != nil {
 		return taskd.Group{}, nil, err
 	}
+	rule.Selector, rule.AgentVersion = strings.TrimSpace(rule.Selector), strings.TrimSpace(rule.AgentVersion)
 	parsed, err := targeting.Parse(rule)
 	if err != nil {
 		return taskd.Group{}, nil, err
@@ -348,8 +350,8 @@ func (s *Service) Group(ctx context.Context, gid string) (taskd.Group, error) {
 	return s.store.Group(ctx, gid)
 }
 
-// DeleteGroup removes gid's members and rule. Tasks that target it stay (with nobody to
-// go to) and are not changed.
+// DeleteGroup removes gid's members and rule; a group that active or paused tasks
+// target is a conflict.
 func (s *Service) DeleteGroup(ctx context.Context, gid string) error {
 	if err := bareID("gid", gid); err != nil {
 		return err

@@ -132,7 +132,7 @@ var round4 = []endpoint{
 var round5 = []endpoint{
 	{"PUT", "/v1/admin/groups/{gid}", authAdmin, true, false, []int{200, 409}},
 	{"GET", "/v1/admin/groups/{gid}", authAdmin, false, true, []int{200}},
-	{"DELETE", "/v1/admin/groups/{gid}", authAdmin, false, true, []int{204}},
+	{"DELETE", "/v1/admin/groups/{gid}", authAdmin, false, true, []int{204, 409}},
 }
 
 func expectedCodes(e endpoint) []int {

@@ -12,8 +12,6 @@ import (
 type Fleet interface {
 	// Seen records a poll of uid at at, with the agent it reported (nil: none).
 	Seen(uid string, at time.Time, agent *taskd.AgentInfo)
-	// Reported reports whether uid's latest report seen was agent.
-	Reported(uid string, agent taskd.AgentInfo) bool
 }
 
 // SetFleet has fetches recorded in f.
@@ -29,14 +27,19 @@ func (s *Service) seen(uid string, agent *taskd.AgentInfo) {
 // Report matches what a fetch of uid reports of its agent against the dynamic groups,
 // before the fetch takes anything: a report that changes uid's memberships writes them
 // and invalidates uid's heap, so that this fetch already sees the tasks of a group it
-// joined, and takes nothing new of one it left. A report this node saw last from uid
-// costs nothing.
-func (s *Service) Report(ctx context.Context, uid string, agent *taskd.AgentInfo) error {
-	if agent == nil || s.fleet != nil && s.fleet.Reported(uid, *agent) {
+// joined, and takes nothing new of one it left. The key is checked first: a report
+// writes to MySQL. A report equal to the one stored costs one indexed read (the SDK and
+// taskd-agent send theirs on the first fetch and when it changes); MySQL away, the
+// fetch is refused (503), so that the agent sends its report again.
+func (s *Service) Report(ctx context.Context, uid, keyHash string, agent *taskd.AgentInfo) error {
+	if agent == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
+	if err := s.cache.VerifyKey(ctx, uid, keyHash); err != nil {
+		return err
+	}
 	changed, err := s.store.SyncAgentGroups(ctx, uid, *agent, s.rules.Matches, s.now())
 	if err != nil || !changed {
 		return err

@@ -101,7 +101,7 @@ func (h *Handlers) Fetch() http.Handler {
 			web.Error(w, r, h.log, h.refusal(r, uid, hash, err))
 			return
 		}
-		if err := h.svc.Report(r.Context(), uid, req.Agent); err != nil {
+		if err := h.svc.Report(r.Context(), uid, hash, req.Agent); err != nil {
 			web.Error(w, r, h.log, err)
 			return
 		}

@@ -61,9 +61,12 @@ func TestDynamicGroupFollowsReports(t *testing.T) {
 		t.Fatalf("GET: %v", g)
 	}
 	conforms(t, "Group", g)
-	// The quota of 2 is spent: a third match gets nothing of it.
+	// The quota of 2 is spent: a third match joins, and gets nothing of it.
 	if got := e.fetchAs(0, k2, prod); got != "" {
 		t.Fatalf("a third match, quota 2: %q", got)
+	}
+	if g := e.expect("GET", "/v1/admin/groups/prod", nil, 200, ""); g["members"] != float64(3) {
+		t.Fatalf("after the third match: %v", g)
 	}
 
 	// d1 becomes a canary: from its next fetch on, nothing new of the group.
@@ -85,6 +88,11 @@ func TestDynamicGroupFollowsReports(t *testing.T) {
 	e.expect("PUT", "/v1/admin/groups/prod", map[string]any{"agent_version": ">=2"}, 200, "")
 	if g := e.expect("GET", "/v1/admin/groups/prod", nil, 200, ""); g["members"] != float64(1) || g["selector"] != nil {
 		t.Fatalf("after a new rule (d3 only): %v", g)
+	}
+	// A group that tasks target is not deleted under them.
+	e.expectMsg("DELETE", "/v1/admin/groups/prod", nil, 409, "conflict", "2 active or paused task(s)")
+	for _, id := range []string{first, second} {
+		e.expect("DELETE", "/v1/admin/tasks/once/"+strings.TrimPrefix(id, "once:"), nil, 204, "")
 	}
 	e.expect("DELETE", "/v1/admin/groups/prod", nil, 204, "")
 	e.expect("GET", "/v1/admin/groups/prod", nil, 404, "not_found")
@@ -215,4 +223,66 @@ func TestDynamicGroupQuotaAndRolloutUnderConcurrency(t *testing.T) {
 		}
 	}
 	e.checkClaims()
+}
+
+// A report needs the uid's valid key: a forged one writes nothing.
+func TestReportNeedsTheKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	e.expect("PUT", "/v1/admin/groups/rk", map[string]any{"selector": "env=prod"}, 200, "")
+	real := e.key("victim")
+	forged := real[:len(real)-4] + strings.Map(func(r rune) rune { // the same shape, another secret
+		if r == 'a' {
+			return 'b'
+		}
+		return 'a'
+	}, real[len(real)-4:])
+	code, _ := e.do(0, "POST", "/v1/fetch", forged, map[string]any{"agent": map[string]any{"version": "1", "labels": map[string]string{"env": "prod"}}})
+	if code != 401 {
+		t.Fatalf("a forged key with a report: %d, want 401", code)
+	}
+	if n := e.count("SELECT COUNT(*) FROM client_agent"); n != 0 {
+		t.Fatalf("a forged report wrote %d client_agent rows", n)
+	}
+	if g := e.expect("GET", "/v1/admin/groups/rk", nil, 200, ""); g["members"] != float64(0) {
+		t.Fatalf("a forged report joined a group: %v", g)
+	}
+}
+
+// An agent that goes back to an earlier report through another instance leaves the
+// group its later report had joined: the stored report, not a node's memory, is what a
+// report is compared with.
+func TestReportBackToAnEarlierOneAcrossInstances(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2)
+	e.expect("PUT", "/v1/admin/groups/new", map[string]any{"agent_version": ">=1.6"}, 200, "")
+	k := e.key("rb")
+	v15 := map[string]any{"version": "1.5.0"}
+	e.fetchAs(0, k, v15)
+	e.fetchAs(1, k, map[string]any{"version": "1.6.0"})
+	if g := e.expect("GET", "/v1/admin/groups/new", nil, 200, ""); g["members"] != float64(1) {
+		t.Fatalf("after the upgrade: %v", g)
+	}
+	e.fetchAs(0, k, v15) // the rollback, on the instance that saw 1.5.0 first
+	if g := e.expect("GET", "/v1/admin/groups/new", nil, 200, ""); g["members"] != float64(0) {
+		t.Fatalf("after the rollback: %v", g)
+	}
+}
+
+// A group's id compares without case, as every id does: a rule set as "eu" and
+// changed as "EU" is one group, and its members follow reports either way.
+func TestDynamicGroupIDCase(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	e.expect("PUT", "/v1/admin/groups/eu", map[string]any{"selector": "region=nowhere"}, 200, "")
+	e.expect("PUT", "/v1/admin/groups/EU", map[string]any{"selector": "region=eu"}, 200, "")
+	k := e.key("gc")
+	e.fetchAs(0, k, map[string]any{"version": "1", "labels": map[string]string{"region": "eu"}})
+	if g := e.expect("GET", "/v1/admin/groups/eu", nil, 200, ""); g["members"] != float64(1) {
+		t.Fatalf("joined: %v", g)
+	}
+	e.fetchAs(0, k, map[string]any{"version": "1", "labels": map[string]string{"region": "us"}})
+	if g := e.expect("GET", "/v1/admin/groups/Eu", nil, 200, ""); g["members"] != float64(0) {
+		t.Fatalf("left: %v", g)
+	}
 }

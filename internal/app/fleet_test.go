@@ -295,25 +295,26 @@ func conforms(t *testing.T, name string, reply map[string]any) {
 	}
 }
 
-// A warm empty poll that reports the agent it reported before is still one Redis round
-// trip and no MySQL query: it answers with the MySQL pool closed. (A new report is
-// matched against the dynamic groups in MySQL before the fetch takes anything; the
-// SDK and taskd-agent send theirs on the first fetch and when it changes.)
+// A warm empty poll is still one Redis round trip and no MySQL query once the agent
+// has reported itself (the SDK and taskd-agent send their report on the first fetch
+// and when it changes): it answers with the MySQL pool closed. A report is checked
+// against the stored one (one read) and, when it differs, matched against the dynamic
+// groups before the fetch takes anything.
 func TestFleetPollWithAgentIsOneRedisRoundTripAndNoMySQL(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 1)
 	e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0.Add(time.Hour))})
 	k := e.key("1")
 	body := map[string]any{"agent": map[string]any{"version": "1.0.0", "hostname": "h", "labels": map[string]string{"a": "b"}}}
-	if code, out := e.do(0, "POST", "/v1/fetch", k, body); code != 200 { // warms heap and key set
+	if code, out := e.do(0, "POST", "/v1/fetch", k, body); code != 200 { // reports; warms heap and key set
 		t.Fatalf("fetch: %d %v", code, out)
 	}
 	counter := &redisCounter{}
 	e.rdb.AddHook(counter)
 	e.store.DB().Close()
 	for range 10 {
-		if code, out := e.do(0, "POST", "/v1/fetch", k, body); code != 200 || out["task"] != nil {
-			t.Fatalf("warm empty poll with the same agent, MySQL closed: %d %v", code, out)
+		if code, out := e.do(0, "POST", "/v1/fetch", k, nil); code != 200 || out["task"] != nil {
+			t.Fatalf("warm empty poll after the report, MySQL closed: %d %v", code, out)
 		}
 	}
 	if n := counter.n.Load(); n != 10 {

@@ -100,16 +100,6 @@ func (r *Recorder) Seen(uid string, at time.Time, agent *taskd.AgentInfo) {
 	}
 }
 
-// Reported reports whether uid's latest report on this node was agent: a fetch that
-// reports nothing new need not match it against the dynamic groups again.
-func (r *Recorder) Reported(uid string, agent taskd.AgentInfo) bool {
-	s := r.shard(uid)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e := s.seen[uid]
-	return e != nil && e.agent != nil && e.agent.Equal(agent)
-}
-
 // Flush writes the polls not yet written, in one batch, and forgets the uids that
 // have not polled for Forget. A batch that fails is kept for the next flush.
 func (r *Recorder) Flush(ctx context.Context) error {

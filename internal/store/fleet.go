@@ -45,14 +45,10 @@ func (s *Store) SaveSightings(ctx context.Context, batch []taskd.Sighting) error
 				args = append(args, sg.Agent.Version, sg.Agent.Hostname, sg.Agent.LabelsJSON())
 			}
 		}
-		// A row without an agent (version NULL) keeps the agent it has, and so does a
-		// row a later report was written to (a fetch that synced dynamic groups writes
-		// its report at once; another node's batch may carry an older one). last_seen
-		// is assigned last, so the conditions read the stored one.
+		// A row that exists keeps the agent it has: a report is written when it is made,
+		// by the fetch that carried it (SyncAgentGroups); a batch may carry an older one,
+		// from a node that saw it first.
 		q.WriteString(` ON DUPLICATE KEY UPDATE
-			version = IF(VALUES(version) IS NULL OR VALUES(last_seen) < last_seen, version, VALUES(version)),
-			hostname = IF(VALUES(version) IS NULL OR VALUES(last_seen) < last_seen, hostname, VALUES(hostname)),
-			labels = IF(VALUES(version) IS NULL OR VALUES(last_seen) < last_seen, labels, VALUES(labels)),
 			last_seen = GREATEST(last_seen, VALUES(last_seen))`)
 		err := s.inTx(ctx, func(tx *sql.Tx) error {
 			_, err := tx.ExecContext(ctx, q.String(), args...)

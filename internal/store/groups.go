@@ -212,23 +212,39 @@ func (s *Store) Members(ctx context.Context, gid string) ([]string, error) {
 	return uids, mysqlErr("members", err)
 }
 
-// Dynamic groups. Setting a rule takes the group's row for update and writes the
-// members every stored report matches; a fetch whose report may change its uid's
-// dynamic memberships (SyncAgentGroups) holds the dynamic groups' rows in share mode
-// while it stores the report and writes the memberships, so the two never miss each
-// other: a rule set after a report's commit reads the report, and a report after a
-// rule's commit is matched against the rule.
+// Dynamic groups. A change of a rule (SetGroupRule, DeleteGroup) takes the one row of
+// dynamic_rules for update and then writes the members every stored report matches; a
+// fetch whose report differs from the stored one (SyncAgentGroups) takes that row in
+// share mode while it stores the report and writes the uid's memberships. So the two
+// never miss each other, a group becoming dynamic included: a rule set after a
+// report's commit reads the report, and a report after a rule's commit is matched
+// against the rule.
+
+// lockRules takes the rules' lock: for update to change a rule, in share mode to match
+// a report.
+func lockRules(ctx context.Context, tx *sql.Tx, update bool) error {
+	mode := "LOCK IN SHARE MODE"
+	if update {
+		mode = "FOR UPDATE"
+	}
+	var id int
+	return tx.QueryRowContext(ctx, "SELECT id FROM dynamic_rules WHERE id = 1 "+mode).Scan(&id)
+}
 
 // SetGroupRule makes gid dynamic with rule, or changes its rule, and makes its members
-// the clients whose stored report matches says of. It returns the group and every uid
-// whose membership changed, sorted. A group kept by hand that has members is a
-// conflict (an admin's members are not dropped silently); so is a dynamic group beyond
-// taskd.MaxDynamicGroups.
+// the clients whose stored report matches (matches says). It returns the group and
+// every uid whose membership changed, sorted. A group kept by hand that has members is
+// a conflict (an admin's members are not dropped silently); so is a dynamic group
+// beyond taskd.MaxDynamicGroups. It reads every stored report and holds the rules'
+// lock while it writes: reports that arrive meanwhile wait for it.
 func (s *Store) SetGroupRule(ctx context.Context, actor, gid string, rule taskd.DynamicGroup,
 	matches func(taskd.AgentInfo) bool, now time.Time) (taskd.Group, []string, error) {
 	g := taskd.Group{GID: gid, Dynamic: true, Selector: rule.Selector, AgentVersion: rule.AgentVersion}
 	var changed []string
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := lockRules(ctx, tx, true); err != nil {
+			return err
+		}
 		dynamic, err := lockGroup(ctx, tx, gid, now)
 		if err != nil {
 			return err
@@ -339,9 +355,9 @@ func diffMembers(current, want []string) (changed, gone, fresh []string) {
 func (s *Store) Group(ctx context.Context, gid string) (taskd.Group, error) {
 	g := taskd.Group{GID: gid}
 	var sel, ver sql.NullString
-	err := s.db.QueryRowContext(ctx, `SELECT g.dynamic, g.selector, g.agent_version,
+	err := s.db.QueryRowContext(ctx, `SELECT g.gid, g.dynamic, g.selector, g.agent_version,
 		(SELECT COUNT(*) FROM group_member m WHERE m.gid = g.gid) FROM member_group g WHERE g.gid = ?`, gid).
-		Scan(&g.Dynamic, &sel, &ver, &g.Members)
+		Scan(&g.GID, &g.Dynamic, &sel, &ver, &g.Members)
 	if errors.Is(err, sql.ErrNoRows) {
 		return g, taskd.Errorf(taskd.CodeNotFound, "group %s not found", gid)
 	}
@@ -350,10 +366,13 @@ func (s *Store) Group(ctx context.Context, gid string) (taskd.Group, error) {
 }
 
 // DeleteGroup removes gid's members and its rule, and returns the uids removed, sorted.
-// Tasks that target it stay, with nobody to go to.
+// A group that active or paused tasks target is a conflict: they would go to nobody.
 func (s *Store) DeleteGroup(ctx context.Context, actor, gid string, now time.Time) ([]string, error) {
 	var removed []string
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := lockRules(ctx, tx, true); err != nil {
+			return err
+		}
 		var dynamic bool
 		err := tx.QueryRowContext(ctx, "SELECT dynamic FROM member_group WHERE gid = ? FOR UPDATE", gid).Scan(&dynamic)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -361,6 +380,15 @@ func (s *Store) DeleteGroup(ctx context.Context, actor, gid string, now time.Tim
 		}
 		if err != nil {
 			return err
+		}
+		var tasks int
+		if err := tx.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM task_once WHERE executor = ? AND status IN (1, 2)) +
+			(SELECT COUNT(*) FROM task_rotate WHERE executor = ? AND status IN (1, 2))`,
+			taskd.GroupExecutor(gid), taskd.GroupExecutor(gid)).Scan(&tasks); err != nil {
+			return err
+		}
+		if tasks > 0 {
+			return taskd.Errorf(taskd.CodeConflict, "%d active or paused task(s) target group %s: delete them or give them another executor first", tasks, gid)
 		}
 		if removed, err = members(ctx, tx, gid); err != nil {
 			return err
@@ -380,19 +408,35 @@ func (s *Store) DeleteGroup(ctx context.Context, actor, gid string, now time.Tim
 	return sortedSet(removed), mysqlErr("delete group", err)
 }
 
-// SyncAgentGroups stores uid's report a and makes uid a member of exactly the dynamic
-// groups whose rule it matches (matches says), in one transaction holding the dynamic
-// groups' rows in share mode. It reports whether a membership changed; the change is
-// noted in the heap-change feed in the same transaction.
+// SyncAgentGroups makes a the stored report of uid and uid a member of exactly the
+// dynamic groups whose rule it matches (matches says). A report equal to the stored
+// one changes nothing and costs one read; another is written in a transaction that
+// holds the rules' lock in share mode. It reports whether a membership changed; the
+// change is noted in the heap-change feed in the same transaction.
 func (s *Store) SyncAgentGroups(ctx context.Context, uid string, a taskd.AgentInfo,
 	matches func(taskd.DynamicGroup, taskd.AgentInfo) bool, now time.Time) (bool, error) {
+	var seen sql.NullTime
+	var version, host, labels sql.NullString
+	err := s.db.QueryRowContext(ctx, "SELECT last_seen, version, hostname, labels FROM client_agent WHERE uid = ?", uid).
+		Scan(&seen, &version, &host, &labels)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return false, mysqlErr("sync agent groups", err)
+	}
+	if _, stored, err := agentOf(seen, version, host, labels); err == nil && stored != nil && stored.Equal(a) {
+		return false, nil
+	}
 	var changed bool
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, "SELECT gid, selector, agent_version FROM member_group WHERE dynamic ORDER BY gid LOCK IN SHARE MODE")
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := lockRules(ctx, tx, false); err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, "SELECT gid, selector, agent_version FROM member_group WHERE dynamic ORDER BY gid")
 		if err != nil {
 			return err
 		}
-		want := map[string]bool{}
+		// By the group's gid in lower case (ids compare without case, as the columns do;
+		// a member row may spell its gid otherwise), with the gid as the group has it.
+		want, names := map[string]bool{}, map[string]string{}
 		for rows.Next() {
 			var gid string
 			var sel, ver sql.NullString
@@ -400,7 +444,7 @@ func (s *Store) SyncAgentGroups(ctx context.Context, uid string, a taskd.AgentIn
 				rows.Close()
 				return err
 			}
-			want[gid] = matches(taskd.DynamicGroup{Selector: sel.String, AgentVersion: ver.String}, a)
+			want[strings.ToLower(gid)], names[strings.ToLower(gid)] = matches(taskd.DynamicGroup{Selector: sel.String, AgentVersion: ver.String}, a), gid
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -414,7 +458,7 @@ func (s *Store) SyncAgentGroups(ctx context.Context, uid string, a taskd.AgentIn
 		if len(want) == 0 {
 			return nil
 		}
-		rows, err = tx.QueryContext(ctx, `SELECT m.gid FROM group_member m JOIN member_group g ON g.gid = m.gid AND g.dynamic
+		rows, err = tx.QueryContext(ctx, `SELECT g.gid FROM group_member m JOIN member_group g ON g.gid = m.gid AND g.dynamic
 			WHERE m.uid = ?`, uid)
 		if err != nil {
 			return err
@@ -426,7 +470,7 @@ func (s *Store) SyncAgentGroups(ctx context.Context, uid string, a taskd.AgentIn
 				rows.Close()
 				return err
 			}
-			have[gid] = true
+			have[strings.ToLower(gid)] = true
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -436,7 +480,7 @@ func (s *Store) SyncAgentGroups(ctx context.Context, uid string, a taskd.AgentIn
 			if want[gid] == have[gid] {
 				continue
 			}
-			if err := writeMembers(ctx, tx, gid, []string{uid}, !want[gid], now); err != nil {
+			if err := writeMembers(ctx, tx, names[gid], []string{uid}, !want[gid], now); err != nil {
 				return err
 			}
 			changed = true

@@ -131,8 +131,9 @@ func TestSyncAgentGroups(t *testing.T) {
 	if _, changed, err := st.SetGroupRule(ctx, "test", "sy-dev", rule, ruleOf(t, rule), groupsAt); err != nil || !slices.Equal(changed, []string{"sy-u"}) {
 		t.Fatalf("a rule after the report: %v, %v", changed, err)
 	}
-	// An older sighting from another node's batch does not overwrite it.
-	if err := st.SaveSightings(ctx, []taskd.Sighting{{UID: "sy-u", At: groupsAt.Add(-time.Minute), Agent: report("0.9.0", nil)}}); err != nil {
+	// Another node's batch does not overwrite it, though its poll is later: the report
+	// it carries is one that node saw before.
+	if err := st.SaveSightings(ctx, []taskd.Sighting{{UID: "sy-u", At: groupsAt.Add(time.Minute), Agent: report("0.9.0", nil)}}); err != nil {
 		t.Fatal(err)
 	}
 	c, _, err := st.ListClients(ctx, taskd.ClientFilter{}, "sy-t", 1)
@@ -154,7 +155,8 @@ func TestDynamicGroupsAreBounded(t *testing.T) {
 	_, _, err := st.SetGroupRule(ctx, "test", "cap-one-more", rule, ruleOf(t, rule), groupsAt)
 	wantCode(t, "one dynamic group more", err, taskd.CodeConflict)
 	// A rule's change is not a new group.
-	if _, _, err := st.SetGroupRule(ctx, "test", "cap-0", taskd.DynamicGroup{Selector: "env=dev"}, ruleOf(t, rule), groupsAt); err != nil {
+	dev := taskd.DynamicGroup{Selector: "env=dev"}
+	if _, _, err := st.SetGroupRule(ctx, "test", "cap-0", dev, ruleOf(t, dev), groupsAt); err != nil {
 		t.Fatal(err)
 	}
 }

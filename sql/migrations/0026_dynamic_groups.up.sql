@@ -8,3 +8,12 @@ ALTER TABLE member_group
   ADD COLUMN selector      VARCHAR(1024) NULL COMMENT 'a Kubernetes label selector; NULL: any labels',
   ADD COLUMN agent_version VARCHAR(255)  NULL COMMENT 'a semantic-version constraint; NULL: any version',
   ADD KEY idx_dynamic (dynamic);
+
+-- One row that orders the rules' changes against the reports: a change of a rule takes
+-- it for update, a report's matching in share mode, so neither misses the other (a
+-- group becoming dynamic included) and the cap on dynamic groups is counted alone.
+CREATE TABLE dynamic_rules (
+  id TINYINT NOT NULL,
+  PRIMARY KEY (id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+INSERT INTO dynamic_rules (id) VALUES (1);
