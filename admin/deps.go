@@ -31,7 +31,7 @@ type Store interface {
 	ReplaceMembers(ctx context.Context, actor, gid string, uids []string, now time.Time) ([]string, error)
 	Members(ctx context.Context, gid string) ([]string, error)
 	// SetGroupRule makes gid dynamic with rule, or changes its rule, and makes its
-	// members the clients whose stored report matches says of; it returns the group and
+	// members the clients whose stored report matches accepts; it returns the group and
 	// the uids whose membership changed.
 	SetGroupRule(ctx context.Context, actor, gid string, rule taskd.DynamicGroup, matches func(taskd.AgentInfo) bool,
 		now time.Time) (taskd.Group, []string, error)

@@ -302,7 +302,7 @@ func (s *Store) SetGroupRule(ctx context.Context, actor, gid string, rule taskd.
 	return g, changed, mysqlErr("set group rule", err)
 }
 
-// matchingClients are the uids whose stored report matches says of, sorted.
+// matchingClients are the uids whose stored report matches accepts, sorted.
 func matchingClients(ctx context.Context, tx *sql.Tx, matches func(taskd.AgentInfo) bool) ([]string, error) {
 	rows, err := tx.QueryContext(ctx, "SELECT uid, last_seen, version, hostname, labels FROM client_agent WHERE version IS NOT NULL ORDER BY uid")
 	if err != nil {
