@@ -16,7 +16,7 @@ import (
 
 // groups lists the groups (members and tasks of each), or shows one group's members.
 func (c *Console) groups(w http.ResponseWriter, r *http.Request) {
-	c.groupPage(w, r, http.StatusOK, strings.TrimSpace(r.URL.Query().Get("gid")), map[string]any{})
+	c.groupPage(w, r, http.StatusOK, strings.TrimSpace(r.URL.Query().Get("gid")), map[string]any{"Empty": r.URL.Query().Get("empty") == "1"})
 }
 
 func (c *Console) groupPage(w http.ResponseWriter, r *http.Request, status int, gid string, data map[string]any) {
@@ -96,7 +96,13 @@ func (c *Console) setRule(w http.ResponseWriter, r *http.Request) {
 			"Selector": r.PostFormValue("selector"), "AgentVersion": r.PostFormValue("agent_version")})
 		return
 	}
-	http.Redirect(w, r, query("/console/groups", "gid", gid), http.StatusSeeOther)
+	var g struct{ Members int }
+	res.decode(&g)
+	empty := ""
+	if g.Members == 0 {
+		empty = "1" // the page says so: the reply's empty_group warning
+	}
+	http.Redirect(w, r, query("/console/groups", "gid", gid, "empty", empty), http.StatusSeeOther)
 }
 
 // deleteGroup removes a group's members and rule.

@@ -513,9 +513,12 @@ try {
     await page.getByLabel(/Label selector/).fill('region in (eu');
     await page.getByRole('button', { name: 'Make gid_eu dynamic' }).click();
     await page.locator('#rule-error').filter({ hasText: 'selector' }).waitFor();
+    await page.getByLabel(/Label selector/).fill('region=nowhere');
+    await page.getByRole('button', { name: 'Make gid_eu dynamic' }).click();
+    await page.locator('#empty-group').waitFor(); // the reply's empty_group warning
     await page.getByLabel(/Label selector/).fill('region=eu');
     await page.getByLabel(/Agent version/).fill('>=2');
-    await page.getByRole('button', { name: 'Make gid_eu dynamic' }).click();
+    await page.getByRole('button', { name: 'Change the rule' }).click();
     await page.getByRole('heading', { name: /Dynamic group/ }).waitFor();
     await page.getByRole('cell', { name: 'uid_21', exact: true }).waitFor(); // 2.0.1 in eu, reported in the fleet step
     assert.equal(await page.getByRole('cell', { name: 'uid_22', exact: true }).count(), 0, '1.9.0 in us');
