@@ -46,8 +46,3 @@ type Group struct {
 	AgentVersion string `json:"agent_version,omitempty"`
 	Members      int    `json:"members"`
 }
-
-// Rule is g's rule (empty for a group kept by hand).
-func (g Group) Rule() DynamicGroup {
-	return DynamicGroup{Selector: g.Selector, AgentVersion: g.AgentVersion}
-}

@@ -2,7 +2,9 @@
 // poll: a node keeps each uid's latest poll in memory and writes what changed to the
 // database in batches. A poll costs a map update under one of many locks; the database
 // sees a uid at most once per Resolution (sooner only when its agent reports something
-// new), however often it polls.
+// new), however often it polls. An agent's report itself is written by the fetch that
+// carries it (dispatch.Service.Report), before the fetch takes anything; a batch carries
+// the report only for a row the database does not have yet, and never replaces one.
 package fleet
 
 import (
