@@ -21,6 +21,7 @@ type ClaimTask struct {
 	Status     Status
 	Start      time.Time
 	Space      time.Duration // rotate only
+	Cron       *Cron         // rotate only, instead of Space
 	End        *time.Time    // rotate only; nil: none
 	Quota      int           // dispatch_times: Unlimited, or the slots of each occurrence
 	Mode       Mode
@@ -70,7 +71,11 @@ func (t *ClaimTask) hasOccurrence(occ Occurrence) bool {
 	if occ.Task.Kind == KindOnce {
 		return t.Start.Equal(occ.DueAt)
 	}
-	return t.Space > 0 && IsRotation(t.Start, t.Space, t.End, occ.DueAt)
+	r := Rotation{Start: t.Start, Space: t.Space, Cron: t.Cron}
+	if t.End != nil {
+		r.End = *t.End
+	}
+	return r.Has(occ.DueAt)
 }
 
 // Limited reports whether the task's quota bounds its occurrences' claims (a claim of

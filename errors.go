@@ -22,6 +22,9 @@ const (
 	CodeTooLarge        Code = "too_large"
 	CodeParamsInvalid   Code = "params_invalid"
 	CodeRateLimited     Code = "rate_limited"
+	// CodeUnsatisfiable is a well-formed value that can never work: a cron
+	// expression that never fires.
+	CodeUnsatisfiable Code = "unsatisfiable"
 	// CodePreconditionFailed is a write made against a version (If-Match) the record
 	// no longer has.
 	CodePreconditionFailed Code = "precondition_failed"

@@ -599,9 +599,26 @@ func (t Task) Occurrences() int {
 	if t.Key.Kind == KindOnce {
 		return 1
 	}
-	if t.EndTime == nil || t.SpaceMinutes < 1 || t.EndTime.Before(t.StartTime) {
+	if t.EndTime == nil || t.EndTime.Before(t.StartTime) {
+		return -1
+	}
+	if t.Cron != "" {
+		// Counted, up to a bound past which the count is as good as unbounded.
+		r, n := t.Rotation(), 0
+		for at, ok := r.First(t.StartTime); ok && n < maxCountedCron; at, ok = r.After(at) {
+			n++
+		}
+		if n == maxCountedCron {
+			return -1
+		}
+		return n
+	}
+	if t.SpaceMinutes < 1 {
 		return -1
 	}
 	n := t.EndTime.Sub(t.StartTime)/(time.Duration(t.SpaceMinutes)*time.Minute) + 1
 	return int(min(n, math.MaxInt32))
 }
+
+// maxCountedCron bounds the occurrences of a cron task Occurrences counts one by one.
+const maxCountedCron = 1_000

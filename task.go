@@ -201,6 +201,72 @@ func ParseOccurrence(s string) (Occurrence, error) {
 	return Occurrence{Task: k, DueAt: t.UTC()}, nil
 }
 
+// Rotation is when a rotate task's occurrences fall: from Start on, every Space, or at
+// the wall times of Cron instead; none after End (zero: no end).
+type Rotation struct {
+	Start time.Time
+	Space time.Duration
+	Cron  *Cron
+	End   time.Time
+}
+
+// Rotation is the task's rotation (a once task's, or an invalid one's, has none).
+func (t Task) Rotation() Rotation {
+	r := Rotation{Start: t.StartTime, Space: time.Duration(t.SpaceMinutes) * time.Minute}
+	if t.EndTime != nil {
+		r.End = *t.EndTime
+	}
+	if t.Cron != "" {
+		r.Space = 0
+		r.Cron, _ = ParseCron(t.Cron, t.TimeZone)
+	}
+	return r
+}
+
+// First is the first occurrence at or after t; false when there is none.
+func (r Rotation) First(t time.Time) (time.Time, bool) {
+	var at time.Time
+	switch {
+	case r.Cron != nil:
+		if t.Before(r.Start) {
+			t = r.Start
+		}
+		var ok bool
+		if at, ok = r.Cron.First(t); !ok {
+			return at, false
+		}
+	case r.Space > 0:
+		at = FirstRotation(r.Start, r.Space, t)
+	default:
+		return at, false
+	}
+	return at, r.End.IsZero() || !at.After(r.End)
+}
+
+// After is the first occurrence after t; false when there is none.
+func (r Rotation) After(t time.Time) (time.Time, bool) {
+	if r.Cron == nil {
+		return r.First(t.Add(time.Second)) // occurrences fall on whole seconds
+	}
+	return r.First(t.Add(time.Nanosecond))
+}
+
+// Has reports whether t is an occurrence.
+func (r Rotation) Has(t time.Time) bool {
+	if r.Cron == nil {
+		return r.Space > 0 && IsRotation(r.Start, r.Space, endOrNil(r.End), t)
+	}
+	at, ok := r.First(t)
+	return ok && at.Equal(t)
+}
+
+func endOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
 // FirstRotation returns the first occurrence of a rotate task at or after t:
 // start + ceil((t - start) / space) * space, or start itself when t is before it.
 func FirstRotation(start time.Time, space time.Duration, t time.Time) time.Time {
@@ -242,10 +308,14 @@ type Template struct {
 
 // Task is a once or rotate task as admins see it.
 type Task struct {
-	Key           TaskKey         `json:"-"`
-	Executor      string          `json:"executor"`
-	StartTime     time.Time       `json:"start_time"`
-	SpaceMinutes  int             `json:"space_minutes,omitempty"`
+	Key          TaskKey   `json:"-"`
+	Executor     string    `json:"executor"`
+	StartTime    time.Time `json:"start_time"`
+	SpaceMinutes int       `json:"space_minutes,omitempty"`
+	// Cron, instead of SpaceMinutes, puts a rotate task's occurrences at the wall
+	// times of a cron expression in TimeZone ("" and UTC: UTC), from StartTime on.
+	Cron          string          `json:"cron,omitempty"`
+	TimeZone      string          `json:"time_zone,omitempty"`
 	EndTime       *time.Time      `json:"end_time,omitempty"`
 	TemplateID    int64           `json:"template_id"`
 	Params        json.RawMessage `json:"params"`
@@ -319,11 +389,20 @@ func (t Task) Validate() error {
 	}
 	switch t.Key.Kind {
 	case KindOnce:
-		if t.SpaceMinutes != 0 || t.EndTime != nil {
-			return bad("space_minutes, end_time: rotate tasks only")
+		if t.SpaceMinutes != 0 || t.EndTime != nil || t.Cron != "" || t.TimeZone != "" {
+			return bad("space_minutes, cron, time_zone, end_time: rotate tasks only")
 		}
 	case KindRotate:
-		if t.SpaceMinutes < 1 || t.SpaceMinutes > MaxSpaceMinutes {
+		switch {
+		case t.Cron != "" && t.SpaceMinutes != 0:
+			return bad("cron, space_minutes: a rotate task takes one of them, not both")
+		case t.Cron != "":
+			if _, err := ParseCron(t.Cron, t.TimeZone); err != nil {
+				return err
+			}
+		case t.TimeZone != "":
+			return bad("time_zone: only with cron (a space_minutes period has no wall time)")
+		case t.SpaceMinutes < 1 || t.SpaceMinutes > MaxSpaceMinutes:
 			return bad("space_minutes: must be 1..%d (ten years), got %d", MaxSpaceMinutes, t.SpaceMinutes)
 		}
 		if t.EndTime != nil && (!t.EndTime.After(t.StartTime) || !t.EndTime.Before(MaxTaskTime)) {

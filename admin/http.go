@@ -281,6 +281,8 @@ type taskRequest struct {
 	Status        string          `json:"status"`
 	settingsRequest
 	SpaceMinutes *reqInt  `json:"space_minutes"`
+	Cron         *string  `json:"cron"`
+	TimeZone     *string  `json:"time_zone"`
 	EndTime      *reqTime `json:"end_time"`
 	// Rollout releases the quota in phases (null or absent: none).
 	Rollout *taskd.Rollout `json:"rollout"`
@@ -350,17 +352,29 @@ func (req *taskRequest) task(kind taskd.Kind) (taskd.Task, error) {
 		t.Rollout = &r
 	}
 	if kind == taskd.KindOnce {
-		if req.SpaceMinutes != nil || req.EndTime != nil {
-			return t, taskd.Errorf(taskd.CodeInvalid, "space_minutes, end_time: rotate tasks only")
+		if req.SpaceMinutes != nil || req.EndTime != nil || req.Cron != nil || req.TimeZone != nil {
+			return t, taskd.Errorf(taskd.CodeInvalid, "space_minutes, cron, time_zone, end_time: rotate tasks only")
 		}
 		return t, nil
 	}
-	if req.SpaceMinutes == nil {
-		return t, taskd.Errorf(taskd.CodeInvalid, "space_minutes: required, 1..%d (ten years)", maxSpaceMinutes)
-	}
-	if err := intField(&t.SpaceMinutes, req.SpaceMinutes, "space_minutes", 1, maxSpaceMinutes,
-		"1.."+strconv.Itoa(maxSpaceMinutes)+" (ten years)"); err != nil {
-		return t, err
+	switch {
+	case req.Cron != nil && req.SpaceMinutes != nil:
+		return t, taskd.Errorf(taskd.CodeInvalid, "cron, space_minutes: a rotate task takes one of them, not both (a patch that switches sets the other to null)")
+	case req.Cron != nil:
+		c, err := taskd.ParseCron(*req.Cron, deref(req.TimeZone))
+		if err != nil {
+			return t, err
+		}
+		t.Cron, t.TimeZone = c.Expr(), c.Zone()
+	case req.TimeZone != nil:
+		return t, taskd.Errorf(taskd.CodeInvalid, "time_zone: only with cron (a space_minutes period has no wall time)")
+	case req.SpaceMinutes == nil:
+		return t, taskd.Errorf(taskd.CodeInvalid, "space_minutes or cron: required (every 1..%d minutes, or a cron expression)", maxSpaceMinutes)
+	default:
+		if err := intField(&t.SpaceMinutes, req.SpaceMinutes, "space_minutes", 1, maxSpaceMinutes,
+			"1.."+strconv.Itoa(maxSpaceMinutes)+" (ten years)"); err != nil {
+			return t, err
+		}
 	}
 	if req.EndTime != nil {
 		end := req.EndTime.UTC().Truncate(time.Second)
@@ -634,4 +648,12 @@ func (h *Handlers) RevokeKeys() http.Handler {
 		n, err := h.svc.RevokeKeys(r.Context(), uid)
 		return http.StatusOK, map[string]int{"revoked": n}, err
 	})
+}
+
+// deref is *s, or "" for nil.
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

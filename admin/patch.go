@@ -24,7 +24,11 @@ func editable(t taskd.Task) map[string]any {
 		doc["rollout"] = t.Rollout
 	}
 	if t.Key.Kind == taskd.KindRotate {
-		doc["space_minutes"] = t.SpaceMinutes
+		if t.Cron != "" {
+			doc["cron"], doc["time_zone"] = t.Cron, t.TimeZone
+		} else {
+			doc["space_minutes"] = t.SpaceMinutes
+		}
 		if t.EndTime != nil {
 			doc["end_time"] = t.EndTime
 		}
@@ -38,7 +42,8 @@ var (
 	editableFields = map[string]bool{"executor": true, "start_time": true, "template_id": true, "params": true,
 		"dispatch_times": true, "mode": true, "priority": true, "status": true, "lease_seconds": true,
 		"max_attempts": true, "retry_backoff_seconds": true, "retry_multiplier": true, "retry_max_seconds": true,
-		"dispatch_rate_per_minute": true, "space_minutes": true, "end_time": true, "rollout": true}
+		"dispatch_rate_per_minute": true, "space_minutes": true, "cron": true, "time_zone": true, "end_time": true,
+		"rollout": true}
 	serverFields = map[string]bool{"id": true, "task_id": true, "kind": true, "created_at": true, "updated_at": true,
 		"inherited": true, "own": true, "version": true}
 )

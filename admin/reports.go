@@ -23,6 +23,18 @@ type ScheduledOccurrence struct {
 	Priority  int       `json:"priority"`
 	Claimed   int       `json:"claimed"`
 	Remaining *int      `json:"remaining"`
+	// LocalTime is due_at on the wall clock of a cron task's time_zone, with its
+	// offset (a cron task only).
+	LocalTime string `json:"local_time,omitempty"`
+	TimeZone  string `json:"time_zone,omitempty"`
+}
+
+// localTime is at on the wall clock of cron's zone, RFC 3339 with the offset.
+func localTime(c *taskd.Cron, at time.Time) (string, string) {
+	if c == nil {
+		return "", ""
+	}
+	return at.In(c.Location()).Format(time.RFC3339), c.Zone()
 }
 
 // Schedule lists the occurrences executor would be offered in [from, to), in the order
@@ -56,7 +68,12 @@ func (s *Service) Schedule(ctx context.Context, executor string, from, to time.T
 			break
 		}
 		en, _ := h.Pop(to)
-		occ = append(occ, ScheduledOccurrence{TaskID: en.Task.String(), DueAt: en.DueAt, Priority: en.Priority})
+		o := ScheduledOccurrence{TaskID: en.Task.String(), DueAt: en.DueAt, Priority: en.Priority}
+		if en.Cron != "" {
+			c, _ := taskd.CronOf(en.Cron)
+			o.LocalTime, o.TimeZone = localTime(c, en.DueAt)
+		}
+		occ = append(occ, o)
 	}
 	keys := make([]taskd.TaskKey, 0, len(tasks.Quota))
 	for k := range tasks.Quota {

@@ -134,6 +134,9 @@ const maxPreviewOccurrences = 1440
 type PreviewOccurrence struct {
 	DueAt      time.Time `json:"due_at"`
 	Recipients int       `json:"recipients"`
+	// LocalTime and TimeZone: due_at on a cron task's wall clock (a cron task only).
+	LocalTime string `json:"local_time,omitempty"`
+	TimeZone  string `json:"time_zone,omitempty"`
 }
 
 // PreviewSummary sums a preview's occurrences: the dispatches they would make, and how
@@ -209,6 +212,7 @@ func (s *Service) PreviewTask(ctx context.Context, t taskd.Task) (Preview, error
 			bound = c
 		}
 	}
+	cron := t.Rotation().Cron
 	add := func(at time.Time) {
 		n := offered(at)
 		p.Summary.UIDs = max(p.Summary.UIDs, n) // offered(at) grows with at
@@ -217,7 +221,9 @@ func (s *Service) PreviewTask(ctx context.Context, t taskd.Task) (Preview, error
 		}
 		p.Summary.TotalDispatches += n
 		if len(p.Occurrences) < maxPreviewOccurrences {
-			p.Occurrences = append(p.Occurrences, PreviewOccurrence{DueAt: at, Recipients: n})
+			o := PreviewOccurrence{DueAt: at, Recipients: n}
+			o.LocalTime, o.TimeZone = localTime(cron, at)
+			p.Occurrences = append(p.Occurrences, o)
 		}
 	}
 	until := now.Add(previewWindow)
@@ -226,11 +232,8 @@ func (s *Service) PreviewTask(ctx context.Context, t taskd.Task) (Preview, error
 			add(t.StartTime)
 		}
 	} else {
-		space := time.Duration(t.SpaceMinutes) * time.Minute
-		for at := taskd.FirstRotation(t.StartTime, space, floor); at.Before(until); at = at.Add(space) {
-			if t.EndTime != nil && at.After(*t.EndTime) {
-				break
-			}
+		r := t.Rotation()
+		for at, ok := r.First(floor); ok && at.Before(until); at, ok = r.After(at) {
 			add(at)
 		}
 	}

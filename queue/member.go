@@ -40,6 +40,10 @@ func Member(e schedule.Entry) string {
 		} else {
 			b.WriteByte('0')
 		}
+		if e.Cron != "" {
+			b.WriteByte('|')
+			b.WriteString(e.Cron)
+		}
 	}
 	return b.String()
 }
@@ -53,9 +57,9 @@ func kindLetter(k taskd.Kind) byte {
 
 // ParseMember is the inverse of Member, given the score (due time in Unix seconds).
 func ParseMember(member string, score int64) (schedule.Entry, error) {
-	// Split on "|" into at most 5 parts, without allocating (a peek parses one member
+	// Split on "|" into at most 6 parts, without allocating (a peek parses one member
 	// per poll).
-	var buf [5]string
+	var buf [6]string
 	n := 0
 	for rest, more := member, true; more; n++ {
 		if n == len(buf) {
@@ -64,7 +68,7 @@ func ParseMember(member string, score int64) (schedule.Entry, error) {
 		buf[n], rest, more = strings.Cut(rest, "|")
 	}
 	parts := buf[:n]
-	if len(parts) != 3 && len(parts) != 5 || len(parts[0]) != 1 || len(parts[1]) != 1 {
+	if len(parts) < 3 || len(parts) == 4 || len(parts[0]) != 1 || len(parts[1]) != 1 {
 		return schedule.Entry{}, fmt.Errorf("heap member %q: malformed", member)
 	}
 	e := schedule.Entry{Priority: 9 - int(parts[0][0]-'0'), DueAt: time.Unix(score, 0).UTC()}
@@ -88,13 +92,16 @@ func ParseMember(member string, score int64) (schedule.Entry, error) {
 	}
 	e.Task.ID = id
 	if e.Task.Kind == taskd.KindRotate {
-		if len(parts) != 5 {
+		if len(parts) < 5 {
 			return schedule.Entry{}, fmt.Errorf("heap member %q: rotate without period", member)
 		}
 		space, err1 := strconv.ParseInt(parts[3], 10, 64)
 		end, err2 := strconv.ParseInt(parts[4], 10, 64)
-		if err1 != nil || err2 != nil || space <= 0 {
-			return schedule.Entry{}, fmt.Errorf("heap member %q: bad period or end", member)
+		if len(parts) == 6 {
+			e.Cron = parts[5] // the period is 0
+		}
+		if err1 != nil || err2 != nil || (space <= 0) == (e.Cron == "") {
+			return schedule.Entry{}, fmt.Errorf("heap member %q: bad period, end or cron", member)
 		}
 		e.Space = time.Duration(space) * time.Second
 		if end != 0 {

@@ -15,7 +15,10 @@ type Entry struct {
 	// Rotate only: the period and the optional last due time, so that the heap can
 	// advance the task to its next occurrence without asking MySQL.
 	Space time.Duration
-	End   time.Time // zero: no end
+	// Cron, instead of Space, is the key of the task's cron (taskd.Cron.Key): its next
+	// occurrence is the cron's next wall time.
+	Cron string
+	End  time.Time // zero: no end
 	// LogID, when set, makes the entry a waiting dispatch of the user (a retry after
 	// its backoff, or an open dispatch parked while its task was paused) that comes back
 	// at DueAt; Task is then zero.
@@ -30,11 +33,25 @@ func (e Entry) Occurrence() taskd.Occurrence {
 // Next returns the entry for the task's next occurrence and true, or false for a once
 // task or a rotate task past its end.
 func (e Entry) Next() (Entry, bool) {
-	if e.Task.Kind != taskd.KindRotate || e.Space <= 0 {
+	if e.Task.Kind != taskd.KindRotate {
 		return Entry{}, false
 	}
 	n := e
-	n.DueAt = e.DueAt.Add(e.Space)
+	switch {
+	case e.Cron != "":
+		c, err := taskd.CronOf(e.Cron)
+		if err != nil {
+			return Entry{}, false
+		}
+		var ok bool
+		if n.DueAt, ok = c.After(e.DueAt); !ok {
+			return Entry{}, false
+		}
+	case e.Space > 0:
+		n.DueAt = e.DueAt.Add(e.Space)
+	default:
+		return Entry{}, false
+	}
 	if !e.End.IsZero() && n.DueAt.After(e.End) {
 		return Entry{}, false
 	}

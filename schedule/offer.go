@@ -18,8 +18,14 @@ type RotateTask struct {
 	ID       int64
 	Start    time.Time
 	Space    time.Duration
-	End      time.Time // zero: no end
+	Cron     *taskd.Cron // instead of Space: the wall times of a cron, from Start
+	End      time.Time   // zero: no end
 	Priority int
+}
+
+// Rotation is when the task's occurrences fall.
+func (t RotateTask) Rotation() taskd.Rotation {
+	return taskd.Rotation{Start: t.Start, Space: t.Space, Cron: t.Cron, End: t.End}
 }
 
 // Source is everything a user's offer is built from, as read from MySQL.
@@ -70,18 +76,25 @@ func Offer(src Source, from, until time.Time) []Entry {
 		}
 	}
 	for _, t := range src.Rotate {
-		if t.Space <= 0 {
+		r := t.Rotation()
+		due, ok := r.First(from)
+		if !ok {
 			continue
 		}
 		e := Entry{
 			Task:     taskd.TaskKey{Kind: taskd.KindRotate, ID: t.ID},
-			DueAt:    taskd.FirstRotation(t.Start, t.Space, from),
+			DueAt:    due,
 			Priority: t.Priority,
 			Space:    t.Space,
 			End:      t.End,
 		}
+		if t.Cron != nil {
+			e.Space, e.Cron = 0, t.Cron.Key()
+		}
 		if excluded(e.Occurrence()) {
-			e.DueAt = e.DueAt.Add(t.Space)
+			if e.DueAt, ok = r.After(e.DueAt); !ok {
+				continue
+			}
 		}
 		if !e.DueAt.Before(until) || (!t.End.IsZero() && e.DueAt.After(t.End)) {
 			continue

@@ -84,6 +84,9 @@ func taskAudit(t taskd.Task) map[string]any {
 	if t.Key.Kind == taskd.KindRotate {
 		m["space_minutes"] = t.SpaceMinutes
 		m["end_time"] = t.EndTime
+		if t.Cron != "" {
+			m["cron"], m["time_zone"] = t.Cron, t.TimeZone
+		}
 	}
 	return m
 }

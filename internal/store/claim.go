@@ -76,8 +76,8 @@ func snapshotMember(task taskd.TaskKey, uid string) member {
 // under the connection's collation, which MySQL 8 may refuse to mix with the
 // column's. claimTasksSQL reads the tasks alone. Both are in share mode, and their
 // columns are scanned by scanClaimTarget, in this order. The verbs: %[1]s the task
-// table, %[2]d its kind, %[3]s the rotate task's space and end (0 and NULL for a once
-// task), %[4]s the pairs or the ids, %[5]s the uids.
+// table, %[2]d its kind, %[3]s the rotate task's space, end, cron and zone (0 and NULLs for
+// a once task), %[4]s the pairs or the ids, %[5]s the uids.
 const (
 	claimTaskColumns = `t.id, t.executor, t.status, t.start_time, t.dispatch_times, t.mode, t.template_id, t.params,
 		t.lease_seconds, t.max_attempts, t.retry_backoff_seconds, t.retry_multiplier, t.retry_max_seconds, t.dispatch_rate_per_minute,
@@ -110,6 +110,7 @@ type claimTarget struct {
 	rphase              sql.NullInt64
 	space               int64
 	end                 sql.NullTime
+	cron, zone          sql.NullString
 	member, snapshotted sql.NullString
 }
 
@@ -120,7 +121,7 @@ func scanClaimTarget(rows *sql.Rows) (claimTarget, error) {
 	err := rows.Scan(&r.id, &r.executor, &t.Status, &t.Start, &t.Quota, &t.Mode, &t.TemplateID, &r.params,
 		&own.LeaseSeconds, &own.MaxAttempts, &own.RetryBackoffSeconds, &own.RetryMultiplier, &own.RetryMaxSeconds, &own.DispatchRatePerMinute,
 		&tpl.LeaseSeconds, &tpl.MaxAttempts, &tpl.RetryBackoffSeconds, &tpl.RetryMultiplier, &tpl.RetryMaxSeconds, &tpl.DispatchRatePerMinute,
-		&r.stages, &r.rollout, &r.rstate, &r.rphase, &t.Judged, &r.space, &r.end,
+		&r.stages, &r.rollout, &r.rstate, &r.rphase, &t.Judged, &r.space, &r.end, &r.cron, &r.zone,
 		&r.member, &r.snapshotted)
 	return r, err
 }
@@ -144,6 +145,11 @@ func (r *claimTarget) claimTask() (*taskd.ClaimTask, error) {
 	if r.end.Valid {
 		t.End = &r.end.Time
 	}
+	if r.cron.Valid {
+		if t.Cron, err = taskd.CronOf(r.cron.String + ";" + r.zone.String); err != nil {
+			return nil, err
+		}
+	}
 	t.Executor, _ = taskd.ParseExecutor(r.executor)
 	return &t, nil
 }
@@ -159,9 +165,9 @@ func loadClaimTargets(ctx context.Context, tx *sql.Tx, keys []taskd.TaskKey, uid
 	tasks := make(map[taskd.TaskKey]*taskd.ClaimTask, len(keys))
 	members := map[member]bool{}
 	for _, kind := range []taskd.Kind{taskd.KindOnce, taskd.KindRotate} {
-		table, rotate := "task_once", "0, NULL"
+		table, rotate := "task_once", "0, NULL, NULL, NULL"
 		if kind == taskd.KindRotate {
-			table, rotate = "task_rotate", "t.space_minutes, t.end_time"
+			table, rotate = "task_rotate", "t.space_minutes, t.end_time, t.cron, t.time_zone"
 		}
 		var q string
 		var args []any

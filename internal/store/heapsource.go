@@ -115,10 +115,10 @@ func (s *Store) OfferTasks(ctx context.Context, executors []string, from, until 
 	}
 	args = append(args, until, from, taskd.StatusActive)
 	rows, err := s.db.QueryContext(ctx, `
-		SELECT 1, id, start_time, 0, NULL, priority, dispatch_times FROM task_once
+		SELECT 1, id, start_time, 0, NULL, NULL, NULL, priority, dispatch_times FROM task_once
 		 WHERE executor IN (`+in+`) AND start_time >= ? AND start_time < ? AND status = ?
 		UNION ALL
-		SELECT 2, id, start_time, space_minutes, end_time, priority, dispatch_times FROM task_rotate
+		SELECT 2, id, start_time, space_minutes, end_time, cron, time_zone, priority, dispatch_times FROM task_rotate
 		 WHERE executor IN (`+in+`) AND start_time < ? AND (end_time IS NULL OR end_time >= ?) AND status = ?`,
 		args...)
 	if err != nil {
@@ -130,8 +130,9 @@ func (s *Store) OfferTasks(ctx context.Context, executors []string, from, until 
 		var id, space int64
 		var start time.Time
 		var end sql.NullTime
+		var cron, zone sql.NullString
 		var prio, quota int
-		if err := rows.Scan(&kind, &id, &start, &space, &end, &prio, &quota); err != nil {
+		if err := rows.Scan(&kind, &id, &start, &space, &end, &cron, &zone, &prio, &quota); err != nil {
 			return out, mysqlErr("offer tasks", err)
 		}
 		out.Quota[taskd.TaskKey{Kind: kind, ID: id}] = quota
@@ -142,6 +143,13 @@ func (s *Store) OfferTasks(ctx context.Context, executors []string, from, until 
 		rt := schedule.RotateTask{ID: id, Start: start.UTC(), Space: time.Duration(space) * time.Minute, Priority: prio}
 		if end.Valid {
 			rt.End = end.Time.UTC()
+		}
+		if cron.Valid {
+			c, err := taskd.CronOf(cron.String + ";" + zone.String)
+			if err != nil {
+				return out, err
+			}
+			rt.Space, rt.Cron = 0, c
 		}
 		out.Rotate = append(out.Rotate, rt)
 	}

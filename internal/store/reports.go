@@ -111,26 +111,32 @@ func (s *Store) Overview(ctx context.Context, now time.Time) (taskd.Overview, er
 	if err != nil {
 		return o, mysqlErr("overview", err)
 	}
-	rotates, err := s.db.QueryContext(ctx, `SELECT start_time, space_minutes, end_time FROM task_rotate
+	rotates, err := s.db.QueryContext(ctx, `SELECT start_time, space_minutes, end_time, cron, time_zone FROM task_rotate
 		WHERE status = ? AND start_time <= ? AND (end_time IS NULL OR end_time > ?)`, taskd.StatusActive, to, from)
 	if err != nil {
 		return o, mysqlErr("overview", err)
 	}
 	defer rotates.Close()
 	for rotates.Next() {
-		var start time.Time
 		var space int
 		var end sql.NullTime
-		if err := rotates.Scan(&start, &space, &end); err != nil {
+		var cron, zone sql.NullString
+		r := taskd.Rotation{}
+		if err := rotates.Scan(&r.Start, &space, &end, &cron, &zone); err != nil {
 			return o, mysqlErr("overview", err)
 		}
-		within := func(a, b time.Time) bool { // an occurrence in (a, b]?
-			first := start
-			if !start.After(a) {
-				period := time.Duration(space) * time.Minute
-				first = start.Add((a.Sub(start)/period + 1) * period)
+		r.Start, r.Space = r.Start.UTC(), time.Duration(space)*time.Minute
+		if end.Valid {
+			r.End = end.Time.UTC()
+		}
+		if cron.Valid {
+			if r.Cron, err = taskd.CronOf(cron.String + ";" + zone.String); err != nil {
+				return o, err
 			}
-			return !first.After(b) && (!end.Valid || !first.After(end.Time))
+		}
+		within := func(a, b time.Time) bool { // an occurrence in (a, b]?
+			at, ok := r.After(a)
+			return ok && !at.After(b)
 		}
 		if within(from, now) {
 			o.DueNow++

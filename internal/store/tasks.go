@@ -40,8 +40,8 @@ func (s *Store) CreateTask(ctx context.Context, actor string, t taskd.Task, now 
 			t.Priority, t.Status}, settingsArgs(t.Own)...)
 		args = append(args, now, now, rollout)
 		if t.Key.Kind == taskd.KindRotate {
-			cols += ", space_minutes, end_time"
-			args = append(args, t.SpaceMinutes, t.EndTime)
+			cols += ", space_minutes, end_time, cron, time_zone"
+			args = append(args, t.SpaceMinutes, t.EndTime, nullString(t.Cron), nullString(t.TimeZone))
 		}
 		res, err := tx.ExecContext(ctx, "INSERT INTO "+taskTable(t.Key.Kind)+" ("+cols+") VALUES ("+marks(len(args))+")", args...)
 		if err != nil {
@@ -90,13 +90,14 @@ func scanTask(row scanner, kind taskd.Kind) (taskd.Task, error) {
 	var params string
 	var space sql.NullInt64
 	var end sql.NullTime
+	var cron, zone sql.NullString
 	var tpl taskd.Settings
 	var rollout sql.NullString
 	dest := []any{&t.Key.ID, &t.Executor, &t.StartTime, &t.TemplateID, &params, &t.DispatchTimes, &t.Mode,
 		&t.Priority, &t.Status, &t.CreatedAt, &t.UpdatedAt, &t.Version, &rollout}
 	dest = append(append(dest, settingsDest(&t.Own)...), settingsDest(&tpl)...)
 	if kind == taskd.KindRotate {
-		dest = append(dest, &space, &end)
+		dest = append(dest, &space, &end, &cron, &zone)
 	}
 	if err := row.Scan(dest...); err != nil {
 		return t, err
@@ -109,6 +110,7 @@ func scanTask(row scanner, kind taskd.Kind) (taskd.Task, error) {
 	t.Params = json.RawMessage(params)
 	t.StartTime = t.StartTime.UTC()
 	t.SpaceMinutes = int(space.Int64)
+	t.Cron, t.TimeZone = cron.String, zone.String
 	if end.Valid {
 		e := end.Time.UTC()
 		t.EndTime = &e
@@ -120,7 +122,7 @@ func scanTask(row scanner, kind taskd.Kind) (taskd.Task, error) {
 func selectTask(k taskd.Kind) string {
 	cols := taskColumns
 	if k == taskd.KindRotate {
-		cols += ", t.space_minutes, t.end_time"
+		cols += ", t.space_minutes, t.end_time, t.cron, t.time_zone"
 	}
 	return "SELECT " + cols + " FROM " + taskTable(k) + " t LEFT JOIN task_params_template p ON p.id = t.template_id"
 }
@@ -192,8 +194,8 @@ func (s *Store) ReplaceTask(ctx context.Context, actor, action string, key taskd
 			t.Priority, t.Status}, settingsArgs(t.Own)...)
 		args = append(args, now, rollout)
 		if t.Key.Kind == taskd.KindRotate {
-			set += ", space_minutes = ?, end_time = ?"
-			args = append(args, t.SpaceMinutes, t.EndTime)
+			set += ", space_minutes = ?, end_time = ?, cron = ?, time_zone = ?"
+			args = append(args, t.SpaceMinutes, t.EndTime, nullString(t.Cron), nullString(t.TimeZone))
 		}
 		if _, err := tx.ExecContext(ctx, "UPDATE "+taskTable(t.Key.Kind)+" SET "+set+" WHERE id = ?", append(args, t.Key.ID)...); err != nil {
 			return err

@@ -37,7 +37,7 @@ func Status(code taskd.Code) int {
 		return http.StatusConflict
 	case taskd.CodeTooLarge:
 		return http.StatusRequestEntityTooLarge
-	case taskd.CodeParamsInvalid:
+	case taskd.CodeParamsInvalid, taskd.CodeUnsatisfiable:
 		return http.StatusUnprocessableEntity
 	case taskd.CodeRateLimited:
 		return http.StatusTooManyRequests
