@@ -29,6 +29,7 @@ type ClaimTask struct {
 	Params     json.RawMessage
 	Settings   Effective
 	Stages     []string // the template's; nil: none
+	Windows    Windows  // the task's maintenance windows, else its template's; empty: any time
 	// Rollout is the task's rollout as its claims see it; nil: none.
 	Rollout *ClaimRollout
 	// Judged says its template has a result schema.
@@ -190,6 +191,9 @@ type Claim struct {
 	UID        string
 	Occurrence Occurrence
 	Take       Take
+	// At is when the claim is made: a task with windows is claimed only while one is
+	// open.
+	At time.Time
 	// Task is the task, nil when it is gone; Targeted says it targets UID now (its
 	// executor, or a group UID is a member of).
 	Task     *ClaimTask
@@ -214,7 +218,8 @@ func (c *Claim) Target(member, atStart bool) {
 }
 
 // Refusal is what a claim comes to before the user's history and the shared counters
-// are read: Gone, NotTargeted, NotInRollout, Filtered, or 0 when those decide. The
+// are read: Gone, NotTargeted, NotInRollout, Filtered, OutsideWindow, or 0 when those
+// decide. The
 // store reads holds, records and counters only for the claims it leaves open.
 func (c *Claim) Refusal() ClaimOutcome {
 	switch {
@@ -226,6 +231,8 @@ func (c *Claim) Refusal() ClaimOutcome {
 		return NotInRollout
 	case !c.Take.Allows(c.Task.TemplateID):
 		return Filtered
+	case !c.Task.Windows.Open(c.At):
+		return OutsideWindow
 	}
 	return 0
 }

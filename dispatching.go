@@ -111,23 +111,25 @@ func (d *Dispatch) LeaseExpired(now time.Time) bool {
 type ClaimOutcome uint8
 
 const (
-	Claimed      ClaimOutcome = iota + 1 // dispatched: the record is open
-	Exhausted                            // the quota is used up
-	AlreadyHad                           // once_per_user and the user had it
-	Gone                                 // the task is no longer active or no longer has this occurrence
-	UserBusy                             // the open slot is taken: the user's open dispatch is what it gets
-	NotDue                               // (Resume) the retry's backoff is not over yet (a node's clock a little early)
-	Holding                              // until_exhausted, and the user holds it open in another slot
-	Filtered                             // not of a template the fetch asked for
-	RateBound                            // the task's dispatch_rate_per_minute is used up this minute
-	NotTargeted                          // the task no longer targets the user (moved to another executor, or the user left its group); the user's heap is stale
-	PhaseBound                           // the rollout's current phase has given its cap (nothing is due for the user until the phase moves)
-	NotInRollout                         // a snapshot rollout, and the user joined the group after its start
+	Claimed       ClaimOutcome = iota + 1 // dispatched: the record is open
+	Exhausted                             // the quota is used up
+	AlreadyHad                            // once_per_user and the user had it
+	Gone                                  // the task is no longer active or no longer has this occurrence
+	UserBusy                              // the open slot is taken: the user's open dispatch is what it gets
+	NotDue                                // (Resume) the retry's backoff is not over yet (a node's clock a little early)
+	Holding                               // until_exhausted, and the user holds it open in another slot
+	Filtered                              // not of a template the fetch asked for
+	RateBound                             // the task's dispatch_rate_per_minute is used up this minute
+	NotTargeted                           // the task no longer targets the user (moved to another executor, or the user left its group); the user's heap is stale
+	PhaseBound                            // the rollout's current phase has given its cap (nothing is due for the user until the phase moves)
+	NotInRollout                          // a snapshot rollout, and the user joined the group after its start
+	OutsideWindow                         // the task has maintenance windows and none is open
 )
 
 var claimOutcomeNames = [...]string{Claimed: "claimed", Exhausted: "exhausted", AlreadyHad: "already_had",
 	Gone: "gone", UserBusy: "user_busy", NotDue: "not_due", Holding: "holding", Filtered: "filtered",
-	RateBound: "rate_bound", NotTargeted: "not_targeted", PhaseBound: "phase_bound", NotInRollout: "not_in_rollout"}
+	RateBound: "rate_bound", NotTargeted: "not_targeted", PhaseBound: "phase_bound", NotInRollout: "not_in_rollout",
+	OutsideWindow: "outside_window"}
 
 // String is the outcome's name in logs and metric labels: "claimed", "user_busy",
 // "not_in_rollout" and so on; "" for the zero value (no outcome).
@@ -156,7 +158,7 @@ const (
 )
 
 // Step is what o does to the claimed entry: Claimed takes it; UserBusy retries it;
-// Holding, NotDue, Filtered, RateBound and PhaseBound keep it; Exhausted, AlreadyHad,
+// Holding, NotDue, Filtered, RateBound, PhaseBound and OutsideWindow keep it; Exhausted, AlreadyHad,
 // Gone, NotTargeted and NotInRollout pop it. The zero value (no outcome) has none.
 func (o ClaimOutcome) Step() EntryStep {
 	switch o {
@@ -164,7 +166,7 @@ func (o ClaimOutcome) Step() EntryStep {
 		return EntryTaken
 	case UserBusy:
 		return EntryRetry
-	case Holding, NotDue, Filtered, RateBound, PhaseBound:
+	case Holding, NotDue, Filtered, RateBound, PhaseBound, OutsideWindow:
 		return EntryKeep
 	case Exhausted, AlreadyHad, Gone, NotTargeted, NotInRollout:
 		return EntryPop

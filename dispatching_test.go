@@ -215,18 +215,19 @@ func TestClaimOutcomeNamesAndSteps(t *testing.T) {
 		name string
 		step taskd.EntryStep
 	}{
-		taskd.Claimed:      {"claimed", taskd.EntryTaken},
-		taskd.Exhausted:    {"exhausted", taskd.EntryPop},
-		taskd.AlreadyHad:   {"already_had", taskd.EntryPop},
-		taskd.Gone:         {"gone", taskd.EntryPop},
-		taskd.UserBusy:     {"user_busy", taskd.EntryRetry},
-		taskd.NotDue:       {"not_due", taskd.EntryKeep},
-		taskd.Holding:      {"holding", taskd.EntryKeep},
-		taskd.Filtered:     {"filtered", taskd.EntryKeep},
-		taskd.RateBound:    {"rate_bound", taskd.EntryKeep},
-		taskd.NotTargeted:  {"not_targeted", taskd.EntryPop},
-		taskd.PhaseBound:   {"phase_bound", taskd.EntryKeep},
-		taskd.NotInRollout: {"not_in_rollout", taskd.EntryPop},
+		taskd.Claimed:       {"claimed", taskd.EntryTaken},
+		taskd.Exhausted:     {"exhausted", taskd.EntryPop},
+		taskd.AlreadyHad:    {"already_had", taskd.EntryPop},
+		taskd.Gone:          {"gone", taskd.EntryPop},
+		taskd.UserBusy:      {"user_busy", taskd.EntryRetry},
+		taskd.NotDue:        {"not_due", taskd.EntryKeep},
+		taskd.Holding:       {"holding", taskd.EntryKeep},
+		taskd.Filtered:      {"filtered", taskd.EntryKeep},
+		taskd.RateBound:     {"rate_bound", taskd.EntryKeep},
+		taskd.NotTargeted:   {"not_targeted", taskd.EntryPop},
+		taskd.PhaseBound:    {"phase_bound", taskd.EntryKeep},
+		taskd.NotInRollout:  {"not_in_rollout", taskd.EntryPop},
+		taskd.OutsideWindow: {"outside_window", taskd.EntryKeep},
 	}
 	for o := taskd.ClaimOutcome(0); o < 20; o++ {
 		w, known := want[o]

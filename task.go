@@ -299,7 +299,9 @@ type Template struct {
 	Settings
 	// Stages are the stage names a complete's next_stage may name; a task of this
 	// template starts at the first. Empty: single-stage tasks.
-	Stages    []string  `json:"stages"`
+	Stages []string `json:"stages"`
+	// Windows are the maintenance windows of the template's tasks that set none.
+	Windows   Windows   `json:"windows,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 	// Version counts the template's writes (its ETag).
@@ -330,6 +332,11 @@ type Task struct {
 	// names those its template gave.
 	Effective
 	Inherited []string `json:"inherited"`
+	// Windows are the maintenance windows the task is claimed in: its own
+	// (OwnWindows), else its template's (then "windows" is in Inherited); empty:
+	// any time.
+	Windows    Windows `json:"windows,omitempty"`
+	OwnWindows Windows `json:"-"`
 	// Rollout, when set, releases the quota in phases (rollout.go); nil: all at once.
 	Rollout   *Rollout  `json:"rollout,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
@@ -377,6 +384,9 @@ func (t Task) Validate() error {
 		return bad("status: must be active or paused, got %s", t.Status)
 	}
 	if err := t.Own.Validate(); err != nil {
+		return err
+	}
+	if err := t.OwnWindows.Validate(); err != nil {
 		return err
 	}
 	if t.Rollout != nil {

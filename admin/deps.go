@@ -16,6 +16,9 @@ type Store interface {
 	CreateTemplate(ctx context.Context, actor string, t taskd.Template, now time.Time) (taskd.Template, error)
 	UpdateTemplate(ctx context.Context, actor string, id int64, ifMatch taskd.IfMatch, edit func(*taskd.Template) error, now time.Time) (before, after taskd.Template, err error)
 	GetTemplate(ctx context.Context, id int64) (taskd.Template, error)
+	// WindowTakers returns the executors of the live tasks of template id that take
+	// its windows.
+	WindowTakers(ctx context.Context, id int64) ([]string, error)
 	ListTemplates(ctx context.Context) ([]taskd.Template, error)
 	DeleteTemplate(ctx context.Context, actor string, id int64, ifMatch taskd.IfMatch, now time.Time) error
 

@@ -129,6 +129,8 @@ type templateRequest struct {
 	ResultSchema json.RawMessage `json:"result_schema"`
 	settingsRequest
 	Stages []string `json:"stages"`
+	// Windows are the maintenance windows of the template's tasks that set none.
+	Windows taskd.Windows `json:"windows"`
 }
 
 // template checks the request's settings and stages and returns the template it
@@ -138,6 +140,12 @@ func (req *templateRequest) template() (taskd.Template, error) {
 	var err error
 	if t.Settings, err = req.settings(); err != nil {
 		return t, err
+	}
+	if err := req.Windows.Validate(); err != nil {
+		return t, err
+	}
+	if len(req.Windows) > 0 {
+		t.Windows = req.Windows.Normalized()
 	}
 	if t.Stages == nil {
 		t.Stages = []string{}
@@ -169,7 +177,7 @@ func (h *Handlers) CreateTemplate() http.Handler {
 // templateEditable are the members a template merge patch may name: its schema stays
 // (tasks' params were checked against it).
 var (
-	templateEditable = map[string]bool{"name": true, "stages": true}
+	templateEditable = map[string]bool{"name": true, "stages": true, "windows": true}
 	templateServer   = map[string]bool{"id": true, "created_at": true, "updated_at": true, "version": true}
 )
 
@@ -201,6 +209,9 @@ func (h *Handlers) PatchTemplate() http.Handler {
 		}
 		t, err := h.svc.UpdateTemplate(r.Context(), id, ifMatch(r), func(cur *taskd.Template) error {
 			doc := map[string]any{"name": cur.Name, "stages": cur.Stages}
+			if len(cur.Windows) > 0 {
+				doc["windows"] = cur.Windows
+			}
 			settingsDoc(cur.Settings, doc)
 			current, err := json.Marshal(doc)
 			if err != nil {
@@ -221,7 +232,7 @@ func (h *Handlers) PatchTemplate() http.Handler {
 			if err := checkName(next.Name); err != nil {
 				return err
 			}
-			cur.Name, cur.Settings, cur.Stages = next.Name, next.Settings, next.Stages
+			cur.Name, cur.Settings, cur.Stages, cur.Windows = next.Name, next.Settings, next.Stages, next.Windows
 			return nil
 		})
 		return http.StatusOK, t, tagged(w, taskd.Count(t.Version), err)
@@ -286,6 +297,9 @@ type taskRequest struct {
 	EndTime      *reqTime `json:"end_time"`
 	// Rollout releases the quota in phases (null or absent: none).
 	Rollout *taskd.Rollout `json:"rollout"`
+	// Windows are the task's own maintenance windows (null or absent: its
+	// template's; []: none, whatever the template says).
+	Windows *taskd.Windows `json:"windows"`
 }
 
 // intField reads an optional integer field into dst when it is present.
@@ -350,6 +364,15 @@ func (req *taskRequest) task(kind taskd.Kind) (taskd.Task, error) {
 	if req.Rollout != nil {
 		r := req.Rollout.WithDefaults()
 		t.Rollout = &r
+	}
+	if req.Windows != nil {
+		if err := req.Windows.Validate(); err != nil {
+			return t, err
+		}
+		t.OwnWindows = req.Windows.Normalized()
+		if t.OwnWindows == nil {
+			t.OwnWindows = taskd.Windows{} // none, whatever the template says
+		}
 	}
 	if kind == taskd.KindOnce {
 		if req.SpaceMinutes != nil || req.EndTime != nil || req.Cron != nil || req.TimeZone != nil {

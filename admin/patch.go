@@ -23,6 +23,9 @@ func editable(t taskd.Task) map[string]any {
 	if t.Rollout != nil {
 		doc["rollout"] = t.Rollout
 	}
+	if t.OwnWindows != nil {
+		doc["windows"] = t.OwnWindows
+	}
 	if t.Key.Kind == taskd.KindRotate {
 		if t.Cron != "" {
 			doc["cron"], doc["time_zone"] = t.Cron, t.TimeZone
@@ -43,7 +46,7 @@ var (
 		"dispatch_times": true, "mode": true, "priority": true, "status": true, "lease_seconds": true,
 		"max_attempts": true, "retry_backoff_seconds": true, "retry_multiplier": true, "retry_max_seconds": true,
 		"dispatch_rate_per_minute": true, "space_minutes": true, "cron": true, "time_zone": true, "end_time": true,
-		"rollout": true}
+		"rollout": true, "windows": true}
 	serverFields = map[string]bool{"id": true, "task_id": true, "kind": true, "created_at": true, "updated_at": true,
 		"inherited": true, "own": true, "version": true}
 )

@@ -60,7 +60,7 @@ func (s *Service) Schedule(ctx context.Context, executor string, from, to time.T
 	if err != nil {
 		return nil, false, err
 	}
-	h := schedule.NewHeap(schedule.Offer(schedule.Source{Once: tasks.Once, Rotate: tasks.Rotate}, from, to))
+	h := schedule.NewHeap(schedule.Offer(schedule.Source{Once: tasks.Once, Rotate: tasks.Rotate, WindowFrom: from}, from, to))
 	occ = []ScheduledOccurrence{}
 	for h.Len() > 0 {
 		if len(occ) == MaxScheduleOccurrences {

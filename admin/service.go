@@ -78,11 +78,27 @@ func (s *Service) CreateTemplate(ctx context.Context, t taskd.Template) (taskd.T
 }
 
 // UpdateTemplate applies edit (which checks what it sets) to template id's name,
-// settings and stages, if its version is one ifMatch matches. Nothing is cached from a template: a claim reads its settings
-// in its own transaction, so the next dispatch of any of its tasks has them.
+// settings, stages and windows, if its version is one ifMatch matches. A claim reads
+// its settings in its own transaction, so the next dispatch of any of its tasks has
+// them; its windows are also in the heaps of its tasks' users, which a change of them
+// makes stale.
 func (s *Service) UpdateTemplate(ctx context.Context, id int64, ifMatch taskd.IfMatch, edit func(*taskd.Template) error) (taskd.Template, error) {
-	_, after, err := s.store.UpdateTemplate(ctx, ActorFrom(ctx), id, ifMatch, edit, s.now())
-	return after, err
+	before, after, err := s.store.UpdateTemplate(ctx, ActorFrom(ctx), id, ifMatch, edit, s.now())
+	if err != nil || before.Windows.Key() == after.Windows.Key() {
+		return after, err
+	}
+	// The heaps of the users of its tasks carry the windows: they are stale now (the
+	// update noted them for the heap-change feed too, should Redis be away).
+	executors, err := s.store.WindowTakers(ctx, id)
+	if err != nil {
+		return after, err
+	}
+	for _, e := range executors {
+		if err := s.invalidate(ctx, e); err != nil {
+			return after, err
+		}
+	}
+	return after, nil
 }
 
 // templateSchema returns the compiled schema of a template, compiling it once.

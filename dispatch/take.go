@@ -57,11 +57,16 @@ func (s *Service) takeInto(ctx context.Context, uid string, view schedule.View, 
 	tried := map[schedule.Entry]bool{}
 	var after []time.Time // the next occurrences, not yet due, of the entries popped
 	walk := slices.Clone(view.Due)
+	later := func(e schedule.Entry, at time.Time) { // e may be claimed from at on: when, as its windows say
+		if open, ok := e.OpenAt(at); ok {
+			after = append(after, open)
+		}
+	}
 	pop := func(e schedule.Entry) {
 		popped = append(popped, e)
 		if n, ok := e.Next(); ok {
 			if n.DueAt.After(now) {
-				after = append(after, n.DueAt)
+				later(n, n.DueAt)
 			} else {
 				walk = append(walk, n)
 			}
@@ -95,6 +100,15 @@ func (s *Service) takeInto(ctx context.Context, uid string, view schedule.View, 
 		var batch []taken
 		rest := walk[:0:0]
 		for _, e := range walk {
+			if !tried[e] && e.Windows != "" {
+				if open, _ := e.OpenAt(now); !open.Equal(now) {
+					// Outside its task's windows: it stays, and is claimed once one
+					// opens (the claim checks again: an edit may have changed them).
+					tried[e] = true
+					later(e, now)
+					continue
+				}
+			}
 			switch {
 			case tried[e]:
 			case len(batch) < len(slots):
@@ -133,7 +147,7 @@ func (s *Service) takeInto(ctx context.Context, uid string, view schedule.View, 
 				if !staysOnOffer(t.entry, t.d) {
 					pop(t.entry)
 				} else if n, ok := t.entry.Next(); ok {
-					after = append(after, n.DueAt)
+					later(n, n.DueAt)
 				}
 				if t.slot == 1 {
 					slot1 = t.d.LogID
@@ -155,6 +169,15 @@ func (s *Service) takeInto(ctx context.Context, uid string, view schedule.View, 
 					after = append(after, now.Truncate(time.Minute).Add(time.Minute))
 				case taskd.PhaseBound:
 					s.cfg.Metrics.ClaimRefused(t.outcome.String()) // not what the user waits for: the next phase may give it a slot
+				case taskd.OutsideWindow:
+					// The task's windows changed since the heap was built (the edit's
+					// invalidation is on its way): look again in a minute at the latest.
+					s.cfg.Metrics.ClaimRefused(t.outcome.String())
+					if open, ok := t.entry.OpenAt(now); ok && open.After(now) {
+						after = append(after, open)
+					} else {
+						after = append(after, now.Add(time.Minute))
+					}
 				}
 			case taskd.EntryPop:
 				s.cfg.Metrics.ClaimRefused(t.outcome.String())
@@ -180,6 +203,8 @@ func (s *Service) takeInto(ctx context.Context, uid string, view schedule.View, 
 		}
 	}
 	if view.Next != nil {
+		// Its due time, even if its windows open later: the heap's entries after it
+		// are unknown here, and one of them may be due before that.
 		consider(view.Next.DueAt)
 	}
 	for _, t := range after {

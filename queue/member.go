@@ -41,9 +41,13 @@ func Member(e schedule.Entry) string {
 			b.WriteByte('0')
 		}
 		if e.Cron != "" {
-			b.WriteByte('|')
+			b.WriteString("|c=")
 			b.WriteString(e.Cron)
 		}
+	}
+	if e.Windows != "" {
+		b.WriteString("|w=")
+		b.WriteString(e.Windows)
 	}
 	return b.String()
 }
@@ -57,9 +61,9 @@ func kindLetter(k taskd.Kind) byte {
 
 // ParseMember is the inverse of Member, given the score (due time in Unix seconds).
 func ParseMember(member string, score int64) (schedule.Entry, error) {
-	// Split on "|" into at most 6 parts, without allocating (a peek parses one member
+	// Split on "|" into at most 7 parts, without allocating (a peek parses one member
 	// per poll).
-	var buf [6]string
+	var buf [7]string
 	n := 0
 	for rest, more := member, true; more; n++ {
 		if n == len(buf) {
@@ -68,7 +72,24 @@ func ParseMember(member string, score int64) (schedule.Entry, error) {
 		buf[n], rest, more = strings.Cut(rest, "|")
 	}
 	parts := buf[:n]
-	if len(parts) < 3 || len(parts) == 4 || len(parts[0]) != 1 || len(parts[1]) != 1 {
+	if len(parts) < 3 || len(parts[0]) != 1 || len(parts[1]) != 1 {
+		return schedule.Entry{}, fmt.Errorf("heap member %q: malformed", member)
+	}
+	// The tagged parts at the end: a rotate task's cron (c=), a task's windows (w=).
+	var cron, windows string
+	for len(parts) > 3 && len(parts[len(parts)-1]) > 1 && parts[len(parts)-1][1] == '=' {
+		last := parts[len(parts)-1]
+		switch last[0] {
+		case 'c':
+			cron = last[2:]
+		case 'w':
+			windows = last[2:]
+		default:
+			return schedule.Entry{}, fmt.Errorf("heap member %q: unknown part %q", member, last)
+		}
+		parts = parts[:len(parts)-1]
+	}
+	if len(parts) != 3 && len(parts) != 5 {
 		return schedule.Entry{}, fmt.Errorf("heap member %q: malformed", member)
 	}
 	e := schedule.Entry{Priority: 9 - int(parts[0][0]-'0'), DueAt: time.Unix(score, 0).UTC()}
@@ -90,16 +111,14 @@ func ParseMember(member string, score int64) (schedule.Entry, error) {
 	if err != nil {
 		return schedule.Entry{}, fmt.Errorf("heap member %q: %w", member, err)
 	}
-	e.Task.ID = id
+	e.Task.ID, e.Windows = id, windows
 	if e.Task.Kind == taskd.KindRotate {
-		if len(parts) < 5 {
+		if len(parts) != 5 {
 			return schedule.Entry{}, fmt.Errorf("heap member %q: rotate without period", member)
 		}
 		space, err1 := strconv.ParseInt(parts[3], 10, 64)
 		end, err2 := strconv.ParseInt(parts[4], 10, 64)
-		if len(parts) == 6 {
-			e.Cron = parts[5] // the period is 0
-		}
+		e.Cron = cron // the period is 0 then
 		if err1 != nil || err2 != nil || (space <= 0) == (e.Cron == "") {
 			return schedule.Entry{}, fmt.Errorf("heap member %q: bad period, end or cron", member)
 		}

@@ -53,6 +53,11 @@ func TestMemberRoundTrip(t *testing.T) {
 		once(12, t0, 1),
 		{Task: taskd.TaskKey{Kind: taskd.KindRotate, ID: 3}, DueAt: t0, Priority: 9, Space: 1440 * time.Minute},
 		{Task: taskd.TaskKey{Kind: taskd.KindRotate, ID: 4}, DueAt: t0, Priority: 5, Space: time.Minute, End: t0.Add(time.Hour)},
+		{Task: taskd.TaskKey{Kind: taskd.KindRotate, ID: 5}, DueAt: t0, Priority: 5, Cron: "30 2 * * 1-5;Europe/Berlin"},
+		{Task: taskd.TaskKey{Kind: taskd.KindRotate, ID: 6}, DueAt: t0, Priority: 5, Cron: "0 * * * *;UTC", End: t0.Add(time.Hour),
+			Windows: "0 1 * * *;Europe/Berlin;120&0 14 * * 6;UTC;30"},
+		{Task: taskd.TaskKey{Kind: taskd.KindOnce, ID: 7}, DueAt: t0, Priority: 2, Windows: "0 1 * * *;UTC;60"},
+		{Task: taskd.TaskKey{Kind: taskd.KindRotate, ID: 8}, DueAt: t0, Priority: 5, Space: time.Hour, Windows: "0 1 * * *;UTC;60"},
 	} {
 		got, err := ParseMember(Member(e), e.DueAt.Unix())
 		if err != nil {
@@ -62,7 +67,8 @@ func TestMemberRoundTrip(t *testing.T) {
 			t.Fatalf("round trip: got %+v, want %+v", got, e)
 		}
 	}
-	for _, bad := range []string{"", "x", "4|o", "4|x|1", "4|r|0000000000000000001", "4|r|1|0|0", "4|o|1|2", "4|r|1|60|0|9", "4|d|L1|x", "4|d|"} {
+	for _, bad := range []string{"", "x", "4|o", "4|x|1", "4|r|0000000000000000001", "4|r|1|0|0", "4|o|1|2", "4|r|1|60|0|9", "4|d|L1|x", "4|d|",
+		"4|r|1|0|0|w=0 1 * * *;UTC;60", "4|r|1|60|0|c=0 1 * * *;UTC", "4|o|1|x=y"} {
 		if _, err := ParseMember(bad, 0); err == nil {
 			t.Errorf("ParseMember(%q): no error", bad)
 		}

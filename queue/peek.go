@@ -43,13 +43,15 @@ import (
 //	           per field.
 const peekLua = `
 -- An occurrence older than the catch-up floor makes the heap stale; a waiting dispatch
--- of the user (member <p>|d|<log_id>) does not: it stays until taken, however old.
+-- of the user (member <p>|d|<log_id>) does not: it stays until taken, however old; nor
+-- does a once task with windows (<p>|o|<id>|w=...): it waits for one to open.
 local function stale_below(heap, floor)
   local offset = 0
   while true do
     local page = redis.call('ZRANGEBYSCORE', heap, '-inf', '(' .. floor, 'LIMIT', offset, 32)
     for _, m in ipairs(page) do
-      if string.sub(m, 3, 3) ~= 'd' then return true end
+      local k = string.sub(m, 3, 3)
+      if k == 'r' or (k == 'o' and not string.find(m, '|w=', 1, true)) then return true end
     end
     if #page < 32 then return false end
     offset = offset + 32

@@ -19,6 +19,9 @@ type Entry struct {
 	// occurrence is the cron's next wall time.
 	Cron string
 	End  time.Time // zero: no end
+	// Windows is the key of the task's maintenance windows (taskd.Windows.Key): it is
+	// claimed only while one is open. "": any time.
+	Windows string
 	// LogID, when set, makes the entry a waiting dispatch of the user (a retry after
 	// its backoff, or an open dispatch parked while its task was paused) that comes back
 	// at DueAt; Task is then zero.
@@ -56,6 +59,19 @@ func (e Entry) Next() (Entry, bool) {
 		return Entry{}, false
 	}
 	return n, true
+}
+
+// OpenAt is when the entry may be claimed from t on: t itself when its task has no
+// windows or one is open then, else the next opening (false: none ever opens again).
+func (e Entry) OpenAt(t time.Time) (time.Time, bool) {
+	if e.Windows == "" {
+		return t, true
+	}
+	ws, err := taskd.WindowsOf(e.Windows)
+	if err != nil {
+		return t, true // the claim decides
+	}
+	return ws.OpenAt(t)
 }
 
 // Less orders entries: earlier due time first, then higher priority, then task key

@@ -11,6 +11,7 @@ type OnceTask struct {
 	ID       int64
 	Start    time.Time
 	Priority int
+	Windows  string // the key of its maintenance windows (taskd.Windows.Key); "": none
 }
 
 // RotateTask is an active rotate task targeted at the user or one of its groups.
@@ -21,6 +22,7 @@ type RotateTask struct {
 	Cron     *taskd.Cron // instead of Space: the wall times of a cron, from Start
 	End      time.Time   // zero: no end
 	Priority int
+	Windows  string // the key of its maintenance windows (taskd.Windows.Key); "": none
 }
 
 // Rotation is when the task's occurrences fall.
@@ -35,6 +37,11 @@ type Source struct {
 	Once    []OnceTask
 	Rotate  []RotateTask
 	Waiting []WaitingDispatch
+	// WindowFrom is how far back a once task with windows is offered, whatever the
+	// cursor: it waits for a window to open (taskd.MaxWindowWait), and its user may
+	// have completed later tasks meanwhile (its once_per_user hold keeps it from being
+	// handed out twice).
+	WindowFrom time.Time
 }
 
 // WaitingDispatch is a dispatch of the user that waits beside its open slot: a failed
@@ -67,10 +74,14 @@ func Offer(src Source, from, until time.Time) []Entry {
 		return len(src.Exclude) > 0 && o.DueAt.Equal(src.Cursor) && src.Exclude[o.String()]
 	}
 	for _, t := range src.Once {
-		if t.Start.Before(from) || !t.Start.Before(until) {
+		lo := from
+		if t.Windows != "" && !src.WindowFrom.IsZero() {
+			lo = src.WindowFrom
+		}
+		if t.Start.Before(lo) || !t.Start.Before(until) {
 			continue
 		}
-		e := Entry{Task: taskd.TaskKey{Kind: taskd.KindOnce, ID: t.ID}, DueAt: t.Start, Priority: t.Priority}
+		e := Entry{Task: taskd.TaskKey{Kind: taskd.KindOnce, ID: t.ID}, DueAt: t.Start, Priority: t.Priority, Windows: t.Windows}
 		if !excluded(e.Occurrence()) {
 			out = append(out, e)
 		}
@@ -87,6 +98,7 @@ func Offer(src Source, from, until time.Time) []Entry {
 			Priority: t.Priority,
 			Space:    t.Space,
 			End:      t.End,
+			Windows:  t.Windows,
 		}
 		if t.Cron != nil {
 			e.Space, e.Cron = 0, t.Cron.Key()

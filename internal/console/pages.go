@@ -208,7 +208,7 @@ func (c *Console) task(w http.ResponseWriter, r *http.Request) {
 func previewBody(t map[string]any) map[string]any {
 	body := map[string]any{}
 	for _, k := range []string{"executor", "start_time", "template_id", "params", "priority", "dispatch_times", "mode",
-		"space_minutes", "end_time", "rollout"} {
+		"space_minutes", "cron", "time_zone", "end_time", "rollout"} {
 		if v, ok := t[k]; ok && v != nil {
 			body[k] = v
 		}
@@ -347,7 +347,7 @@ func (c *Console) renderTaskForm(w http.ResponseWriter, r *http.Request, status 
 
 // taskFields are the form fields of a task, in the API's names.
 var taskFields = []string{"executor", "start_time", "template_id", "params", "priority",
-	"dispatch_times", "mode", "status", "space_minutes", "end_time", "lease_seconds", "max_attempts",
+	"dispatch_times", "mode", "status", "space_minutes", "cron", "time_zone", "end_time", "lease_seconds", "max_attempts",
 	"retry_backoff_seconds", "retry_multiplier", "retry_max_seconds", "dispatch_rate_per_minute"}
 
 // inheritable are the task's settings a template may give: the form shows a task's
@@ -358,7 +358,7 @@ var inheritable = []string{"lease_seconds", "max_attempts", "retry_backoff_secon
 // shownFields are the task fields the form shows an error beside; another field's
 // error goes above the form.
 var shownFields = []string{"executor", "start_time", "params", "priority", "dispatch_times", "space_minutes",
-	"end_time", "lease_seconds", "max_attempts", "retry_backoff_seconds", "retry_multiplier", "retry_max_seconds",
+	"cron", "time_zone", "end_time", "lease_seconds", "max_attempts", "retry_backoff_seconds", "retry_multiplier", "retry_max_seconds",
 	"dispatch_rate_per_minute"}
 
 // taskPath is the API path of the task r names, its parts escaped.
@@ -390,6 +390,11 @@ func (c *Console) submitTask(w http.ResponseWriter, r *http.Request, tf taskForm
 	body := map[string]any{"executor": tf.Form["executor"], "mode": tf.Form["mode"]}
 	if tf.Form["status"] != "" {
 		body["status"] = tf.Form["status"]
+	}
+	for _, k := range []string{"cron", "time_zone"} { // a rotating task's wall-clock schedule
+		if tf.Form[k] != "" {
+			body[k] = tf.Form[k]
+		}
 	}
 	for _, k := range []string{"start_time", "end_time"} {
 		if tf.Form[k] == "" {
@@ -678,11 +683,13 @@ type scheduleDay struct {
 // minutes is one row a day, not 288).
 type scheduleRun struct {
 	TaskID, First, Last string
-	Count               int
-	Every               time.Duration
-	Priority, Claimed   any
-	Remaining           any
-	last                time.Time
+	// LocalFirst and LocalLast: a cron task's times on the wall clock of its Zone.
+	LocalFirst, LocalLast, Zone string
+	Count                       int
+	Every                       time.Duration
+	Priority, Claimed           any
+	Remaining                   any
+	last                        time.Time
 }
 
 // scheduleDays groups occurrences (in due order) by UTC day, and each day's
@@ -710,15 +717,29 @@ func scheduleDays(occurrences []map[string]any) []scheduleDay {
 			same := fmt.Sprint(run.Priority, run.Claimed, run.Remaining) == fmt.Sprint(o["priority"], o["claimed"], o["remaining"])
 			if same && step > 0 && (run.Count == 1 || step == run.Every) {
 				run.Every, run.Last, run.last = step, due, at
+				run.LocalLast = localClock(o)
 				run.Count++
 				continue
 			}
 		}
+		zone, _ := o["time_zone"].(string)
 		day.Runs = append(day.Runs, scheduleRun{TaskID: taskID, First: due, Last: due, Count: 1, last: at,
+			LocalFirst: localClock(o), LocalLast: localClock(o), Zone: zone,
 			Priority: o["priority"], Claimed: o["claimed"], Remaining: o["remaining"]})
 		open[taskID] = len(day.Runs) - 1
 	}
 	return days
+}
+
+// localClock is a cron occurrence's local_time as a wall clock with its date ("Sun 25
+// Oct 02:30 +02:00"), or "" for another task's.
+func localClock(o map[string]any) string {
+	s, _ := o["local_time"].(string)
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return ""
+	}
+	return t.Format("Mon 2 Jan 15:04 -07:00")
 }
 
 // Spacing is the run's spacing for people: "5 min", "1 h 30 min", "45 s".

@@ -82,7 +82,7 @@ const (
 	claimTaskColumns = `t.id, t.executor, t.status, t.start_time, t.dispatch_times, t.mode, t.template_id, t.params,
 		t.lease_seconds, t.max_attempts, t.retry_backoff_seconds, t.retry_multiplier, t.retry_max_seconds, t.dispatch_rate_per_minute,
 		p.lease_seconds, p.max_attempts, p.retry_backoff_seconds, p.retry_multiplier, p.retry_max_seconds, p.dispatch_rate_per_minute,
-		p.stages, t.rollout, r.state, r.phase, p.result_schema IS NOT NULL, %[3]s`
+		p.stages, t.rollout, r.state, r.phase, p.result_schema IS NOT NULL, COALESCE(t.windows, p.windows), %[3]s`
 	claimTargetsSQL = `SELECT ` + claimTaskColumns + `, m.uid, rm.uid
 		FROM (%[4]s) w
 		JOIN %[1]s t ON t.id = w.id
@@ -110,7 +110,7 @@ type claimTarget struct {
 	rphase              sql.NullInt64
 	space               int64
 	end                 sql.NullTime
-	cron, zone          sql.NullString
+	cron, zone, windows sql.NullString
 	member, snapshotted sql.NullString
 }
 
@@ -121,7 +121,7 @@ func scanClaimTarget(rows *sql.Rows) (claimTarget, error) {
 	err := rows.Scan(&r.id, &r.executor, &t.Status, &t.Start, &t.Quota, &t.Mode, &t.TemplateID, &r.params,
 		&own.LeaseSeconds, &own.MaxAttempts, &own.RetryBackoffSeconds, &own.RetryMultiplier, &own.RetryMaxSeconds, &own.DispatchRatePerMinute,
 		&tpl.LeaseSeconds, &tpl.MaxAttempts, &tpl.RetryBackoffSeconds, &tpl.RetryMultiplier, &tpl.RetryMaxSeconds, &tpl.DispatchRatePerMinute,
-		&r.stages, &r.rollout, &r.rstate, &r.rphase, &t.Judged, &r.space, &r.end, &r.cron, &r.zone,
+		&r.stages, &r.rollout, &r.rstate, &r.rphase, &t.Judged, &r.windows, &r.space, &r.end, &r.cron, &r.zone,
 		&r.member, &r.snapshotted)
 	return r, err
 }
@@ -144,6 +144,9 @@ func (r *claimTarget) claimTask() (*taskd.ClaimTask, error) {
 	t.Start, t.Space, t.Params = t.Start.UTC(), time.Duration(r.space)*time.Minute, json.RawMessage(r.params)
 	if r.end.Valid {
 		t.End = &r.end.Time
+	}
+	if t.Windows, err = taskd.ParseWindows(r.windows.String); err != nil {
+		return nil, err
 	}
 	if r.cron.Valid {
 		if t.Cron, err = taskd.CronOf(r.cron.String + ";" + r.zone.String); err != nil {
@@ -319,7 +322,7 @@ type hold struct {
 func newClaimRun(tx *sql.Tx, jobs []*claimJob) *claimRun {
 	c := &claimRun{tx: tx, jobs: jobs, now: jobs[0].in.now, claims: make([]taskd.Claim, len(jobs)), ds: make([]*taskd.Dispatch, len(jobs))}
 	for i, j := range jobs {
-		c.claims[i] = taskd.Claim{UID: j.in.uid, Occurrence: j.in.occ, Take: j.in.take}
+		c.claims[i] = taskd.Claim{UID: j.in.uid, Occurrence: j.in.occ, Take: j.in.take, At: j.in.now}
 	}
 	return c
 }

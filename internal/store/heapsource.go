@@ -55,6 +55,7 @@ func (s *Store) LoadSource(ctx context.Context, uid string, groups []string, fro
 		return src, err
 	}
 	src.Once, src.Rotate = tasks.Once, tasks.Rotate
+	src.WindowFrom = from.Add(-taskd.MaxWindowWait)
 	if src.Waiting, err = s.waiting(ctx, uid); err != nil {
 		return src, err
 	}
@@ -109,17 +110,23 @@ func (s *Store) OfferTasks(ctx context.Context, executors []string, from, until 
 	for _, e := range executors {
 		args = append(args, e)
 	}
-	args = append(args, from, until, taskd.StatusActive)
+	// A once task with windows stays on offer past the catch-up window, waiting for
+	// one to open (taskd.MaxWindowWait).
+	args = append(args, from.Add(-taskd.MaxWindowWait), until, taskd.StatusActive, from)
 	for _, e := range executors {
 		args = append(args, e)
 	}
 	args = append(args, until, from, taskd.StatusActive)
 	rows, err := s.db.QueryContext(ctx, `
-		SELECT 1, id, start_time, 0, NULL, NULL, NULL, priority, dispatch_times FROM task_once
-		 WHERE executor IN (`+in+`) AND start_time >= ? AND start_time < ? AND status = ?
+		SELECT 1, t.id, t.start_time, 0, NULL, NULL, NULL, t.priority, t.dispatch_times, COALESCE(t.windows, p.windows)
+		  FROM task_once t LEFT JOIN task_params_template p ON p.id = t.template_id
+		 WHERE t.executor IN (`+in+`) AND t.start_time >= ? AND t.start_time < ? AND t.status = ?
+		   AND (t.start_time >= ? OR COALESCE(t.windows, p.windows) IS NOT NULL)
 		UNION ALL
-		SELECT 2, id, start_time, space_minutes, end_time, cron, time_zone, priority, dispatch_times FROM task_rotate
-		 WHERE executor IN (`+in+`) AND start_time < ? AND (end_time IS NULL OR end_time >= ?) AND status = ?`,
+		SELECT 2, t.id, t.start_time, t.space_minutes, t.end_time, t.cron, t.time_zone, t.priority, t.dispatch_times,
+		       COALESCE(t.windows, p.windows)
+		  FROM task_rotate t LEFT JOIN task_params_template p ON p.id = t.template_id
+		 WHERE t.executor IN (`+in+`) AND t.start_time < ? AND (t.end_time IS NULL OR t.end_time >= ?) AND t.status = ?`,
 		args...)
 	if err != nil {
 		return out, mysqlErr("offer tasks", err)
@@ -130,17 +137,22 @@ func (s *Store) OfferTasks(ctx context.Context, executors []string, from, until 
 		var id, space int64
 		var start time.Time
 		var end sql.NullTime
-		var cron, zone sql.NullString
+		var cron, zone, windows sql.NullString
 		var prio, quota int
-		if err := rows.Scan(&kind, &id, &start, &space, &end, &cron, &zone, &prio, &quota); err != nil {
+		if err := rows.Scan(&kind, &id, &start, &space, &end, &cron, &zone, &prio, &quota, &windows); err != nil {
 			return out, mysqlErr("offer tasks", err)
+		}
+		ws, err := taskd.ParseWindows(windows.String)
+		if err != nil {
+			return out, err
 		}
 		out.Quota[taskd.TaskKey{Kind: kind, ID: id}] = quota
 		if kind == taskd.KindOnce {
-			out.Once = append(out.Once, schedule.OnceTask{ID: id, Start: start.UTC(), Priority: prio})
+			out.Once = append(out.Once, schedule.OnceTask{ID: id, Start: start.UTC(), Priority: prio, Windows: ws.Key()})
 			continue
 		}
-		rt := schedule.RotateTask{ID: id, Start: start.UTC(), Space: time.Duration(space) * time.Minute, Priority: prio}
+		rt := schedule.RotateTask{ID: id, Start: start.UTC(), Space: time.Duration(space) * time.Minute, Priority: prio,
+			Windows: ws.Key()}
 		if end.Valid {
 			rt.End = end.Time.UTC()
 		}

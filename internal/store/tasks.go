@@ -35,10 +35,10 @@ func (s *Store) CreateTask(ctx context.Context, actor string, t taskd.Task, now 
 			return err
 		}
 		cols := "executor, start_time, template_id, params, dispatch_times, mode, priority, status, " +
-			strings.Join(settingsNames, ", ") + ", created_at, updated_at, rollout"
+			strings.Join(settingsNames, ", ") + ", created_at, updated_at, rollout, windows"
 		args := append([]any{t.Executor, t.StartTime, t.TemplateID, string(t.Params), t.DispatchTimes, t.Mode,
 			t.Priority, t.Status}, settingsArgs(t.Own)...)
-		args = append(args, now, now, rollout)
+		args = append(args, now, now, rollout, windowsArg(t.OwnWindows))
 		if t.Key.Kind == taskd.KindRotate {
 			cols += ", space_minutes, end_time, cron, time_zone"
 			args = append(args, t.SpaceMinutes, t.EndTime, nullString(t.Cron), nullString(t.TimeZone))
@@ -81,7 +81,7 @@ func templateLive(ctx context.Context, tx *sql.Tx, id int64) error {
 
 // taskColumns are a task's columns (alias t) and its template's settings (alias p).
 var taskColumns = `t.id, t.executor, t.start_time, t.template_id, t.params, t.dispatch_times, t.mode, t.priority,
-	t.status, t.created_at, t.updated_at, t.version, t.rollout, ` + settingsCols("t") + ", " + settingsCols("p")
+	t.status, t.created_at, t.updated_at, t.version, t.rollout, t.windows, p.windows, ` + settingsCols("t") + ", " + settingsCols("p")
 
 // scanTask scans selectTask's columns; the effective settings are resolved from the
 // task's own and its template's.
@@ -92,9 +92,9 @@ func scanTask(row scanner, kind taskd.Kind) (taskd.Task, error) {
 	var end sql.NullTime
 	var cron, zone sql.NullString
 	var tpl taskd.Settings
-	var rollout sql.NullString
+	var rollout, own, inherited sql.NullString
 	dest := []any{&t.Key.ID, &t.Executor, &t.StartTime, &t.TemplateID, &params, &t.DispatchTimes, &t.Mode,
-		&t.Priority, &t.Status, &t.CreatedAt, &t.UpdatedAt, &t.Version, &rollout}
+		&t.Priority, &t.Status, &t.CreatedAt, &t.UpdatedAt, &t.Version, &rollout, &own, &inherited}
 	dest = append(append(dest, settingsDest(&t.Own)...), settingsDest(&tpl)...)
 	if kind == taskd.KindRotate {
 		dest = append(dest, &space, &end, &cron, &zone)
@@ -104,6 +104,18 @@ func scanTask(row scanner, kind taskd.Kind) (taskd.Task, error) {
 	}
 	t.Effective, t.Inherited = taskd.Resolve(t.Own, tpl)
 	var err error
+	if t.OwnWindows, err = taskd.ParseWindows(own.String); err != nil {
+		return t, err
+	}
+	t.Windows = t.OwnWindows
+	if !own.Valid {
+		if t.Windows, err = taskd.ParseWindows(inherited.String); err != nil {
+			return t, err
+		}
+		if len(t.Windows) > 0 {
+			t.Inherited = append(t.Inherited, "windows")
+		}
+	}
 	if t.Rollout, err = parseRollout(rollout); err != nil {
 		return t, err
 	}
@@ -189,10 +201,10 @@ func (s *Store) ReplaceTask(ctx context.Context, actor, action string, key taskd
 			return err
 		}
 		set := "executor = ?, start_time = ?, template_id = ?, params = ?, dispatch_times = ?, mode = ?, priority = ?, " +
-			"status = ?, " + settingsSet() + ", updated_at = ?, version = version + 1, rollout = ?"
+			"status = ?, " + settingsSet() + ", updated_at = ?, version = version + 1, rollout = ?, windows = ?"
 		args := append([]any{t.Executor, t.StartTime, t.TemplateID, string(t.Params), t.DispatchTimes, t.Mode,
 			t.Priority, t.Status}, settingsArgs(t.Own)...)
-		args = append(args, now, rollout)
+		args = append(args, now, rollout, windowsArg(t.OwnWindows))
 		if t.Key.Kind == taskd.KindRotate {
 			set += ", space_minutes = ?, end_time = ?, cron = ?, time_zone = ?"
 			args = append(args, t.SpaceMinutes, t.EndTime, nullString(t.Cron), nullString(t.TimeZone))
@@ -246,4 +258,13 @@ func (s *Store) DeleteTask(ctx context.Context, actor string, key taskd.TaskKey,
 		return audit(ctx, tx, actor, "task.delete", key.String(), taskAudit(before), nil, now)
 	})
 	return before, mysqlErr("delete task", err)
+}
+
+// windowsArg is the windows column of ws: JSON, NULL for none set.
+func windowsArg(ws taskd.Windows) any {
+	if ws == nil {
+		return nil
+	}
+	b, _ := json.Marshal(ws)
+	return string(b)
 }

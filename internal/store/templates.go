@@ -22,8 +22,8 @@ func (s *Store) CreateTemplate(ctx context.Context, actor string, t taskd.Templa
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		args := append([]any{t.Name, string(t.Schema)}, settingsArgs(t.Settings)...)
 		res, err := tx.ExecContext(ctx, `INSERT INTO task_params_template (name, schema_json, `+strings.Join(settingsNames, ", ")+`,
-			stages, status, created_at, updated_at, result_schema) VALUES (?, ?, `+marks(len(settingsNames))+`, ?, 1, ?, ?, ?)`,
-			append(args, stagesArg(t.Stages), now, now, nullJSON(t.ResultSchema))...)
+			stages, status, created_at, updated_at, result_schema, windows) VALUES (?, ?, `+marks(len(settingsNames))+`, ?, 1, ?, ?, ?, ?)`,
+			append(args, stagesArg(t.Stages), now, now, nullJSON(t.ResultSchema), windowsArg(t.Windows))...)
 		if err != nil {
 			return err
 		}
@@ -39,19 +39,22 @@ func templateTarget(id int64) string { return "template:" + strconv.FormatInt(id
 
 // selectTemplate reads templates as scanTemplate scans them.
 var selectTemplate = "SELECT p.id, p.name, p.schema_json, " + settingsCols("p") +
-	", p.stages, p.created_at, p.updated_at, p.version, p.result_schema FROM task_params_template p"
+	", p.stages, p.created_at, p.updated_at, p.version, p.result_schema, p.windows FROM task_params_template p"
 
 func scanTemplate(row scanner) (taskd.Template, error) {
 	var t taskd.Template
 	var schema string
 	var stages *string
-	var result sql.NullString
+	var result, windows sql.NullString
 	dest := append([]any{&t.ID, &t.Name, &schema}, settingsDest(&t.Settings)...)
-	if err := row.Scan(append(dest, &stages, &t.CreatedAt, &t.UpdatedAt, &t.Version, &result)...); err != nil {
+	if err := row.Scan(append(dest, &stages, &t.CreatedAt, &t.UpdatedAt, &t.Version, &result, &windows)...); err != nil {
 		return t, err
 	}
 	t.Schema, t.ResultSchema = json.RawMessage(schema), rawJSON(result)
 	var err error
+	if t.Windows, err = taskd.ParseWindows(windows.String); err != nil {
+		return t, err
+	}
 	t.Stages, err = parseStages(stages)
 	return t, err
 }
@@ -111,8 +114,16 @@ func (s *Store) UpdateTemplate(ctx context.Context, actor string, id int64, ifMa
 		after.Version = before.Version + 1
 		args := append([]any{after.Name}, settingsArgs(after.Settings)...)
 		if _, err := tx.ExecContext(ctx, "UPDATE task_params_template SET name = ?, "+settingsSet()+
-			", stages = ?, updated_at = ?, version = version + 1 WHERE id = ?", append(args, stagesArg(after.Stages), now, id)...); err != nil {
+			", stages = ?, windows = ?, updated_at = ?, version = version + 1 WHERE id = ?",
+			append(args, stagesArg(after.Stages), windowsArg(after.Windows), now, id)...); err != nil {
 			return err
+		}
+		if before.Windows.Key() != after.Windows.Key() {
+			// The users' heaps carry their tasks' windows: those of the tasks that take
+			// the template's are stale.
+			if err := noteTemplateTasks(ctx, tx, id, now); err != nil {
+				return err
+			}
 		}
 		return audit(ctx, tx, actor, "template.update", templateTarget(id), before, after, now)
 	})
@@ -152,4 +163,40 @@ func (s *Store) DeleteTemplate(ctx context.Context, actor string, id int64, ifMa
 		return audit(ctx, tx, actor, "template.delete", templateTarget(id), map[string]int64{"id": id}, nil, now)
 	})
 	return mysqlErr("delete template", err)
+}
+
+// noteTemplateTasks notes, for the heap-change feed, the executors of the live tasks of
+// template id that take its windows.
+func noteTemplateTasks(ctx context.Context, tx *sql.Tx, id int64, now time.Time) error {
+	executors, err := windowTakers(ctx, tx, id)
+	if err != nil || len(executors) == 0 {
+		return err
+	}
+	return noteHeapChanges(ctx, tx, now, executors...)
+}
+
+// WindowTakers returns the executors of the live tasks of template id that take its
+// windows (set none of their own): whose users' heaps a change of them makes stale.
+func (s *Store) WindowTakers(ctx context.Context, id int64) ([]string, error) {
+	executors, err := windowTakers(ctx, s.db, id)
+	return executors, mysqlErr("window takers", err)
+}
+
+func windowTakers(ctx context.Context, q querier, id int64) ([]string, error) {
+	rows, err := q.QueryContext(ctx, `SELECT executor FROM task_once WHERE template_id = ? AND status <> ? AND windows IS NULL
+		UNION SELECT executor FROM task_rotate WHERE template_id = ? AND status <> ? AND windows IS NULL`,
+		id, taskd.StatusDeleted, id, taskd.StatusDeleted)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var executors []string
+	for rows.Next() {
+		var e string
+		if err := rows.Scan(&e); err != nil {
+			return nil, err
+		}
+		executors = append(executors, e)
+	}
+	return executors, rows.Err()
 }

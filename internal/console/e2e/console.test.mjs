@@ -251,6 +251,29 @@ try {
     await shot('schedule-rotating');
   });
 
+  await step('a cron task in a time zone: a bad zone at its field, then its wall times beside UTC', async () => {
+    await page.goto(base + '/console/tasks/new?template=' + templateId + '&kind=rotate&raw=1');
+    await page.getByLabel('Executor (uid_42 or gid_ops)').fill('uid_20');
+    await page.getByLabel('Start (UTC, 24 h)').fill('2026-01-01 00:00');
+    await page.getByLabel(/^Or, instead, a cron expression/).fill('30 2 * * *');
+    await page.getByLabel(/^Time zone of the cron/).fill('Europe/Berlinn');
+    await page.locator('textarea[name=params]').fill('{"url": "http://x"}');
+    await page.getByRole('button', { name: 'Create task' }).click();
+    await page.locator('#time_zone-error').filter({ hasText: 'unknown time zone' }).waitFor();
+    assert.equal(await page.getByLabel(/^Or, instead, a cron expression/).inputValue(), '30 2 * * *', 'what was typed stays');
+    await page.getByLabel(/^Time zone of the cron/).fill('Europe/Berlin');
+    await page.getByRole('button', { name: 'Create task' }).click();
+    await page.locator('#task-cron').filter({ hasText: '30 2 * * * in Europe/Berlin' }).waitFor();
+    await shot('task-cron');
+    await page.getByRole('link', { name: 'Schedule of uid_20' }).click();
+    const row = page.locator('table.timeline tbody tr').first();
+    await row.waitFor();
+    // 02:30 in Berlin is 01:30 UTC in winter, 00:30 UTC in summer.
+    assert.match(await row.textContent(), /0[01]:30:00/);
+    assert.match(await row.textContent(), /02:30 \+0[12]:00 \(Europe\/Berlin\)/);
+    await shot('schedule-cron');
+  });
+
   await step('a save after someone else changed the task shows the change, not an overwrite', async () => {
     const created = await api('POST', '/v1/admin/tasks/once', { executor: 'uid_8', start_time: '2030-01-02T03:04:35Z',
       template_id: templateId, params: { url: 'http://x' }, priority: 2 });
