@@ -72,7 +72,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"kind"}),
 		claimRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "taskd_quota_claim_conflicts_total",
-			Help: "Claims refused, by reason: exhausted, already_had, gone, not_targeted (the user left the task's group), not_in_rollout, user_busy (also an occurrence the user holds in another slot), rate_bound (the task's dispatch_rate_per_minute), phase_bound (a rollout phase's cap).",
+			Help: "Claims refused, by reason: exhausted, already_had, gone, not_targeted (the user left the task's group), not_in_rollout, user_busy (also an occurrence the user holds in another slot), rate_bound (the task's dispatch_rate_per_minute), phase_bound (a rollout phase's cap), outside_window (the task's maintenance windows are closed).",
 		}, []string{"reason"}),
 		overBudget: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "taskd_heap_rebuilds_over_budget_total",
