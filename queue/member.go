@@ -22,6 +22,10 @@ func Member(e schedule.Entry) string {
 	if e.LogID != "" {
 		b.WriteString("d|") // sorts before o and r, as kind 0 does in Less
 		b.WriteString(e.LogID)
+		if e.Windows != "" {
+			b.WriteString("|w=")
+			b.WriteString(e.Windows)
+		}
 		return b.String()
 	}
 	b.WriteByte(kindLetter(e.Task.Kind))
@@ -98,7 +102,7 @@ func ParseMember(member string, score int64) (schedule.Entry, error) {
 		if len(parts) != 3 || parts[2] == "" {
 			return schedule.Entry{}, fmt.Errorf("heap member %q: bad waiting dispatch", member)
 		}
-		e.LogID = parts[2]
+		e.LogID, e.Windows = parts[2], windows
 		return e, nil
 	case "o":
 		e.Task.Kind = taskd.KindOnce

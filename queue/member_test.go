@@ -57,6 +57,7 @@ func TestMemberRoundTrip(t *testing.T) {
 		{Task: taskd.TaskKey{Kind: taskd.KindRotate, ID: 6}, DueAt: t0, Priority: 5, Cron: "0 * * * *;UTC", End: t0.Add(time.Hour),
 			Windows: "0 1 * * *;Europe/Berlin;120&0 14 * * 6;UTC;30"},
 		{Task: taskd.TaskKey{Kind: taskd.KindOnce, ID: 7}, DueAt: t0, Priority: 2, Windows: "0 1 * * *;UTC;60"},
+		{LogID: "0190aaaa-bbbb-7ccc-8ddd-eeeeffff0000", DueAt: t0, Priority: 2, Windows: "0 1 * * *;UTC;60"},
 		{Task: taskd.TaskKey{Kind: taskd.KindRotate, ID: 8}, DueAt: t0, Priority: 5, Space: time.Hour, Windows: "0 1 * * *;UTC;60"},
 	} {
 		got, err := ParseMember(Member(e), e.DueAt.Unix())

@@ -51,6 +51,7 @@ type WaitingDispatch struct {
 	LogID    string
 	At       time.Time // when it may come back
 	Priority int
+	Windows  string // its task's maintenance windows (taskd.Windows.Key): it is resumed only inside one
 }
 
 // EffectiveCursor is where a user's offer starts: its cursor, but never more than
@@ -126,7 +127,7 @@ func Offer(src Source, from, until time.Time) []Entry {
 		if !at.Before(until) {
 			continue
 		}
-		out = append(out, Entry{LogID: w.LogID, DueAt: at, Priority: w.Priority})
+		out = append(out, Entry{LogID: w.LogID, DueAt: at, Priority: w.Priority, Windows: w.Windows})
 	}
 	return out
 }

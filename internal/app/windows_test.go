@@ -34,6 +34,27 @@ func TestMaintenanceWindows(t *testing.T) {
 	}
 	e.mustComplete(key, r.Task.LogID)
 
+	// A retry waits for a window too: failed just before the window closes, its next
+	// attempt comes the next night.
+	retried := e.task("once", map[string]any{"executor": "uid_win1", "start_time": "2026-11-27T00:30:00Z", "windows": nightly,
+		"max_attempts": 2})
+	if r = e.fetch(0, key); r.Task == nil || r.Task.TaskID != retried {
+		t.Fatalf("the second windowed task, inside the window: %+v", r)
+	}
+	e.clock.Set(time.Date(2026, 11, 27, 2, 59, 30, 0, time.UTC))
+	if code, out := e.complete(1, key, r.Task.LogID, "failure"); code != 200 {
+		t.Fatalf("complete: %d %v", code, out)
+	}
+	e.clock.Set(time.Date(2026, 11, 27, 3, 0, 30, 0, time.UTC))
+	if r = e.fetch(1, key); r.Task != nil || r.NextDueAt == nil || ts(*r.NextDueAt) != "2026-11-28T01:00:00Z" {
+		t.Fatalf("the retry, after the window closed: task %+v, next_due_at %v; want none and 2026-11-28T01:00:00Z", r.Task, r.NextDueAt)
+	}
+	e.clock.Set(time.Date(2026, 11, 28, 1, 0, 0, 0, time.UTC))
+	if r = e.fetch(0, key); r.Task == nil || r.Task.TaskID != retried || r.Task.Attempt != 2 {
+		t.Fatalf("the retry at the next opening: %+v", r.Task)
+	}
+	e.mustComplete(key, r.Task.LogID)
+
 	// The template's windows are the default; a task's [] opts out.
 	tpl := e.admin("POST", "/v1/admin/templates", map[string]any{"name": "nightly", "schema": map[string]any{"type": "object"},
 		"windows": nightly})
@@ -41,15 +62,15 @@ func TestMaintenanceWindows(t *testing.T) {
 		t.Fatalf("the template's windows: %v", tpl["windows"])
 	}
 	keyB, keyC := e.key("win2"), e.key("win3")
-	inherits := e.admin("POST", "/v1/admin/tasks/once", map[string]any{"executor": "uid_win2", "start_time": "2026-11-27T04:00:00Z",
+	inherits := e.admin("POST", "/v1/admin/tasks/once", map[string]any{"executor": "uid_win2", "start_time": "2026-11-28T04:00:00Z",
 		"template_id": tpl["id"]})
 	if inh, _ := inherits["inherited"].([]any); len(inh) == 0 || inh[len(inh)-1] != "windows" {
 		t.Errorf("a task taking the template's windows: inherited %v", inherits["inherited"])
 	}
-	optsOut := e.admin("POST", "/v1/admin/tasks/once", map[string]any{"executor": "uid_win3", "start_time": "2026-11-27T04:00:00Z",
+	optsOut := e.admin("POST", "/v1/admin/tasks/once", map[string]any{"executor": "uid_win3", "start_time": "2026-11-28T04:00:00Z",
 		"template_id": tpl["id"], "windows": []any{}})
-	e.clock.Set(time.Date(2026, 11, 27, 4, 0, 0, 0, time.UTC)) // 05:00 in Berlin: closed
-	if r := e.fetch(0, keyB); r.Task != nil || r.NextDueAt == nil || ts(*r.NextDueAt) != "2026-11-28T01:00:00Z" {
+	e.clock.Set(time.Date(2026, 11, 28, 4, 0, 0, 0, time.UTC)) // 05:00 in Berlin: closed
+	if r := e.fetch(0, keyB); r.Task != nil || r.NextDueAt == nil || ts(*r.NextDueAt) != "2026-11-29T01:00:00Z" {
 		t.Errorf("the template's window, closed: task %v, next_due_at %v", r.Task, r.NextDueAt)
 	}
 	if r := e.fetch(1, keyC); r.Task == nil || r.Task.TaskID != optsOut["task_id"] {
@@ -73,8 +94,8 @@ func TestMaintenanceWindows(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	e.expectMsg("POST", "/v1/admin/tasks/once", map[string]any{"executor": "uid_x", "start_time": "2026-11-27T04:00:00Z",
+	e.expectMsg("POST", "/v1/admin/tasks/once", map[string]any{"executor": "uid_x", "start_time": "2026-11-28T04:00:00Z",
 		"template_id": tpl["id"], "windows": []map[string]any{{"cron": "0 2 * * *", "minutes": 0}}}, 400, "invalid_argument", "windows[0].minutes")
-	e.expectMsg("POST", "/v1/admin/tasks/once", map[string]any{"executor": "uid_x", "start_time": "2026-11-27T04:00:00Z",
+	e.expectMsg("POST", "/v1/admin/tasks/once", map[string]any{"executor": "uid_x", "start_time": "2026-11-28T04:00:00Z",
 		"template_id": tpl["id"], "windows": []map[string]any{{"cron": "0 2 * * *", "minutes": 60, "time_zone": "Berlin"}}}, 400, "invalid_argument", "windows[0].time_zone")
 }

@@ -67,10 +67,11 @@ func (s *Store) LoadSource(ctx context.Context, uid string, groups []string, fro
 // with attempts left (at once).
 func (s *Store) waiting(ctx context.Context, uid string) ([]schedule.WaitingDispatch, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT d.log_id, d.state, d.due_at, d.retry_at,
-		COALESCE(o.status, r.status, 3), COALESCE(o.priority, r.priority, 5)
+		COALESCE(o.status, r.status, 3), COALESCE(o.priority, r.priority, 5), COALESCE(o.windows, r.windows, p.windows)
 		FROM dispatch d
 		LEFT JOIN task_once o ON d.task_kind = 1 AND o.id = d.task_id
 		LEFT JOIN task_rotate r ON d.task_kind = 2 AND r.id = d.task_id
+		LEFT JOIN task_params_template p ON p.id = d.template_id
 		WHERE d.waiting_uid = ?`, uid)
 	if err != nil {
 		return nil, mysqlErr("waiting dispatches", err)
@@ -83,9 +84,15 @@ func (s *Store) waiting(ctx context.Context, uid string) ([]schedule.WaitingDisp
 		var due time.Time
 		var retryAt sql.NullTime
 		var status taskd.Status
-		if err := rows.Scan(&w.LogID, &state, &due, &retryAt, &status, &w.Priority); err != nil {
+		var windows sql.NullString
+		if err := rows.Scan(&w.LogID, &state, &due, &retryAt, &status, &w.Priority, &windows); err != nil {
 			return nil, mysqlErr("waiting dispatches", err)
 		}
+		ws, err := taskd.ParseWindows(windows.String)
+		if err != nil {
+			return nil, err
+		}
+		w.Windows = ws.Key() // a retry waits for its task's windows too
 		switch {
 		case (state == taskd.StateRetryWait || state == taskd.StateStaged || state == taskd.StateDead) && retryAt.Valid &&
 			status != taskd.StatusPaused:
