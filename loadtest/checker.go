@@ -7,12 +7,20 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/taskpull/taskd"
 )
 
 // Violation kinds.
 const (
 	// An occurrence held by more live and completed dispatches than its quota.
 	ViolationQuota = "quota_exceeded"
+	// ViolationOutsideWindow: a task with maintenance windows was dispatched (a first
+	// attempt or a retry) while none was open.
+	ViolationOutsideWindow = "dispatched_outside_window"
+	// ViolationNotOccurrence: a cron task was dispatched at a due time its cron does not
+	// name.
+	ViolationNotOccurrence = "not_an_occurrence"
 	// A user holding an once_per_user occurrence twice.
 	ViolationTwice = "twice_per_user"
 	// A task's claimed counter differs from its live and completed dispatches.
@@ -306,9 +314,33 @@ func Check(in CheckInput) *CheckResult {
 			}
 		}
 	}
+	checkSchedules(r, in.Tasks, in.Dispatches)
 	checkCampaigns(r, in.Campaigns, in.Observed)
 	checkRollouts(r, in.Tasks, in.Rollouts, in.Records)
 	return r
+}
+
+// checkSchedules checks each dispatch against its task's schedule: a cron task's due
+// time is one its cron names, and a task with windows was dispatched while one was
+// open (the dispatch event's time is the claim's).
+func checkSchedules(r *CheckResult, tasks map[string]Task, dispatches []Event) {
+	for _, e := range dispatches {
+		t, ok := tasks[e.TaskID]
+		if !ok {
+			continue
+		}
+		if t.Cron != "" {
+			c, err := taskd.ParseCron(t.Cron, t.TimeZone)
+			if err == nil && !c.Has(e.DueAt.UTC()) {
+				r.add(Violation{Kind: ViolationNotOccurrence, TaskID: e.TaskID, DueAt: e.DueAt.UTC().Format(time.RFC3339),
+					LogID: e.LogID, Detail: fmt.Sprintf("cron %q in %s has no occurrence then", t.Cron, t.TimeZone)})
+			}
+		}
+		if len(t.Windows) > 0 && !t.Windows.Open(e.At) {
+			r.add(Violation{Kind: ViolationOutsideWindow, TaskID: e.TaskID, LogID: e.LogID, UID: e.UID,
+				Detail: fmt.Sprintf("dispatched at %s, outside its windows", e.At.UTC().Format(time.RFC3339Nano))})
+		}
+	}
 }
 
 // checkCampaigns checks the run's campaigns: their counts add up and, with the agents'

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/taskpull/taskd"
 )
 
 var due = time.Date(2026, 11, 21, 9, 0, 0, 0, time.UTC)
@@ -183,5 +185,27 @@ func TestCheckRollouts(t *testing.T) {
 	checkRollouts(r, tasks, map[string]RolloutState{"rotate:1": st}, map[string][]Record{"rotate:1": records})
 	if r.ByKind["phase_cap_exceeded"] != 1 || r.ByKind["gate_passed_early"] != 1 || r.ViolationCount != 2 {
 		t.Fatalf("planted: %v", r.Violations)
+	}
+}
+
+// A dispatch of a task with windows while none was open, and one of a cron task at a
+// time its cron does not name, are violations; those on schedule are not.
+func TestCheckSchedules(t *testing.T) {
+	at := time.Date(2026, 11, 28, 10, 0, 30, 0, time.UTC) // an even minute: the window is open
+	tasks := map[string]Task{
+		"once:1":   {TaskID: "once:1", DispatchTimes: -1, Mode: "once_per_user", Windows: taskd.Windows{{Cron: "*/2 * * * *", Minutes: 1}}},
+		"rotate:2": {TaskID: "rotate:2", DispatchTimes: -1, Mode: "once_per_user", Cron: "*/5 * * * *", TimeZone: "UTC"},
+	}
+	ev := func(id, task string, due, at time.Time) Event {
+		return Event{Type: "dispatch", LogID: id, UID: "u", TaskID: task, DueAt: due, Attempt: 1, At: at}
+	}
+	r := Check(CheckInput{Tasks: tasks, Dispatches: []Event{
+		ev("a", "once:1", at.Add(-time.Hour), at),                           // inside
+		ev("b", "once:1", at.Add(-2*time.Hour), at.Add(time.Minute)),        // an odd minute: closed
+		ev("c", "rotate:2", at.Truncate(5*time.Minute), at),                 // 10:00
+		ev("d", "rotate:2", at.Truncate(time.Minute).Add(-time.Minute), at), // 09:59
+	}})
+	if r.ByKind[ViolationOutsideWindow] != 1 || r.ByKind[ViolationNotOccurrence] != 1 || r.ViolationCount != 2 {
+		t.Fatalf("violations: %v", r.Violations)
 	}
 }

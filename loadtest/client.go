@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/taskpull/taskd"
 )
 
 // Client speaks the server's HTTP API: the admin routes with the admin token, the
@@ -221,6 +223,10 @@ type Task struct {
 	DispatchTimes int    `json:"dispatch_times"`
 	Mode          string `json:"mode"`
 	Status        string `json:"status"`
+	// Cron and TimeZone: a cron task's schedule; Windows: its maintenance windows.
+	Cron     string        `json:"cron"`
+	TimeZone string        `json:"time_zone"`
+	Windows  taskd.Windows `json:"windows"`
 	// Rollout is the task's rollout (nil: none).
 	Rollout *RolloutSpec `json:"rollout"`
 }

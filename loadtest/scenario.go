@@ -34,10 +34,13 @@ type TemplateSpec struct {
 // TaskSpec is a task to create: the body of POST /v1/admin/tasks/{kind}, with the
 // template given by its index in Scenario.Templates.
 type TaskSpec struct {
-	Kind          string // once or rotate
-	Executor      string // uid_… or gid_…
-	StartTime     time.Time
-	SpaceMinutes  int // rotate only
+	Kind         string // once or rotate
+	Executor     string // uid_… or gid_…
+	StartTime    time.Time
+	SpaceMinutes int    // rotate only
+	Cron         string // rotate only, instead of SpaceMinutes (in UTC)
+	// Windows are the task's maintenance windows ({cron, minutes}); nil: none.
+	Windows       []map[string]any
 	Template      int
 	Params        map[string]any
 	DispatchTimes int // -1 unlimited
@@ -62,8 +65,14 @@ func (t TaskSpec) Body(templateID int64) map[string]any {
 		"lease_seconds":  t.LeaseSeconds,
 		"max_attempts":   t.MaxAttempts,
 	}
-	if t.Kind == "rotate" {
+	switch {
+	case t.Kind == "rotate" && t.Cron != "":
+		b["cron"] = t.Cron
+	case t.Kind == "rotate":
 		b["space_minutes"] = t.SpaceMinutes
+	}
+	if t.Windows != nil {
+		b["windows"] = t.Windows
 	}
 	if t.Rollout != nil {
 		b["rollout"] = t.Rollout
@@ -246,6 +255,11 @@ func NewScenario(cfg Config, runID string, now time.Time) *Scenario {
 		default:
 			t.StartTime = past()
 		}
+		if cfg.Workload == WorkloadMixed && n%7 == 5 {
+			// Open every other minute (checked: nothing of it is dispatched while its
+			// window is closed).
+			t.Windows = []map[string]any{{"cron": "*/2 * * * *", "minutes": 1}}
+		}
 		s.Tasks = append(s.Tasks, t)
 	}
 	for n := 0; n < size.Rotate; n++ {
@@ -266,6 +280,11 @@ func NewScenario(cfg Config, runID string, now time.Time) *Scenario {
 			t = task("rotate", n, n, []int{-1, -1, 5, 20})
 			t.SpaceMinutes = []int{1, 5, 15}[n%3]
 			t.StartTime = now.Add(-backlog).Add(time.Duration(rng.IntN(60*t.SpaceMinutes)) * time.Second)
+			if n%3 == 1 {
+				// Every fifth minute on the clock: a cron task (checked: each dispatch
+				// is of one of its occurrences).
+				t.SpaceMinutes, t.Cron = 0, "*/5 * * * *"
+			}
 			if n%5 == 4 {
 				t.StartTime = future()
 			}
