@@ -45,9 +45,6 @@ func (r Result) String() string {
 	return ""
 }
 
-// Failed reports whether r is a failure, final or not.
-func (r Result) Failed() bool { return r == ResultFailure || r == ResultFinalFailure }
-
 // Dispatch is one dispatch record: one attempt of one occurrence by one user.
 //
 // An open dispatch either holds its user's one open slot (open_uid) or, when its task
