@@ -126,8 +126,9 @@ func (c Campaign) Version() Version {
 
 // CampaignFailure is one failure of a campaign item: a failure result (Cause
 // "failure", with the agent's detail) or a lease that ran out ("lease_expired"). Final
-// says the item failed for good (its last attempt); else it is retried. The error
-// budget counts both causes, final or not.
+// says the item failed for good (its last attempt, or a failure its agent said was
+// final: "retry": false); else it is retried. The error budget counts both causes,
+// final or not.
 type CampaignFailure struct {
 	Item    int64           `json:"item"`
 	Attempt int             `json:"attempt"`

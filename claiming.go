@@ -411,7 +411,7 @@ func (d *Dispatch) NextAttempt(logID string, t *ClaimTask, take Take, now time.T
 	}
 	next.Resumed, next.Retried, next.Cancelled = true, false, false
 	next.NextStage, next.NextContext = "", nil
-	next.State, next.Result = StateOpen, 0
+	next.State, next.Result, next.Final = StateOpen, 0, false
 	next.Params, next.TemplateID = t.Params, t.TemplateID
 	next.LeaseSeconds = t.Settings.LeaseSeconds
 	next.DispatchedAt = now

@@ -116,6 +116,9 @@ type DispatchRecord struct {
 	// task had no rollout); Reason why a success counted as a failure.
 	RolloutPhase *int   `json:"rollout_phase"`
 	Reason       string `json:"reason,omitempty"`
+	// Final says the record died of a final failure ("retry": false), attempts left or
+	// not.
+	Final bool `json:"final,omitempty"`
 }
 
 // DispatchChange is an admin's change to one dispatch record (expire, retry, cancel) as

@@ -26,13 +26,20 @@ type Result uint8
 const (
 	ResultSuccess Result = 1
 	ResultFailure Result = 2
+	// ResultFinalFailure is a failure its agent says no attempt will mend (a complete
+	// with "retry": false): the occurrence is dead at once, whatever attempts are left.
+	// It is what a complete says, never what a record keeps: Finish records it as
+	// ResultFailure with Final set.
+	ResultFinalFailure Result = 3
 )
 
+// String is the result as the API and the events name it: a final failure is a
+// "failure" (events say it was final apart).
 func (r Result) String() string {
 	switch r {
 	case ResultSuccess:
 		return "success"
-	case ResultFailure:
+	case ResultFailure, ResultFinalFailure:
 		return "failure"
 	}
 	return ""
@@ -99,6 +106,9 @@ type Dispatch struct {
 	// failure ("" for none).
 	Judged bool
 	Reason string
+	// Final says the last attempt's failure was final as its agent said (retry false):
+	// the record died with attempts left.
+	Final bool
 }
 
 // LeaseExpired reports whether the dispatch is open past its lease at now.
@@ -224,11 +234,15 @@ func CompleteBlocked(d *Dispatch, uid string, now time.Time) (outcome CompleteOu
 // Finish applies a complete's result to an open record at now: a failure with
 // attempts left waits for its retry (StateRetryWait, RetryAt set) and the outcome is
 // RetryScheduled; otherwise the record is done (a success) or dead (a failure on the
-// last attempt) and the outcome is Completed.
+// last attempt, or a final failure on any: Final set) and the outcome is Completed.
 func (d *Dispatch) Finish(result Result, now time.Time) CompleteOutcome {
+	d.Final = result == ResultFinalFailure
+	if d.Final {
+		result = ResultFailure
+	}
 	d.Result = result
 	d.FinishedAt = &now
-	if result == ResultFailure && d.AttemptsLeft() {
+	if result == ResultFailure && d.AttemptsLeft() && !d.Final {
 		retryAt := now.Add(RetryBackoff(d.BackoffSeconds, d.RetryMultiplier, d.RetryMaxSeconds, d.Attempt))
 		d.State, d.RetryAt = StateRetryWait, &retryAt
 		return RetryScheduled

@@ -87,17 +87,27 @@ func TestFinish(t *testing.T) {
 		want         taskd.CompleteOutcome
 		state        taskd.DispatchState
 		retryIn      time.Duration // 0: no retry
+		final        bool          // the record says it died of a final failure
 	}{
-		"success":                 {1, 3, taskd.ResultSuccess, taskd.Completed, taskd.StateDone, 0},
-		"success on the last":     {3, 3, taskd.ResultSuccess, taskd.Completed, taskd.StateDone, 0},
-		"failure, attempts left":  {1, 3, taskd.ResultFailure, taskd.RetryScheduled, taskd.StateRetryWait, 30 * time.Second},
-		"failure, second attempt": {2, 3, taskd.ResultFailure, taskd.RetryScheduled, taskd.StateRetryWait, 60 * time.Second},
-		"failure on the last":     {3, 3, taskd.ResultFailure, taskd.Completed, taskd.StateDead, 0},
-		"failure, one attempt":    {1, 1, taskd.ResultFailure, taskd.Completed, taskd.StateDead, 0},
+		"success":                       {1, 3, taskd.ResultSuccess, taskd.Completed, taskd.StateDone, 0, false},
+		"success on the last":           {3, 3, taskd.ResultSuccess, taskd.Completed, taskd.StateDone, 0, false},
+		"failure, attempts left":        {1, 3, taskd.ResultFailure, taskd.RetryScheduled, taskd.StateRetryWait, 30 * time.Second, false},
+		"failure, second attempt":       {2, 3, taskd.ResultFailure, taskd.RetryScheduled, taskd.StateRetryWait, 60 * time.Second, false},
+		"failure on the last":           {3, 3, taskd.ResultFailure, taskd.Completed, taskd.StateDead, 0, false},
+		"failure, one attempt":          {1, 1, taskd.ResultFailure, taskd.Completed, taskd.StateDead, 0, false},
+		"final failure, attempts left":  {1, 3, taskd.ResultFinalFailure, taskd.Completed, taskd.StateDead, 0, true},
+		"final failure, second attempt": {2, 3, taskd.ResultFinalFailure, taskd.Completed, taskd.StateDead, 0, true},
+		"final failure on the last":     {3, 3, taskd.ResultFinalFailure, taskd.Completed, taskd.StateDead, 0, true},
 	} {
 		d := open(tc.attempt, tc.max, nil)
 		got := d.Finish(tc.result, now)
-		if got != tc.want || d.State != tc.state || d.Result != tc.result || d.FinishedAt == nil || !d.FinishedAt.Equal(now) {
+		// A final failure is recorded as a failure, with Final set.
+		wantResult := tc.result
+		if tc.final {
+			wantResult = taskd.ResultFailure
+		}
+		if got != tc.want || d.State != tc.state || d.Result != wantResult || d.Final != tc.final ||
+			d.FinishedAt == nil || !d.FinishedAt.Equal(now) {
 			t.Errorf("%s: Finish = %v, record %+v", name, got, d)
 		}
 		switch {

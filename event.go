@@ -64,9 +64,13 @@ type Event struct {
 	LatencyMS *int64 `json:"latency_ms,omitempty"`
 	// Reason says why a success counted as a failure (its detail failed the template's
 	// result schema); "" for none.
-	Reason string    `json:"reason,omitempty"`
-	Node   string    `json:"node"`
-	At     time.Time `json:"at"`
+	Reason string `json:"reason,omitempty"`
+	// Final says the complete's failure was final as its agent said ("retry": false):
+	// the occurrence died at once, attempts left or not. Set on that complete event and
+	// its dead event.
+	Final bool      `json:"final,omitempty"`
+	Node  string    `json:"node"`
+	At    time.Time `json:"at"`
 	// RolloutEvent is set on a rollout's events (rollout.*), which name the task alone
 	// (no log id or uid).
 	*RolloutEvent

@@ -45,8 +45,11 @@ type StoredEvent struct {
 	Result  string    `json:"result,omitempty"`
 	Stage   string    `json:"stage,omitempty"` // a multi-stage task's
 	// Reason says why a success counted as a failure (complete events only).
-	Reason string    `json:"reason,omitempty"`
-	At     time.Time `json:"at"`
+	Reason string `json:"reason,omitempty"`
+	// Final says a failure was final as its agent said ("retry": false): complete and
+	// dead events of a record that died at once.
+	Final bool      `json:"final,omitempty"`
+	At    time.Time `json:"at"`
 }
 
 // Overview is the state of the dispatch pipeline at a glance: tasks due, dispatches open, waiting

@@ -43,6 +43,9 @@ func (s *session) completionLocked(t *Task, r *run, out Outcome) *completion {
 		detail = out.defaultDetail()
 	}
 	c.body.Detail = objectJSON(detail, "detail")
+	if out.kind == kindPermanent {
+		c.body.Retry = new(false)
+	}
 	if out.kind == kindNextStage {
 		c.body.NextStage = out.stage
 		c.body.Context = objectJSON(out.context, "context")
@@ -155,14 +158,24 @@ func (s *session) deliver(c *completion) {
 	}
 }
 
-// mend changes a result the server refused: a refused detail becomes a short one
-// that says so; a result refused for anything else (a stage the template does not
-// have, a context too large) becomes a failure that says so.
+// mend changes a result the server refused: a final failure's retry, refused by a
+// server older than it, is left out (the agent fails the task's retries at once
+// instead: FailPermanent); a refused detail becomes a short one that says so; a
+// result refused for anything else (a stage the template does not have, a context too
+// large) becomes a failure that says so.
 func (s *session) mend(c *completion, err error) {
 	var ae *apiError
 	errors.As(err, &ae)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if c.body.Retry != nil && ae.status == http.StatusBadRequest && strings.Contains(ae.message, "retry") {
+		// Not counted as the one mend: the result is the same, less what the server
+		// does not know.
+		s.log.Warn("the server does not take a final failure (retry false); sending the failure without it", "component", "agent",
+			"log_id", c.logID, "err", err)
+		c.body.Retry = nil
+		return
+	}
 	c.refused = true
 	if strings.HasPrefix(ae.message, "detail") || ae.status == http.StatusRequestEntityTooLarge && !strings.HasPrefix(ae.message, "context") {
 		s.log.Warn("the server refused a result's detail; sending a short one instead", "component", "agent",

@@ -206,6 +206,7 @@ type record struct {
 	State   string          `json:"state"`
 	Result  *string         `json:"result"`
 	Detail  json.RawMessage `json:"detail"`
+	Final   bool            `json:"final"`
 }
 
 // records lists the dispatch records matching query (uid=..., task_id=...), newest first.

@@ -33,8 +33,9 @@
 // # Outcomes
 //
 // A handler returns an Outcome: Done (success, with a detail), Fail (the server
-// retries the task while its max_attempts allow), FailPermanent, NextStage (a
-// multi-stage task moves on, with a context and a delay) or GiveBack. A handler that
+// retries the task while its max_attempts allow), FailPermanent (a final failure: the
+// server ends the task at once, whatever attempts are left), NextStage (a multi-stage
+// task moves on, with a context and a delay) or GiveBack. A handler that
 // panics fails its task with the panic and its stack in the detail; the agent lives
 // on.
 //

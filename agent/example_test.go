@@ -115,6 +115,17 @@ func ExampleNextStage() {
 	// Output: fetch -> parse {"blob":"s3://b/1"} 1m0s
 }
 
+// FailPermanent is a failure no attempt will mend: the server ends the task at once,
+// whatever attempts are left (the complete says "retry": false).
+func ExampleFailPermanent() {
+	h := agent.HandlerFunc(func(ctx context.Context, t *agent.Task) agent.Outcome {
+		return agent.FailPermanent(errors.New("no such account"))
+	})
+	c, _ := agenttest.Do(context.Background(), h, agenttest.Task{MaxAttempts: 5})
+	fmt.Println(c.Result, c.Final, string(c.Detail))
+	// Output: failure true {"error":"no such account","permanent":true}
+}
+
 // GiveBack hands a task back at once; the server counts it as a failed attempt.
 func ExampleGiveBack() {
 	h := agent.HandlerFunc(func(ctx context.Context, t *agent.Task) agent.Outcome {

@@ -3,11 +3,17 @@ package agent_test
 // The fault paths, against agenttest's fake server.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -525,9 +531,9 @@ func TestCheckpointRefusedLocally(t *testing.T) {
 	}
 }
 
-// A task failed for good (FailPermanent) that the server retries anyway is failed at
-// once with the same detail, without running the handler again.
-func TestFakeFailPermanentNotRunAgain(t *testing.T) {
+// A task failed for good (FailPermanent) is sent as a final failure ("retry": false):
+// the server ends it at once, with attempts left, and the handler ran once.
+func TestFakeFailPermanentIsFinal(t *testing.T) {
 	t.Parallel()
 	s := fakeServer(t)
 	id := s.Add(agenttest.Task{MaxAttempts: 3})
@@ -542,11 +548,51 @@ func TestFakeFailPermanentNotRunAgain(t *testing.T) {
 	if runs.Load() != 1 {
 		t.Errorf("ran %d times, want once", runs.Load())
 	}
+	if len(cs) != 1 || cs[0].Result != "failure" || !cs[0].Final || cs[0].Attempt != 1 ||
+		string(cs[0].Detail) != `{"error":"bad input","permanent":true}` {
+		t.Fatalf("results %+v, want one final failure, on attempt 1", cs)
+	}
+}
+
+// A server older than "retry" refuses it (400, unknown field): the failure is sent
+// again without it, and the retries the server hands out are failed at once with the
+// same detail, without running the handler again.
+func TestFakeFailPermanentOnAnOlderServer(t *testing.T) {
+	t.Parallel()
+	s := fakeServer(t)
+	id := s.Add(agenttest.Task{MaxAttempts: 3})
+	var refusals atomic.Int64
+	target, _ := url.Parse(s.URL)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	older := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if bytes.Contains(body, []byte(`"retry"`)) {
+			refusals.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, `{"error":{"code":"invalid_argument","message":"request body: unknown field \"retry\""}}`)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(older.Close)
+	var runs atomic.Int64
+	r := runAgent(t, newAgent(t, older.URL, agent.Config{Key: s.Key("u")}),
+		agent.HandlerFunc(func(ctx context.Context, task *agent.Task) agent.Outcome {
+			runs.Add(1)
+			return agent.FailPermanent(errors.New("bad input"))
+		}))
+	cs := waitTask(t, s, id)
+	r.wait(t)
+	if runs.Load() != 1 || refusals.Load() == 0 {
+		t.Errorf("ran %d times, %d refusals; want once, and the older server refusing retry", runs.Load(), refusals.Load())
+	}
 	if len(cs) != 3 {
 		t.Fatalf("results %+v, want 3 (every attempt)", cs)
 	}
 	for _, c := range cs {
-		if c.Result != "failure" || string(c.Detail) != `{"error":"bad input","permanent":true}` {
+		if c.Result != "failure" || c.Final || string(c.Detail) != `{"error":"bad input","permanent":true}` {
 			t.Errorf("result %+v", c)
 		}
 	}

@@ -60,11 +60,15 @@ func Done(detail any) Outcome {
 // max_attempts allow (else the task is dead). The detail is {"error": err's text}.
 func Fail(err error) Outcome { return Outcome{kind: kindFail, err: err} }
 
-// FailPermanent is a failure that trying again will not mend. The server has no way
-// to be told so: it retries the task as for Fail while max_attempts allow. This agent
-// remembers the task and fails each retry of it that reaches it at once, with the
-// same detail and without running the handler, so the task uses up its attempts
-// quickly. The detail is {"error": err's text, "permanent": true}.
+// FailPermanent is a failure that trying again will not mend (bad input, a task this
+// agent cannot do): the complete says so ("retry": false), and the server ends the
+// task at once, whatever attempts are left; its events say the failure was final. The
+// detail is {"error": err's text, "permanent": true}.
+//
+// A server older than "retry" refuses it: the agent then sends the failure without
+// it, the server retries the task while max_attempts allow, and this agent fails each
+// retry of it that reaches it at once, with the same detail and without running the
+// handler, so that the task uses up its attempts quickly.
 func FailPermanent(err error) Outcome { return Outcome{kind: kindPermanent, err: err} }
 
 // NextStage completes the current stage of a multi-stage task and hands the task on

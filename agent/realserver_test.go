@@ -126,6 +126,47 @@ func TestLeaseExtendedPastItsLength(t *testing.T) {
 	}
 }
 
+// FailPermanent on a real server: the task is dead at once with attempts left, its
+// record and its complete and dead events say final, and the handler ran once.
+func TestFailPermanentOnDispatchd(t *testing.T) {
+	t.Parallel()
+	d := startDispatchd(t, nil, nil)
+	tpl := d.template(map[string]any{"max_attempts": 3, "retry_backoff_seconds": 0})
+	id := d.task("p1", tpl, nil)
+	var runs atomic.Int64
+	r := runAgent(t, newAgent(t, d.URL, agent.Config{Key: d.key("p1")}),
+		agent.HandlerFunc(func(ctx context.Context, task *agent.Task) agent.Outcome {
+			runs.Add(1)
+			return agent.FailPermanent(errors.New("bad input"))
+		}))
+	waitFor(t, time.Minute, "the task finished", func() bool {
+		recs := d.records(url.Values{"task_id": {id}})
+		return len(recs) > 0 && recs[0].State != "open"
+	})
+	time.Sleep(200 * time.Millisecond) // time for a retry to show, were there one
+	r.wait(t)
+	recs := d.records(url.Values{"task_id": {id}})
+	if len(recs) != 1 || recs[0].State != "dead" || !recs[0].Final || recs[0].Attempt != 1 {
+		t.Fatalf("records of %s: %+v, want one, dead at once, final", id, recs)
+	}
+	var detail map[string]any
+	if json.Unmarshal(recs[0].Detail, &detail) != nil || detail["error"] != "bad input" || detail["permanent"] != true {
+		t.Errorf("detail %s", recs[0].Detail)
+	}
+	if runs.Load() != 1 {
+		t.Errorf("the handler ran %d times", runs.Load())
+	}
+	evs := d.admin("GET", "/v1/admin/events?"+url.Values{"task_id": {id}}.Encode(), nil)["events"].([]any)
+	final := map[string]bool{}
+	for _, e := range evs {
+		ev := e.(map[string]any)
+		final[ev["type"].(string)] = ev["final"] == true
+	}
+	if !final["complete"] || !final["dead"] || final["dispatch"] {
+		t.Errorf("events of %s: %v, want complete and dead saying final", id, evs)
+	}
+}
+
 // A stop while a task runs: the agent fetches nothing more, the handler finishes
 // within the grace, its result is sent, and Run returns; a handler that outlasts the
 // grace gets its context cancelled (ErrStopping) and its result is sent too.

@@ -40,7 +40,8 @@ type session struct {
 	// finished holds the results of tasks this session finished, by log id: a redo of
 	// one of them sends its result again instead of running it.
 	finished *recent[*completion]
-	// permanent holds the results of tasks failed for good, by occurrence and stage.
+	// permanent holds the results of tasks failed for good, by occurrence and stage: a
+	// server older than "retry" hands them out again, and they are failed at once.
 	permanent *recent[*completion]
 	// away says the fetch loop waits out an error or a rate limit: results go on their
 	// own. full says the last fetch found nothing new while tasks run or results are
@@ -342,7 +343,8 @@ func (s *session) take(reply wire.FetchReply, meta replyMeta, asked, running int
 			continue
 		}
 		if p, ok := s.permanent.get(occurrenceKey(t)); ok && t.Attempt > 1 && !t.Redo {
-			// Failed for good here before: failed again at once, with the same detail.
+			// Failed for good here before, and retried by a server that did not take
+			// the final failure: failed again at once, with the same detail.
 			c := &completion{logID: t.LogID, taskID: t.TaskID, template: t.TemplateID, body: p.body}
 			c.body.LogID = t.LogID
 			s.log.Info("a task failed for good here came back; failing it at once", "component", "agent",

@@ -170,7 +170,7 @@ var contractFields = map[string][]string{
 	"FetchResult":       {"task", "tasks", "next_due_at"},
 	"Assignment": {"log_id", "task_id", "kind", "due_at", "template_id", "params", "redo", "attempt",
 		"lease_expires_at"},
-	"CompleteRequest": {"log_id", "result", "detail"},
+	"CompleteRequest": {"log_id", "result", "detail", "retry"},
 	"ProgressRequest": {"log_id", "checkpoint", "extend_lease"},
 	"ProgressResult":  {"ok", "lease_expires_at"},
 	"TemplatePatch": {"name", "lease_seconds", "max_attempts", "retry_backoff_seconds", "retry_multiplier",
@@ -696,11 +696,13 @@ func TestCodeOutputMatchesSchemas(t *testing.T) {
 		Settings: taskd.Settings{LeaseSeconds: &lease, RetryMultiplier: &mult}, CreatedAt: now, UpdatedAt: now})
 	valid("Event", taskd.StoredEvent{EventID: "l1/complete", Type: taskd.EventComplete, LogID: "l1", UID: "42",
 		TaskID: "once:12", DueAt: now, Attempt: 1, Result: "success", At: later})
+	valid("Event", taskd.StoredEvent{EventID: "l2/dead", Type: taskd.EventDead, LogID: "l2", UID: "42",
+		TaskID: "once:12", DueAt: now, Attempt: 1, Final: true, At: later})
 	valid("Event", taskd.StoredEvent{EventID: "l1/redo", Type: taskd.EventRedo, LogID: "l1", UID: "42",
 		TaskID: "rotate:3", DueAt: now, Attempt: 2, At: later})
 	lat := int64(1200)
 	valid("Event", taskd.Event{EventID: "e1", Type: taskd.EventComplete, LogID: "l1", UID: "42", TaskID: "once:12",
-		Kind: "once", DueAt: now, Attempt: 1, Result: "failure", LatencyMS: &lat, Node: "n1", At: later})
+		Kind: "once", DueAt: now, Attempt: 1, Result: "failure", LatencyMS: &lat, Final: true, Node: "n1", At: later})
 	left := 3
 	valid("Occurrence", admin.ScheduledOccurrence{TaskID: "once:12", DueAt: now, Priority: 5, Claimed: 2, Remaining: &left})
 	valid("Occurrence", admin.ScheduledOccurrence{TaskID: "rotate:3", DueAt: now, Priority: 9})
@@ -831,6 +833,9 @@ func TestRequestSchemas(t *testing.T) {
 		{"FetchRequest", `{"agent":{"os":"linux"}}`, false},
 		{"CompleteRequest", `{"log_id":"x","result":"success","detail":{"n":1}}`, true},
 		{"CompleteRequest", `{"log_id":"x","result":"failure","detail":null}`, true},
+		{"CompleteRequest", `{"log_id":"x","result":"failure","retry":false}`, true},
+		{"CompleteRequest", `{"log_id":"x","result":"success","retry":true}`, true},
+		{"CompleteRequest", `{"log_id":"x","result":"failure","retry":"no"}`, false},
 		{"CompleteRequest", `{"log_id":"x","result":"maybe"}`, false},
 		{"CompleteRequest", `{"result":"success"}`, false},
 		{"CompleteRequest", `{"log_id":"x","result":"success","detail":[1]}`, false},

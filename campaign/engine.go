@@ -325,6 +325,7 @@ func (e *Engine) campaign(ctx context.Context, id int64) (taskd.Campaign, error)
 // Complete records uid's complete of the campaign item logID names. A success is
 // taken from any of the item's handouts to uid, and counts once; a failure only from
 // the one that holds the item now, and its detail goes to the campaign's failure log.
+// A final failure (taskd.ResultFinalFailure) fails the item for good at once.
 // Anything else is a stale_lease conflict.
 func (e *Engine) Complete(ctx context.Context, uid, logID string, result taskd.Result, detail json.RawMessage, now time.Time) error {
 	l, _, err := e.handout(ctx, uid, logID)
@@ -333,7 +334,7 @@ func (e *Engine) Complete(ctx context.Context, uid, logID string, result taskd.R
 	}
 	var out queue.CompleteOutcome
 	err = e.restoring(ctx, l.Campaign, func() (err error) {
-		out, err = e.win.Complete(ctx, l.Campaign, l.Item, l.Attempt, uid, result == taskd.ResultSuccess, detail, now)
+		out, err = e.win.Complete(ctx, l.Campaign, l.Item, l.Attempt, uid, result, detail, now)
 		return err
 	})
 	if err != nil {

@@ -146,7 +146,7 @@ func (e *Engine) drainEvents(ctx context.Context, c taskd.Campaign) error {
 			logID := taskd.CampaignLog{Campaign: c.ID, Item: ev.Item, Attempt: ev.Attempt, UIDTag: tag(&c, ev.UID, ev.Item, ev.Attempt)}.String()
 			evs = append(evs, taskd.Event{EventID: taskd.EventID(logID, ev.Type, 0), Type: ev.Type, LogID: logID,
 				UID: ev.UID, TaskID: taskd.CampaignTaskID(c.ID), Kind: "campaign", DueAt: due, Attempt: ev.Attempt,
-				Result: ev.Result, Node: e.cfg.Node, At: ev.At})
+				Result: ev.Result, Final: ev.Final, Node: e.cfg.Node, At: ev.At})
 		}
 		if len(evs) > 0 {
 			if err := e.store.AppendOutbox(ctx, evs...); err != nil {

@@ -208,6 +208,9 @@ type completeRequest struct {
 	NextStage    string          `json:"next_stage"`
 	Context      json.RawMessage `json:"context"`
 	DelaySeconds *int64          `json:"delay_seconds"`
+	// Retry false says a failure is final: no attempt will mend it, and the occurrence
+	// is dead at once, whatever attempts are left. Absent: true.
+	Retry *bool `json:"retry"`
 }
 
 // maxStageDelay bounds a complete's delay_seconds: a week.
@@ -343,6 +346,12 @@ func parseComplete(req completeRequest, prefix string) (parsedComplete, error) {
 	}
 	if string(req.Detail) == "null" {
 		req.Detail = nil
+	}
+	if req.Retry != nil && !*req.Retry {
+		if result != taskd.ResultFailure {
+			return parsedComplete{}, taskd.Errorf(taskd.CodeInvalid, "%sretry: false only with result failure (a success is not retried anyway)", prefix)
+		}
+		result = taskd.ResultFinalFailure
 	}
 	c := parsedComplete{logID: req.LogID, result: result, detail: req.Detail}
 	if string(req.Context) == "null" {

@@ -335,7 +335,7 @@ func probeEvent(now time.Time) taskd.Event {
 	return taskd.Event{
 		EventID: "setup-probe-" + uuid.NewString(), Type: taskd.EventDispatch, LogID: "setup-probe",
 		UID: "setup-probe", TaskID: "setup-probe", Kind: "once", DueAt: at.Add(-time.Minute), Attempt: 1,
-		Result: "ok", Stage: "probe", LatencyMS: &latency, Node: "logsink", At: at,
+		Result: "ok", Stage: "probe", LatencyMS: &latency, Final: true, Node: "logsink", At: at,
 	}
 }
 

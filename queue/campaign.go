@@ -72,7 +72,9 @@ type ItemEvent struct {
 	Attempt int
 	UID     string
 	Result  string
-	At      time.Time
+	// Final says a final failure caused it (its complete and dead events).
+	Final bool
+	At    time.Time
 }
 
 // ItemEvents returns up to n of campaign id's recorded events, oldest first.
@@ -86,17 +88,17 @@ func (c *Campaigns) ItemEvents(ctx context.Context, id int64, n int) ([]ItemEven
 		f := strings.Split(s, "|")
 		var item int64
 		var err error
-		if len(f) == 6 {
+		if len(f) == 6 || len(f) == 7 {
 			item, err = strconv.ParseInt(f[1], 10, 64)
 		}
-		if len(f) != 6 || err != nil {
+		if len(f) < 6 || len(f) > 7 || err != nil {
 			out = append(out, ItemEvent{}) // unreadable: dropped with the rest
 			continue
 		}
 		att, _ := strconv.Atoi(f[2])
 		at, _ := strconv.ParseInt(f[5], 10, 64)
 		out = append(out, ItemEvent{Type: taskd.EventType(f[0]), Item: item, Attempt: att, UID: f[3], Result: f[4],
-			At: time.UnixMilli(at).UTC()})
+			Final: len(f) == 7 && f[6] == "1", At: time.UnixMilli(at).UTC()})
 	}
 	return out, nil
 }
@@ -143,11 +145,14 @@ var ErrCampaignMissing = errors.New("campaign window missing in redis")
 const campaignLib = `
 local H, F, L, A, R, E, CP, U, EV, FL = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local function num(f) return tonumber(redis.call('HGET', H, f) or '0') end
--- event records an item's event (type|item|attempt|uid|result|at ms) for the outbox;
--- the list keeps the newest million should no runner drain it.
-local function event(typ, idx, att, uid, result, at)
+-- event records an item's event (type|item|attempt|uid|result|at ms, and |1 when a
+-- final failure caused it) for the outbox; the list keeps the newest million should no
+-- runner drain it.
+local function event(typ, idx, att, uid, result, at, final)
   if num('events') ~= 1 then return end
-  if redis.call('RPUSH', EV, typ .. '|' .. idx .. '|' .. att .. '|' .. uid .. '|' .. result .. '|' .. at) > 1000000 then
+  local e = typ .. '|' .. idx .. '|' .. att .. '|' .. uid .. '|' .. result .. '|' .. at
+  if final then e = e .. '|1' end
+  if redis.call('RPUSH', EV, e) > 1000000 then
     redis.call('LTRIM', EV, -1000000, -1)
   end
 end
@@ -179,11 +184,12 @@ local function finished()
     redis.call('HSET', H, 'state', 'finished', 'reason', '')
   end
 end
--- finish ends item idx for good (ok: done, else failed); a repeat counts nothing.
-local function finish(idx, ok, now, att, uid)
+-- finish ends item idx for good (ok: done, else failed; final: by a final failure); a
+-- repeat counts nothing.
+local function finish(idx, ok, now, att, uid, final)
   local off = num('offset')
   if tonumber(idx) < off or redis.call('SADD', F, idx) == 0 then return 0 end
-  if not ok then event('dead', idx, att, uid, '', now) end
+  if not ok then event('dead', idx, att, uid, '', now, final) end
   redis.call('HINCRBY', H, ok and 'done' or 'failed', 1)
   redis.call('HDEL', A, idx)
   redis.call('HDEL', CP, idx)
@@ -195,18 +201,19 @@ local function finish(idx, ok, now, att, uid)
   return 1
 end
 -- failed is a failure (a failure result or a lease run out) of attempt att of idx,
--- held by uid: the item waits out its backoff, or, at its last attempt, fails for
--- good. The error budget counts it, and the failure log keeps it (cause, detail: the
--- agent's, JSON or empty) among the latest ones.
-local function failed(idx, att, uid, now, why, cause, detail)
+-- held by uid: the item waits out its backoff, or, at its last attempt or when the
+-- agent said the failure is final (sayfinal), fails for good. The error budget counts
+-- it, and the failure log keeps it (cause, detail: the agent's, JSON or empty) among
+-- the latest ones.
+local function failed(idx, att, uid, now, why, cause, detail, sayfinal)
   redis.call('ZREM', L, idx)
   unhold(uid, idx)
-  local final = att >= num('max_att')
+  local final = sayfinal or att >= num('max_att')
   redis.call('LPUSH', FL, cjson.encode({item = tonumber(idx), attempt = att, uid = uid, cause = cause,
     final = final, detail = detail, at = now}))
   redis.call('LTRIM', FL, 0, 49) -- FailureLogSize - 1
   if final then
-    finish(idx, false, now, att, uid)
+    finish(idx, false, now, att, uid, sayfinal)
   else
     redis.call('HSET', A, idx, att .. '|')
     redis.call('ZADD', R, now + num('backoff_ms'), idx)
@@ -501,7 +508,7 @@ const (
 //	ARGV[1] -> idx, the item
 //	ARGV[2] -> att, the attempt
 //	ARGV[3] -> uid
-//	ARGV[4] -> 1 success, 2 failure
+//	ARGV[4] -> 1 success, 2 failure, 3 final failure (the item fails for good at once)
 //	ARGV[5] -> now, Unix ms
 //	ARGV[6] -> a failure's detail: JSON, or empty
 //	Returns -> integer (CompleteOutcome): 1 done, 2 already finished (a repeat: nothing
@@ -530,24 +537,29 @@ if ok then
   return 1
 end
 if catt ~= att or cuid ~= uid or redis.call('ZSCORE', L, idx) == false then return 0 end
-event('complete', idx, att, uid, 'failure', now)
-failed(idx, att, uid, now, 'a failure result', 'failure', ARGV[6])
+local last = ARGV[4] == '3'
+event('complete', idx, att, uid, 'failure', now, last)
+failed(idx, att, uid, now, 'a failure result', 'failure', ARGV[6], last)
 return 3
 `)
 
-// Complete records uid's complete of attempt att of item idx of campaign id; a
-// failure's detail (nil: none) goes to the failure log, replaced by a note of its size
-// when longer than MaxFailureDetail.
-func (c *Campaigns) Complete(ctx context.Context, id, idx int64, att int, uid string, ok bool, detail json.RawMessage, now time.Time) (CompleteOutcome, error) {
-	result := 2
-	if ok {
-		result = 1
+// Complete records uid's complete of attempt att of item idx of campaign id with
+// result: a final failure (taskd.ResultFinalFailure) fails the item for good at once,
+// whatever attempts are left. A failure's detail (nil: none) goes to the failure log,
+// replaced by a note of its size when longer than MaxFailureDetail.
+func (c *Campaigns) Complete(ctx context.Context, id, idx int64, att int, uid string, result taskd.Result, detail json.RawMessage, now time.Time) (CompleteOutcome, error) {
+	arg := 2
+	switch result {
+	case taskd.ResultSuccess:
+		arg = 1
 		detail = nil
+	case taskd.ResultFinalFailure:
+		arg = 3
 	}
 	if len(detail) > MaxFailureDetail {
 		detail = json.RawMessage(`{"truncated":true,"bytes":` + strconv.Itoa(len(detail)) + `}`)
 	}
-	n, err := intReply("campaign complete", campaignCompleteScript.Run(ctx, c.rdb, c.keys.Campaign(id), idx, att, uid, result, now.UnixMilli(), string(detail)))
+	n, err := intReply("campaign complete", campaignCompleteScript.Run(ctx, c.rdb, c.keys.Campaign(id), idx, att, uid, arg, now.UnixMilli(), string(detail)))
 	if err != nil {
 		return 0, unavailable("campaign complete", err)
 	}

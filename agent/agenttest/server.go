@@ -96,8 +96,10 @@ type Completion struct {
 	Attempt int
 	// Stage is the stage the dispatch worked.
 	Stage string
-	// Result is "success" or "failure".
+	// Result is "success" or "failure". Final says a failure was final ("retry":
+	// false): the task was finished at once, whatever attempts were left.
 	Result    string
+	Final     bool
 	Detail    json.RawMessage
 	NextStage string
 	Context   json.RawMessage
@@ -798,6 +800,8 @@ func (s *Server) complete(uid string, req wire.CompleteRequest, prefix string) *
 		return errorf(400, "invalid_argument", "%sdetail: must be an object", prefix)
 	case req.NextStage == "" && (len(req.Context) > 0 || req.DelaySeconds != nil):
 		return errorf(400, "invalid_argument", "%scontext, %sdelay_seconds: only with next_stage", prefix, prefix)
+	case req.Retry != nil && !*req.Retry && req.Result != "failure":
+		return errorf(400, "invalid_argument", "%sretry: false only with result failure (a success is not retried anyway)", prefix)
 	case req.NextStage != "" && req.Result != "success":
 		return errorf(400, "invalid_argument", "%snext_stage: only with result success (a failed stage is retried)", prefix)
 	case len(req.Context) > 0 && string(req.Context) != "null" && req.Context[0] != '{':
@@ -828,7 +832,7 @@ func (s *Server) complete(uid string, req wire.CompleteRequest, prefix string) *
 		return errorf(400, "invalid_argument", "next_stage: %q is not a stage of template %d", req.NextStage, o.spec.TemplateID)
 	}
 	c := Completion{LogID: d.logID, TaskID: o.id, Attempt: d.attempt, Stage: d.stage, Result: req.Result,
-		Detail: wire.OrNil(req.Detail), NextStage: req.NextStage, Context: wire.OrNil(req.Context), Checkpoints: d.checkpoints}
+		Final: req.Retry != nil && !*req.Retry, Detail: wire.OrNil(req.Detail), NextStage: req.NextStage, Context: wire.OrNil(req.Context), Checkpoints: d.checkpoints}
 	if req.DelaySeconds != nil {
 		c.Delay = time.Duration(*req.DelaySeconds) * time.Second
 	}
@@ -840,7 +844,7 @@ func (s *Server) complete(uid string, req wire.CompleteRequest, prefix string) *
 		o.finished = true
 	default:
 		o.attempt = d.attempt
-		if o.attempt >= o.spec.MaxAttempts {
+		if o.attempt >= o.spec.MaxAttempts || c.Final {
 			o.finished = true
 		} else {
 			o.availableAt = now

@@ -101,12 +101,15 @@ type runConfig struct {
 	enrollSecretFile                     string
 	concurrency                          int
 	templates                            string
-	timeout, shutdownGrace, killGrace    time.Duration
-	once                                 bool
-	metricsAddr                          string
-	agentVersion, hostname, labelFile    string
-	labels                               labelFlag
-	command                              []string
+	// finalExitCode is the exit code that makes a command's failure final ("retry":
+	// false): 0 for none (exit 0 is a success).
+	finalExitCode                     int
+	timeout, shutdownGrace, killGrace time.Duration
+	once                              bool
+	metricsAddr                       string
+	agentVersion, hostname, labelFile string
+	labels                            labelFlag
+	command                           []string
 }
 
 func newRunFlags(c *runConfig, getenv func(string) string, out io.Writer) *flag.FlagSet {
@@ -126,6 +129,14 @@ func newRunFlags(c *runConfig, getenv func(string) string, out io.Writer) *flag.
 	fs.StringVar(&c.keyFile, "key-file", env("TASKD_KEY_FILE", ""), "where the enrolled key is kept (mode 0600) [TASKD_KEY_FILE]")
 	fs.IntVar(&c.concurrency, "concurrency", 1, "how many commands run at once (the uid's max_in_flight bounds it too)")
 	fs.StringVar(&c.templates, "templates", "", "fetch only tasks of these template ids, comma-separated")
+	if v := getenv("TASKD_FINAL_EXIT_CODE"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			n = -1 // refused by parseRun, unless the flag replaces it
+		}
+		c.finalExitCode = n
+	}
+	fs.IntVar(&c.finalExitCode, "final-exit-code", c.finalExitCode, "a command exiting with this `code` fails for good: the server does not retry the task, whatever attempts are left (1..255; 0: none) [TASKD_FINAL_EXIT_CODE]")
 	fs.DurationVar(&c.timeout, "timeout", 0, "a command's time limit (0: none); past it: SIGTERM to its process group, -kill-grace, SIGKILL, a failure with \"timeout\": true")
 	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM or SIGINT, how long running commands may take to finish before they are stopped")
 	fs.DurationVar(&c.killGrace, "kill-grace", 5*time.Second, "between the SIGTERM and the SIGKILL that stop a command")
@@ -182,10 +193,25 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runC
 		return c, usageError{errors.New("run: a client key is required: TASKD_KEY (or -key-file), or -uid and -enroll-secret-file (TASKD_UID, TASKD_ENROLL_SECRET_FILE or TASKD_ENROLL_SECRET)")}
 	case c.concurrency < 1 || c.concurrency > 100:
 		return c, usageError{fmt.Errorf("run: -concurrency must be 1..100, got %d", c.concurrency)}
+	case c.finalExitCode < 0 || c.finalExitCode > 255:
+		return c, usageError{fmt.Errorf("run: -final-exit-code (TASKD_FINAL_EXIT_CODE) must be an exit code 1..255, or 0 for none; got %q",
+			finalExitCodeText(fs, getenv))}
 	case c.timeout < 0 || c.shutdownGrace < 0 || c.killGrace < 0:
 		return c, usageError{errors.New("run: -timeout, -shutdown-grace and -kill-grace must not be negative")}
 	}
 	return c, nil
+}
+
+// finalExitCodeText is -final-exit-code as given: the flag's value, else the
+// environment's, for a message refusing it.
+func finalExitCodeText(fs *flag.FlagSet, getenv func(string) string) string {
+	given := getenv("TASKD_FINAL_EXIT_CODE")
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "final-exit-code" {
+			given = f.Value.String()
+		}
+	})
+	return given
 }
 
 // maxSecretFile bounds what is read of a secret file: a secret is short.
@@ -260,7 +286,8 @@ func runAgent(ctx context.Context, c runConfig, stderr io.Writer) error {
 		go srv.Serve(ln)
 		defer srv.Close()
 	}
-	r := &runner{command: c.command, timeout: c.timeout, killGrace: c.killGrace, log: log, running: map[string]*commandRun{}}
+	r := &runner{command: c.command, timeout: c.timeout, killGrace: c.killGrace, finalExitCode: c.finalExitCode, log: log,
+		running: map[string]*commandRun{}}
 	progress, err := listenProgress(r.checkpoint)
 	if err != nil {
 		return fmt.Errorf("progress socket: %w", err)

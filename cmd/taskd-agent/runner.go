@@ -22,9 +22,11 @@ type runner struct {
 	command   []string
 	timeout   time.Duration
 	killGrace time.Duration
-	socket    string
-	bin       string // the agent's binary, linked as taskd-agent in a directory of its own
-	log       *slog.Logger
+	// finalExitCode makes a command's failure final (FailPermanent); 0: none.
+	finalExitCode int
+	socket        string
+	bin           string // the agent's binary, linked as taskd-agent in a directory of its own
+	log           *slog.Logger
 
 	mu      sync.Mutex
 	running map[string]*commandRun // by log id: whose checkpoints the socket takes
@@ -62,7 +64,7 @@ func (r *runner) work(ctx context.Context, t *agent.Task) agent.Outcome {
 			"log_id", t.LogID, "attempt", t.Attempt, "err", err)
 		return agent.FailPermanent(err).WithDetail(map[string]any{"error": err.Error()})
 	}
-	out, result := outcomeOf(res)
+	out, result := outcomeOf(res, r.finalExitCode)
 	if res.stopped {
 		// The agent stops (past its shutdown grace) or lost the task's lease.
 		cause := context.Cause(ctx)
@@ -93,8 +95,10 @@ func (r *runner) work(ctx context.Context, t *agent.Task) agent.Outcome {
 }
 
 // outcomeOf is the outcome of a finished run, and its result as the log says it
-// (success, failure, next_stage): what it wrote to $TASKD_RESULT, else its exit.
-func outcomeOf(res execResult) (agent.Outcome, string) {
+// (success, failure, final_failure, next_stage): what it wrote to $TASKD_RESULT, else
+// its exit. An exit with finalExit (not 0) is a final failure: the server does not
+// retry the task (the detail says "final": true).
+func outcomeOf(res execResult, finalExit int) (agent.Outcome, string) {
 	if f := res.result; f != nil && !res.timedOut {
 		var detail any
 		if len(f.Detail) > 0 {
@@ -116,6 +120,11 @@ func outcomeOf(res execResult) (agent.Outcome, string) {
 		return agent.Done(res.detail()), "success"
 	}
 	why := fmt.Errorf("exit code %d", res.exitCode)
+	if finalExit != 0 && res.exitCode == finalExit && !res.timedOut && !res.stopped && res.resultErr == nil && res.signal == "" {
+		detail := res.detail()
+		detail["final"] = true
+		return agent.FailPermanent(why).WithDetail(detail), "final_failure"
+	}
 	switch {
 	case res.timedOut:
 		why = errors.New("timed out")

@@ -48,7 +48,7 @@ func TestIndexTemplateMapsEveryEventField(t *testing.T) {
 	for name, typ := range map[string]string{
 		"event_id": "keyword", "type": "keyword", "log_id": "keyword", "uid": "keyword",
 		"task_id": "keyword", "kind": "keyword", "due_at": "date", "attempt": "integer",
-		"result": "keyword", "latency_ms": "long", "node": "keyword", "at": "date",
+		"result": "keyword", "latency_ms": "long", "final": "boolean", "node": "keyword", "at": "date",
 	} {
 		if fields[name] != typ {
 			t.Errorf("field %s mapped as %q, want %q", name, fields[name], typ)

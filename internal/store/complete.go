@@ -209,6 +209,7 @@ func (s *Store) finish(ctx context.Context, tx *sql.Tx, fs []finishing) error {
 		u.set("result", d.Result)
 		u.set("finished_at", *d.FinishedAt)
 		u.set("reason", nullString(d.Reason))
+		u.set("final", d.Final)
 		u.set("open_uid", nil)
 		if len(f.detail) > 0 {
 			u.set("detail", string(f.detail))

@@ -52,6 +52,9 @@ func (s *Store) event(d *taskd.Dispatch, typ taskd.EventType, now time.Time) tas
 		Node:    s.events.Node,
 		At:      now,
 	}
+	if typ == taskd.EventComplete || typ == taskd.EventDead {
+		ev.Final = d.Final
+	}
 	if typ == taskd.EventComplete {
 		ev.Result = d.Result.String()
 		ms := now.Sub(d.DispatchedAt).Milliseconds()
@@ -88,6 +91,7 @@ var laterEvents = []struct {
 // dispatch event, its completion a complete event, its expiry an expire event and its
 // latest redo a redo event; a dead one a dead event, a cancelled one a cancel event
 // (at its cancel), a dead one an admin retried a retry event (at the retry). Event ids are taskd.EventID's: the same the outbox gives the event.
+// The complete and dead events of a record that died of a final failure say so (Final).
 func (s *Store) Events(ctx context.Context, f taskd.EventFilter, after *taskd.EventCursor, limit int) ([]taskd.StoredEvent, error) {
 	where := ""
 	var common []any
@@ -102,12 +106,12 @@ func (s *Store) Events(ctx context.Context, f taskd.EventFilter, after *taskd.Ev
 	// A record's dispatch event lies in a range of ids; its later events among the
 	// records changed since the window's start (logid.go, migration 0024), read in one
 	// walk of idx_changed joined with the kinds asked for: each kind's time, condition,
-	// result and reason as a CASE on the kind.
+	// result, reason and final as a CASE on the kind.
 	var selects []string
 	var args []any
 	if f.Type == "" || f.Type == taskd.EventDispatch {
 		selects = append(selects, `SELECT CONCAT(log_id, ':dispatch') AS event_id, 'dispatch' AS type,
-			log_id, uid, task_kind, task_id, due_at, attempt, NULL AS result, dispatched_at AS at, stage, NULL AS reason
+			log_id, uid, task_kind, task_id, due_at, attempt, NULL AS result, dispatched_at AS at, stage, NULL AS reason, 0 AS final
 			FROM dispatch WHERE log_id >= ? AND log_id <= ? AND dispatched_at >= ? AND dispatched_at < ?`+where)
 		args = append(args, logIDFloor(f.From), logIDCeiling(f.To), f.From, f.To)
 		args = append(args, common...)
@@ -127,7 +131,8 @@ func (s *Store) Events(ctx context.Context, f taskd.EventFilter, after *taskd.Ev
 		at, cond = at+" END", cond+" END"
 		selects = append(selects, `SELECT IF(k.k = 'redo', CONCAT(log_id, ':redo:', redo_count), CONCAT(log_id, ':', k.k)) AS event_id,
 			k.k AS type, log_id, uid, task_kind, task_id, due_at, attempt, IF(k.k = 'complete', result, NULL) AS result,
-			`+at+` AS at, stage, IF(k.k = 'complete', reason, NULL) AS reason
+			`+at+` AS at, stage, IF(k.k = 'complete', reason, NULL) AS reason,
+			IF(k.k IN ('complete', 'dead'), final, 0) AS final
 			FROM dispatch JOIN (`+strings.Join(kinds, " UNION ALL ")+`) k
 			WHERE changed_at >= ? AND `+at+` >= ? AND `+at+` < ? AND `+cond+where)
 		args = append(args, f.From, f.From, f.To)
@@ -136,7 +141,7 @@ func (s *Store) Events(ctx context.Context, f taskd.EventFilter, after *taskd.Ev
 	if len(selects) == 0 {
 		return []taskd.StoredEvent{}, nil
 	}
-	q := "SELECT event_id, type, log_id, uid, task_kind, task_id, due_at, attempt, result, at, stage, reason FROM (" +
+	q := "SELECT event_id, type, log_id, uid, task_kind, task_id, due_at, attempt, result, at, stage, reason, final FROM (" +
 		strings.Join(selects, " UNION ALL ") + ") e"
 	if after != nil {
 		q += " WHERE at < ? OR (at = ? AND event_id < ?)"
@@ -156,7 +161,7 @@ func (s *Store) Events(ctx context.Context, f taskd.EventFilter, after *taskd.Ev
 		var result sql.NullInt64
 		var stage, reason sql.NullString
 		if err := rows.Scan(&e.EventID, &e.Type, &e.LogID, &e.UID, &k.Kind, &k.ID, &e.DueAt, &e.Attempt, &result, &e.At,
-			&stage, &reason); err != nil {
+			&stage, &reason, &e.Final); err != nil {
 			return nil, mysqlErr("events", err)
 		}
 		e.TaskID, e.DueAt, e.At, e.Stage, e.Reason = k.String(), e.DueAt.UTC(), e.At.UTC(), stage.String, reason.String

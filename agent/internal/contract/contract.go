@@ -96,6 +96,7 @@ var cases = []testCase{
 	{name: "task fields", run: testTaskFields},
 	{name: "complete", run: testComplete},
 	{name: "carried complete", run: testCarriedComplete},
+	{name: "final failure", run: testFinalFailure},
 	{name: "redo", run: testRedo},
 	{name: "lease, progress and expiry", run: testLease},
 	{name: "stages", run: testStages},
@@ -482,6 +483,48 @@ func testCarriedComplete(t *testing.T, s Server) {
 	}
 	// The carried complete landed: again, it is a repeat.
 	complete(t, s, key, first.LogID, "success")
+}
+
+// A failure with "retry": false is final: the task is not handed out again, attempts
+// left or not (FailPermanent), alone or carried by a fetch; a repeat answers 200.
+// retry false with a success is a 400 naming retry (complete.retry in a fetch), and
+// changes nothing.
+func testFinalFailure(t *testing.T, s Server) {
+	uid := newUID()
+	key := s.Key(t, uid)
+	tpl := s.Template(t, Template{MaxAttempts: 3})
+	s.Add(t, uid, tpl, nil)
+	s.Add(t, uid, tpl, nil)
+	final := new(false)
+	task := one(t, s, key)
+	if task.Attempt != 1 {
+		t.Fatalf("first task: %+v, want attempt 1", task)
+	}
+	r := refused(t, s, "/v1/complete", key, wire.CompleteRequest{LogID: task.LogID, Result: "success", Retry: final},
+		http.StatusBadRequest, "invalid_argument")
+	if !strings.HasPrefix(r.errorMessage(), "retry") {
+		t.Errorf("retry false with a success: %v, want a message naming retry first", r)
+	}
+	r = refused(t, s, "/v1/fetch", key, wire.FetchRequest{Complete: &wire.CompleteRequest{LogID: task.LogID, Result: "success", Retry: final}},
+		http.StatusBadRequest, "invalid_argument")
+	if !strings.HasPrefix(r.errorMessage(), "complete.retry") {
+		t.Errorf("retry false with a success, carried: %v, want a message naming complete.retry first", r)
+	}
+	for range 2 {
+		must(t, s, "/v1/complete", key, wire.CompleteRequest{LogID: task.LogID, Result: "failure", Retry: final,
+			Detail: json.RawMessage(`{"error": "bad input"}`)}, nil)
+	}
+	// The other task, then a carried final failure of it: nothing is left to hand out.
+	other := one(t, s, key)
+	if other.TaskID == task.TaskID {
+		t.Fatalf("after a final failure: %+v came back", other)
+	}
+	r2 := fetch(t, s, key, wire.FetchRequest{Complete: &wire.CompleteRequest{LogID: other.LogID, Result: "failure", Retry: final}})
+	if r2.Task != nil {
+		t.Fatalf("the fetch carrying a final failure handed out %+v", r2.Task)
+	}
+	complete(t, s, key, other.LogID, "failure") // a repeat, final or not
+	nothing(t, s, key, "after two final failures with attempts left")
 }
 
 // A uid at its limit of open dispatches is handed its open one again, redo true, same

@@ -73,6 +73,9 @@ type CompleteRequest struct {
 	NextStage    string          `json:"next_stage,omitempty"`
 	Context      json.RawMessage `json:"context,omitempty"`
 	DelaySeconds *int64          `json:"delay_seconds,omitempty"`
+	// Retry false makes a failure final: the server ends the task at once, whatever
+	// attempts are left. nil: true (a failure is retried while attempts are left).
+	Retry *bool `json:"retry,omitempty"`
 }
 
 // OK is the reply of a complete: {"ok": true}.

@@ -1,0 +1,1 @@
+ALTER TABLE dispatch DROP COLUMN final;
