@@ -3,6 +3,7 @@ package queue
 import (
 	"math/rand/v2"
 	"sort"
+	"strconv"
 	"testing"
 	"time"
 
@@ -29,6 +30,11 @@ func TestMemberOrderMatchesLess(t *testing.T) {
 		if e.Task.Kind == taskd.KindRotate {
 			e.Space = time.Duration(1+rng.IntN(100)) * time.Minute
 		}
+		if rng.IntN(4) == 0 {
+			// A waiting dispatch, or a confirm entry: no task, a log id.
+			e = schedule.Entry{LogID: "L" + strconv.Itoa(1000+rng.IntN(9000)), Confirm: rng.IntN(2) == 0,
+				DueAt: e.DueAt, Priority: e.Priority}
+		}
 		es = append(es, e)
 	}
 	byLess := append([]schedule.Entry(nil), es...)
@@ -42,7 +48,8 @@ func TestMemberOrderMatchesLess(t *testing.T) {
 		return Member(a) < Member(b)
 	})
 	for i := range es {
-		if byLess[i].Task != byRedis[i].Task || !byLess[i].DueAt.Equal(byRedis[i].DueAt) {
+		if byLess[i].Task != byRedis[i].Task || !byLess[i].DueAt.Equal(byRedis[i].DueAt) ||
+			byLess[i].LogID != byRedis[i].LogID || byLess[i].Confirm != byRedis[i].Confirm {
 			t.Fatalf("order differs at %d: Less %v, Redis %v", i, byLess[i], byRedis[i])
 		}
 	}
@@ -53,6 +60,8 @@ func TestMemberRoundTrip(t *testing.T) {
 		once(12, t0, 1),
 		{Task: taskd.TaskKey{Kind: taskd.KindRotate, ID: 3}, DueAt: t0, Priority: 9, Space: 1440 * time.Minute},
 		{Task: taskd.TaskKey{Kind: taskd.KindRotate, ID: 4}, DueAt: t0, Priority: 5, Space: time.Minute, End: t0.Add(time.Hour)},
+		{LogID: "L1", DueAt: t0, Priority: 3},
+		{LogID: "L2", DueAt: t0, Priority: 9, Confirm: true},
 	} {
 		got, err := ParseMember(Member(e), e.DueAt.Unix())
 		if err != nil {
@@ -62,7 +71,7 @@ func TestMemberRoundTrip(t *testing.T) {
 			t.Fatalf("round trip: got %+v, want %+v", got, e)
 		}
 	}
-	for _, bad := range []string{"", "x", "4|o", "4|x|1", "4|r|0000000000000000001", "4|r|1|0|0", "4|o|1|2", "4|r|1|60|0|9", "4|d|L1|x", "4|d|"} {
+	for _, bad := range []string{"", "x", "4|o", "4|x|1", "4|r|0000000000000000001", "4|r|1|0|0", "4|o|1|2", "4|r|1|60|0|9", "4|d|L1|x", "4|d|", "0|c|"} {
 		if _, err := ParseMember(bad, 0); err == nil {
 			t.Errorf("ParseMember(%q): no error", bad)
 		}

@@ -43,13 +43,15 @@ import (
 //	           per field.
 const peekLua = `
 -- An occurrence older than the catch-up floor makes the heap stale; a waiting dispatch
--- of the user (member <p>|d|<log_id>) does not: it stays until taken, however old.
+-- of the user (member <p>|d|<log_id>, or a confirm entry <p>|c|<log_id>) does not: it
+-- stays until taken, however old.
 local function stale_below(heap, floor)
   local offset = 0
   while true do
     local page = redis.call('ZRANGEBYSCORE', heap, '-inf', '(' .. floor, 'LIMIT', offset, 32)
     for _, m in ipairs(page) do
-      if string.sub(m, 3, 3) ~= 'd' then return true end
+      local k = string.sub(m, 3, 3)
+      if k ~= 'd' and k ~= 'c' then return true end
     end
     if #page < 32 then return false end
     offset = offset + 32
