@@ -101,11 +101,11 @@ func scanTask(row scanner, kind taskd.Kind) (taskd.Task, error) {
 	if err := row.Scan(dest...); err != nil {
 		return t, err
 	}
-	t.Effective, t.Inherited = taskd.Resolve(t.Own, tpl)
 	var err error
 	if t.Rollout, err = parseRollout(rollout); err != nil {
 		return t, err
 	}
+	t.Effective, t.Inherited = taskd.Resolve(t.Own.WithRollout(t.Rollout), tpl)
 	t.Params = json.RawMessage(params)
 	t.StartTime = t.StartTime.UTC()
 	t.SpaceMinutes = int(space.Int64)
