@@ -85,8 +85,9 @@ func TestConfirmedByTheNextFetchOnAnotherNode(t *testing.T) {
 	b.wantState(got.LogID, taskd.StateDone, taskd.ResultSuccess)
 }
 
-// A batch fetch and a plain fetch with nothing else due confirm too, and the
-// confirmation survives a Redis flush (the confirm entry is rebuilt from MySQL).
+// A batch fetch confirms too, and the confirmation survives a Redis flush (the confirm
+// entry is rebuilt from MySQL); once confirmed, a warm empty poll reads nothing from
+// MySQL.
 func TestConfirmedByABatchFetchAfterARedisFlush(t *testing.T) {
 	t.Parallel()
 	svc, b := setup(t)
@@ -105,6 +106,11 @@ func TestConfirmedByABatchFetchAfterARedisFlush(t *testing.T) {
 		t.Fatalf("batch fetch: %+v, want nothing (the occurrence is done for the user)", res.Tasks)
 	}
 	b.wantState(got.LogID, taskd.StateDone, taskd.ResultSuccess)
+
+	// Confirmed, its entry gone: the user's warm empty poll needs no MySQL again.
+	b.mustGetNothing(svc, a) // learns that nothing is open (the flush lost the hint)
+	b.store.DB().Close()
+	b.mustGetNothing(svc, a)
 }
 
 // Past its deadline, an unconfirmed success is a failure with reason unconfirmed: with
