@@ -79,6 +79,7 @@ func (s *Service) confirm(ctx context.Context, uid string, view schedule.View, c
 	for _, d := range settled {
 		if d.State == taskd.StateDone {
 			s.log.DebugContext(ctx, "success confirmed", "uid", uid, "log_id", d.LogID)
+			s.cfg.Metrics.Completed(d.Occurrence.Task.Kind.String(), "confirmed")
 		} else {
 			s.lapsed(ctx, d)
 		}
@@ -96,11 +97,13 @@ func (s *Service) confirm(ctx context.Context, uid string, view schedule.View, c
 	return view, nil
 }
 
-// lapsed logs and counts a success that became a failure for want of a fetch.
+// lapsed logs and counts a success that became a failure for want of a fetch. The
+// completions metric counts a success of a task with confirm_seconds as unconfirmed
+// at its complete, then as confirmed or lapsed.
 func (s *Service) lapsed(ctx context.Context, d *taskd.Dispatch) {
 	s.log.InfoContext(ctx, "success unconfirmed", "uid", d.UID, "log_id", d.LogID,
 		"task_id", d.Occurrence.Task.String(), "state", taskd.DispatchStateName(d.State))
-	s.cfg.Metrics.Completed(d.Occurrence.Task.Kind.String(), taskd.ReasonUnconfirmed)
+	s.cfg.Metrics.Completed(d.Occurrence.Task.Kind.String(), "lapsed")
 }
 
 // SweepUnconfirmed makes every unconfirmed success of sh whose deadline passed a
