@@ -46,7 +46,7 @@ func (s *Service) batch(ctx context.Context, uid, keyHash string, b Batch, cf *c
 	if err != nil {
 		return FetchResult{}, err
 	}
-	if view, err = s.confirm(ctx, uid, view, cf, now); err != nil {
+	if view, err = s.confirm(ctx, uid, view, cf, now, asked); err != nil {
 		return FetchResult{}, err
 	}
 	free, held, err := s.freeSlots(ctx, uid, now)
@@ -58,7 +58,7 @@ func (s *Service) batch(ctx context.Context, uid, keyHash string, b Batch, cf *c
 		if view, err = s.cache.PeekN(ctx, uid, "", now, asked); err != nil {
 			return FetchResult{}, err
 		}
-		if view, err = s.confirm(ctx, uid, view, cf, now); err != nil {
+		if view, err = s.confirm(ctx, uid, view, cf, now, asked); err != nil {
 			return FetchResult{}, err
 		}
 	}

@@ -48,9 +48,10 @@ func takeable(due []schedule.Entry) []schedule.Entry {
 // per request (cf), and returns view without its confirm entries (they are never
 // taken, and never the next due time). The entries of records settled (or settled
 // before by another node or the sweep) leave the heap; the heap is rebuilt when a
-// settling put something on offer: a lapse's retry, or an until_exhausted occurrence
-// the user may take again.
-func (s *Service) confirm(ctx context.Context, uid string, view schedule.View, cf *confirming, now time.Time) (schedule.View, error) {
+// settling put something on offer (a lapse's retry, or an until_exhausted occurrence
+// the user may take again), and then peeked again, up to n due entries, so that this
+// very fetch may take it.
+func (s *Service) confirm(ctx context.Context, uid string, view schedule.View, cf *confirming, now time.Time, n int) (schedule.View, error) {
 	var entries []schedule.Entry
 	for _, e := range view.Due {
 		if e.Confirm {
@@ -90,8 +91,14 @@ func (s *Service) confirm(ctx context.Context, uid string, view schedule.View, c
 		// (or the heap-change feed), as after an expiry.
 		if err := s.invalidateUser(ctx, uid); err != nil {
 			s.log.WarnContext(ctx, "cache update after a confirmation failed", "uid", uid, "err", err)
+			return view, nil
 		}
-		return view, nil
+		again, err := s.cache.PeekN(ctx, uid, "", now, n)
+		if err != nil {
+			return view, err
+		}
+		again.Due = takeable(again.Due)
+		return again, nil
 	}
 	s.pop(ctx, uid, popped)
 	return view, nil

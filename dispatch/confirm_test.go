@@ -234,3 +234,34 @@ func TestRolloutGateCountsConfirmedSuccessesOnly(t *testing.T) {
 		t.Fatalf("after the confirmation: %+v, state %s gate_failed %v; want 1 succeeded, the gate passed (waiting)", f, v.Status.State, v.Status.GateFailed)
 	}
 }
+
+// An until_exhausted occurrence is not taken again by its user while a success of it
+// waits for its confirmation (it may yet be retried); the fetch that confirms it takes
+// it again at once. A lapse whose retry is due at once is taken by the fetch that
+// finds it lapsed.
+func TestConfirmationPutsTheOccurrenceBackOnOffer(t *testing.T) {
+	t.Parallel()
+	svc, b := setup(t)
+	key := b.task("uid_c4", t0, confirmSeconds(60), quota(5), mode(taskd.ModeUntilExhausted), attempts(2, 0))
+	a := b.agent("c4")
+	first := b.mustGet(svc, a, key)
+	res, err := svc.CompleteAndFetch(b.ctx, a.uid, a.hash, first.LogID, taskd.ResultSuccess, nil, 0)
+	if err != nil || res.Task != nil {
+		t.Fatalf("the fetch carrying the success: %+v, %v; want nothing while it is unconfirmed", res.Task, err)
+	}
+	b.clock.Advance(time.Second)
+	second := b.mustGet(svc, a, key) // confirms the first, and takes the occurrence again
+	if second.LogID == first.LogID || second.Redo {
+		t.Fatalf("second take: %+v", second)
+	}
+	b.wantState(first.LogID, taskd.StateDone, taskd.ResultSuccess)
+
+	b.complete(svc, a, second.LogID, taskd.ResultSuccess)
+	b.clock.Advance(2 * time.Minute)
+	retry := b.mustGet(svc, a, key) // finds the second lapsed, and takes its retry
+	if retry.Attempt != 2 {
+		t.Fatalf("after the lapse: %+v, want the retry (attempt 2)", retry)
+	}
+	b.wantState(second.LogID, taskd.StateRetried, taskd.ResultFailure)
+	b.wantClaimed(2)
+}

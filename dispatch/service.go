@@ -240,7 +240,7 @@ func (s *Service) fetch(ctx context.Context, uid, keyHash string, cf *confirming
 // of the user dispatched first: that one is handed out, or, if it is finished already,
 // the heap is looked at again.
 func (s *Service) fetchFrom(ctx context.Context, uid string, view schedule.View, now time.Time, cf *confirming) (FetchResult, error) {
-	view, err := s.confirm(ctx, uid, view, cf, now)
+	view, err := s.confirm(ctx, uid, view, cf, now, singlePeek)
 	if err != nil {
 		return FetchResult{}, err
 	}
