@@ -115,6 +115,7 @@ func (c *Claim) NewDispatch(logID string, now time.Time) *Dispatch {
 		DispatchedAt:    now,
 		Slot:            c.Take.OpenSlot(),
 		RolloutPhase:    t.rolloutPhase(),
+		ConfirmSeconds:  t.Settings.ConfirmSeconds,
 		Judged:          t.Judged,
 	}
 }
@@ -421,5 +422,6 @@ func (d *Dispatch) NextAttempt(logID string, t *ClaimTask, take Take, now time.T
 	next.MaxAttempts = MaxAttemptsOf(t.Settings.MaxAttempts)
 	next.BackoffSeconds, next.RetryMultiplier = t.Settings.RetryBackoffSeconds, t.Settings.RetryMultiplier
 	next.RetryMaxSeconds = t.Settings.RetryMaxSeconds
+	next.ConfirmSeconds, next.ConfirmBy = t.Settings.ConfirmSeconds, nil
 	return &next
 }

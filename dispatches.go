@@ -14,19 +14,20 @@ import (
 // dispatchStateNames are the states as the API names them. A failed attempt that the
 // next attempt superseded (StateRetried) is "failed": that is what happened to it.
 var dispatchStateNames = map[DispatchState]string{
-	StateOpen:      "open",
-	StateRetryWait: "retry_wait",
-	StateDone:      "done",
-	StateExpired:   "expired",
-	StateRetried:   "failed",
-	StateDead:      "dead",
-	StateCancelled: "cancelled",
-	StateStaged:    "staged",
+	StateOpen:        "open",
+	StateRetryWait:   "retry_wait",
+	StateDone:        "done",
+	StateExpired:     "expired",
+	StateRetried:     "failed",
+	StateDead:        "dead",
+	StateCancelled:   "cancelled",
+	StateStaged:      "staged",
+	StateUnconfirmed: "unconfirmed",
 }
 
 // dispatchStateOrder is the order error messages list the state names in.
 var dispatchStateOrder = []DispatchState{StateOpen, StateRetryWait, StateDone, StateRetried, StateExpired,
-	StateDead, StateCancelled, StateStaged}
+	StateDead, StateCancelled, StateStaged, StateUnconfirmed}
 
 // DispatchStateName is the API's name of a record's state ("" for none it knows).
 func DispatchStateName(s DispatchState) string { return dispatchStateNames[s] }
@@ -119,6 +120,9 @@ type DispatchRecord struct {
 	// Final says the record died of a final failure ("retry": false), attempts left or
 	// not.
 	Final bool `json:"final,omitempty"`
+	// ConfirmBy is, on a success of a task with confirm_seconds, when its user had to
+	// fetch again for it to count (state unconfirmed until then); null for none.
+	ConfirmBy *time.Time `json:"confirm_by"`
 }
 
 // DispatchChange is an admin's change to one dispatch record (expire, retry, cancel) as

@@ -18,7 +18,15 @@ const (
 	StateDead      DispatchState = 6 // the last attempt failed (result set) or expired (no result); slot kept
 	StateCancelled DispatchState = 7 // its task was deleted while it was open or waiting
 	StateStaged    DispatchState = 8 // a stage completed; the next (NextStage) waits until RetryAt (slot kept)
+	// StateUnconfirmed: a success of a task with confirm_seconds, waiting (beside the
+	// user's slot, slot kept, no result yet) for the user's next fetch until ConfirmBy;
+	// confirmed it is done, past ConfirmBy a failure (ReasonUnconfirmed).
+	StateUnconfirmed DispatchState = 9
 )
+
+// ReasonUnconfirmed is the reason of a success that became a failure because its user
+// did not fetch again within confirm_seconds.
+const ReasonUnconfirmed = "unconfirmed"
 
 // Result is a completion's outcome.
 type Result uint8
@@ -101,6 +109,10 @@ type Dispatch struct {
 	// RolloutPhase is the rollout phase (1-based) the dispatch was claimed in, which its
 	// gate counts it in; 0: its task had no rollout.
 	RolloutPhase int
+	// ConfirmSeconds is the task's confirm_seconds when the dispatch was claimed (0:
+	// none), and ConfirmBy, on a success waiting for its confirmation, its deadline.
+	ConfirmSeconds int
+	ConfirmBy      *time.Time
 	// Judged says its template had a result schema when it was claimed: a success is
 	// checked against it at the complete. Reason says why a success counted as a
 	// failure ("" for none).
@@ -217,7 +229,8 @@ func CompleteBlocked(d *Dispatch, uid string, now time.Time) (outcome CompleteOu
 	switch {
 	case d == nil || d.UID != uid:
 		return Stale, false
-	case d.State == StateDone, d.State == StateRetryWait, d.State == StateRetried, d.State == StateStaged:
+	case d.State == StateDone, d.State == StateRetryWait, d.State == StateRetried, d.State == StateStaged,
+		d.State == StateUnconfirmed:
 		return AlreadyDone, false
 	case d.State == StateDead && d.Result == 0:
 		return Stale, false // it died by expiring: the complete came too late
@@ -234,7 +247,11 @@ func CompleteBlocked(d *Dispatch, uid string, now time.Time) (outcome CompleteOu
 // Finish applies a complete's result to an open record at now: a failure with
 // attempts left waits for its retry (StateRetryWait, RetryAt set) and the outcome is
 // RetryScheduled; otherwise the record is done (a success) or dead (a failure on the
-// last attempt, or a final failure on any: Final set) and the outcome is Completed.
+// last attempt, or a final failure on any: Final set) and the outcome is Completed. A
+// success of a record with ConfirmSeconds is unconfirmed instead, without a result
+// until it is confirmed (Confirm) or its deadline, ConfirmBy, passes (Lapse); the
+// outcome is Completed: the user is done with the occurrence either way (see
+// ConfirmStep).
 func (d *Dispatch) Finish(result Result, now time.Time) CompleteOutcome {
 	d.Final = result == ResultFinalFailure
 	if d.Final {
@@ -242,6 +259,11 @@ func (d *Dispatch) Finish(result Result, now time.Time) CompleteOutcome {
 	}
 	d.Result = result
 	d.FinishedAt = &now
+	if result == ResultSuccess && d.ConfirmSeconds > 0 {
+		by := now.Add(time.Duration(d.ConfirmSeconds) * time.Second)
+		d.State, d.Result, d.ConfirmBy = StateUnconfirmed, 0, &by
+		return Completed
+	}
 	if result == ResultFailure && d.AttemptsLeft() && !d.Final {
 		retryAt := now.Add(RetryBackoff(d.BackoffSeconds, d.RetryMultiplier, d.RetryMaxSeconds, d.Attempt))
 		d.State, d.RetryAt = StateRetryWait, &retryAt
@@ -252,6 +274,56 @@ func (d *Dispatch) Finish(result Result, now time.Time) CompleteOutcome {
 		d.State = StateDead
 	}
 	return Completed
+}
+
+// Confirmed success. A success of a task with confirm_seconds counts only once its
+// user fetches again within confirm_seconds after the complete (the device came back:
+// after a reboot, after an update). Meanwhile the user is done with the occurrence, as
+// after any success: its open slot is free (the agent takes other tasks), its cursor
+// and exclude set moved, the quota slot (and a once_per_user hold) stays taken, and
+// the occurrence is not offered to it again; the record waits beside the slot
+// (waiting_uid), which puts a confirm entry at the front of the user's heap, so that
+// only a fetch of a user with one looks at MySQL for it. The first fetch that began
+// after the complete confirms it: the record is done, a success (for stats, gates and
+// events from then on). Past ConfirmBy it lapses: a failure with ReasonUnconfirmed,
+// like any failure retried after its backoff while attempts are left (the retry comes
+// back through the user's heap, on the same quota slot, whatever the cursor), dead
+// otherwise.
+
+// ConfirmStep is what a fetch does to one of its user's unconfirmed successes.
+type ConfirmStep uint8
+
+const (
+	ConfirmWait  ConfirmStep = iota + 1 // completed since the fetch began: a later fetch confirms it
+	ConfirmNow                          // the fetch confirms it: done, a success
+	ConfirmLapse                        // its deadline passed: a failure (Lapse)
+)
+
+// ConfirmStep decides what a fetch of d's user that began at began does to d, an
+// unconfirmed success, at now. A fetch that began before the complete (the one that
+// carried it, or a long poll already waiting) is not the user coming back.
+func (d *Dispatch) ConfirmStep(began, now time.Time) ConfirmStep {
+	switch {
+	case d.ConfirmBy != nil && now.After(*d.ConfirmBy):
+		return ConfirmLapse
+	case d.FinishedAt != nil && !d.FinishedAt.Before(began):
+		return ConfirmWait
+	}
+	return ConfirmNow
+}
+
+// Confirm makes the unconfirmed success d a success at now: done, with its result, and
+// finished (its complete event's time) now.
+func (d *Dispatch) Confirm(now time.Time) {
+	d.State, d.Result, d.FinishedAt = StateDone, ResultSuccess, &now
+}
+
+// Lapse makes the unconfirmed success d, whose deadline passed, a failure at now with
+// ReasonUnconfirmed, as Finish makes any failure: retried after its backoff while
+// attempts are left (RetryScheduled), dead otherwise (Completed).
+func (d *Dispatch) Lapse(now time.Time) CompleteOutcome {
+	d.Reason = ReasonUnconfirmed
+	return d.Finish(ResultFailure, now)
 }
 
 // FinishStage applies a complete that hands the occurrence on to stage next, with

@@ -15,8 +15,8 @@ const (
 )
 
 // OutcomeFigures are a task's dispatches as its outcome counts them: Claimed, the
-// slots taken of its (once) occurrence; Unfinished, those open, waiting for a retry or
-// between stages; Succeeded; Dead.
+// slots taken of its (once) occurrence; Unfinished, those open, waiting for a retry,
+// between stages or for their confirmation; Succeeded; Dead.
 type OutcomeFigures struct {
 	Claimed    int
 	Unfinished int

@@ -35,9 +35,10 @@ type Rollout struct {
 	// multiplied by RateFactor at each phase after it.
 	RatePerMinute int     `json:"rate_per_minute,omitempty"`
 	RateFactor    float64 `json:"rate_factor,omitempty"`
-	// ConfirmSeconds, when set, makes a success count for the gate only once the agent
-	// confirms it (a complete with confirm, or its next fetch) within that many seconds;
-	// unconfirmed by then, it counts as a failure.
+	// ConfirmSeconds, when set, is the task's confirm_seconds unless the task sets its
+	// own (Settings.WithRollout): a success counts, for the gate as everywhere, only
+	// once its user fetches again within that many seconds; unconfirmed by then, it is a
+	// failure.
 	ConfirmSeconds int `json:"confirm_seconds,omitempty"`
 }
 
@@ -163,8 +164,8 @@ func (r Rollout) Validate(quota int) error {
 		return bad("rate_per_minute: at least 0, got %d", r.RatePerMinute)
 	case r.RateFactor < 0 || r.RateFactor > 100 || math.IsNaN(r.RateFactor):
 		return bad("rate_factor: between 0 and 100, got %v", r.RateFactor)
-	case r.ConfirmSeconds < 0 || r.ConfirmSeconds > MaxLeaseSeconds:
-		return bad("confirm_seconds: between 0 and %d, got %d", MaxLeaseSeconds, r.ConfirmSeconds)
+	case r.ConfirmSeconds < 0 || r.ConfirmSeconds > MaxConfirmSeconds:
+		return bad("confirm_seconds: between 0 and %d, got %d", MaxConfirmSeconds, r.ConfirmSeconds)
 	}
 	return nil
 }
@@ -248,12 +249,15 @@ func (st RolloutStatus) PhaseNumber() int { return st.Phase + 1 }
 // PhaseFigures are a phase's dispatches: claimed (first attempts), and of the finished
 // ones, the successes and the failures (failures, expiries, deaths, results the
 // template's result schema refused, successes left unconfirmed). Open ones, and
-// successes waiting for their confirmation, are not finished.
+// successes waiting for their confirmation (Unconfirmed), are not finished.
 type PhaseFigures struct {
 	Claimed   int `json:"claimed"`
 	Finished  int `json:"finished"`
 	Succeeded int `json:"succeeded"`
 	Failed    int `json:"failed"`
+	// Unconfirmed are the successes whose user has not fetched again yet
+	// (confirm_seconds): the gate counts each once it is confirmed, or a failure.
+	Unconfirmed int `json:"unconfirmed"`
 }
 
 // GateVerdict is what a gate says of a phase's figures.

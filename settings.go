@@ -16,6 +16,7 @@ type Settings struct {
 	RetryMultiplier       *float64 `json:"retry_multiplier"`
 	RetryMaxSeconds       *int     `json:"retry_max_seconds"`
 	DispatchRatePerMinute *int     `json:"dispatch_rate_per_minute"`
+	ConfirmSeconds        *int     `json:"confirm_seconds"`
 }
 
 // Effective are the settings a task's dispatches get.
@@ -33,6 +34,10 @@ type Effective struct {
 	// DispatchRatePerMinute bounds how many dispatches of the task start per minute
 	// (0: no bound).
 	DispatchRatePerMinute int `json:"dispatch_rate_per_minute"`
+	// ConfirmSeconds, when above 0, makes a success count only once the same user
+	// fetches again within that many seconds after its complete (ConfirmBy); 0: a
+	// success counts at once.
+	ConfirmSeconds int `json:"confirm_seconds"`
 }
 
 // The server's defaults for what neither a task nor its template sets.
@@ -48,6 +53,8 @@ const (
 	MaxRetryMultiplier = 10.0
 	MaxRatePerMinute   = 1_000_000
 	MaxStages          = 32
+	// MaxConfirmSeconds bounds confirm_seconds: a year, as a lease.
+	MaxConfirmSeconds = MaxLeaseSeconds
 )
 
 // Resolve gives the effective settings of a task with own settings whose template has
@@ -81,6 +88,7 @@ func Resolve(own, tpl Settings) (e Effective, inherited []string) {
 	}
 	e.RetryMaxSeconds = pick("retry_max_seconds", own.RetryMaxSeconds, tpl.RetryMaxSeconds, DefaultRetryMaxSeconds)
 	e.DispatchRatePerMinute = pick("dispatch_rate_per_minute", own.DispatchRatePerMinute, tpl.DispatchRatePerMinute, 0)
+	e.ConfirmSeconds = pick("confirm_seconds", own.ConfirmSeconds, tpl.ConfirmSeconds, 0)
 	if inherited == nil {
 		inherited = []string{}
 	}
@@ -104,8 +112,22 @@ func (s Settings) Validate() error {
 		return bad("retry_max_seconds: must be 0..%d, got %d", MaxBackoffSeconds, *s.RetryMaxSeconds)
 	case !in(s.DispatchRatePerMinute, 0, MaxRatePerMinute):
 		return bad("dispatch_rate_per_minute: must be 0..%d (0: no bound), got %d", MaxRatePerMinute, *s.DispatchRatePerMinute)
+	case !in(s.ConfirmSeconds, 0, MaxConfirmSeconds):
+		return bad("confirm_seconds: must be 0..%d (0: a success counts at once), got %d", MaxConfirmSeconds, *s.ConfirmSeconds)
 	}
 	return nil
+}
+
+// WithRollout is s, a task's own settings, with its rollout r's confirm_seconds when r
+// sets one and s does not: a rollout's confirm_seconds (which a rollout took before a
+// task could set one) is the default of its task's, so the task's own value wins over
+// it, and it wins over the template's. A task without a rollout keeps s.
+func (s Settings) WithRollout(r *Rollout) Settings {
+	if r != nil && r.ConfirmSeconds > 0 && s.ConfirmSeconds == nil {
+		c := r.ConfirmSeconds
+		s.ConfirmSeconds = &c
+	}
+	return s
 }
 
 // stagePattern is what a stage name may look like.

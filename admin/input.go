@@ -70,11 +70,12 @@ type settingsRequest struct {
 	RetryMultiplier       *reqFloat `json:"retry_multiplier"`
 	RetryMaxSeconds       *reqInt   `json:"retry_max_seconds"`
 	DispatchRatePerMinute *reqInt   `json:"dispatch_rate_per_minute"`
+	ConfirmSeconds        *reqInt   `json:"confirm_seconds"`
 }
 
 // settingsFields are the members of settingsRequest.
 var settingsFields = []string{"lease_seconds", "max_attempts", "retry_backoff_seconds", "retry_multiplier",
-	"retry_max_seconds", "dispatch_rate_per_minute"}
+	"retry_max_seconds", "dispatch_rate_per_minute", "confirm_seconds"}
 
 // settings checks each setting present against its range.
 func (req settingsRequest) settings() (taskd.Settings, error) {
@@ -95,6 +96,8 @@ func (req settingsRequest) settings() (taskd.Settings, error) {
 		opt(&s.RetryMaxSeconds, req.RetryMaxSeconds, "retry_max_seconds", 0, maxBackoffSeconds, "0..86400 (at most a day)"),
 		opt(&s.DispatchRatePerMinute, req.DispatchRatePerMinute, "dispatch_rate_per_minute", 0, taskd.MaxRatePerMinute,
 			"0..1000000 (0: no bound)"),
+		opt(&s.ConfirmSeconds, req.ConfirmSeconds, "confirm_seconds", 0, taskd.MaxConfirmSeconds,
+			"0..31536000 (0: a success counts at once; at most a year)"),
 	} {
 		if err != nil {
 			return s, err
@@ -115,7 +118,8 @@ func (req settingsRequest) settings() (taskd.Settings, error) {
 func settingsDoc(s taskd.Settings, doc map[string]any) {
 	for name, v := range map[string]any{"lease_seconds": s.LeaseSeconds, "max_attempts": s.MaxAttempts,
 		"retry_backoff_seconds": s.RetryBackoffSeconds, "retry_multiplier": s.RetryMultiplier,
-		"retry_max_seconds": s.RetryMaxSeconds, "dispatch_rate_per_minute": s.DispatchRatePerMinute} {
+		"retry_max_seconds": s.RetryMaxSeconds, "dispatch_rate_per_minute": s.DispatchRatePerMinute,
+		"confirm_seconds": s.ConfirmSeconds} {
 		switch p := v.(type) {
 		case *int:
 			if p != nil {

@@ -45,8 +45,8 @@ var (
 	editableFields = map[string]bool{"executor": true, "start_time": true, "template_id": true, "params": true,
 		"dispatch_times": true, "mode": true, "priority": true, "status": true, "lease_seconds": true,
 		"max_attempts": true, "retry_backoff_seconds": true, "retry_multiplier": true, "retry_max_seconds": true,
-		"dispatch_rate_per_minute": true, "space_minutes": true, "cron": true, "time_zone": true, "end_time": true,
-		"rollout": true, "windows": true}
+		"dispatch_rate_per_minute": true, "confirm_seconds": true, "space_minutes": true, "cron": true, "time_zone": true,
+		"end_time": true, "rollout": true, "windows": true}
 	serverFields = map[string]bool{"id": true, "task_id": true, "kind": true, "created_at": true, "updated_at": true,
 		"inherited": true, "own": true, "version": true}
 )

@@ -129,6 +129,9 @@ type rolloutReply struct {
 	Finished     int `json:"finished"`
 	Succeeded    int `json:"succeeded"`
 	Failed       int `json:"failed"`
+	// Unconfirmed are the phase's successes waiting for their user's next fetch
+	// (confirm_seconds): not finished until confirmed (a success) or lapsed (a failure).
+	Unconfirmed int `json:"unconfirmed"`
 	// Gate is what the gate says of them now: pending, passed or failed.
 	Gate           string     `json:"gate"`
 	GateFailed     bool       `json:"gate_failed"`
@@ -146,7 +149,7 @@ type rolloutReply struct {
 func viewRollout(v taskd.RolloutView) rolloutReply {
 	r := rolloutReply{TaskID: v.TaskID, State: v.Status.State, Phase: v.Status.PhaseNumber(), Phases: len(v.Rollout.Phases),
 		Quota: v.Quota, Claimed: v.Claimed, PhaseClaimed: v.Figures.Claimed, Finished: v.Figures.Finished,
-		Succeeded: v.Figures.Succeeded, Failed: v.Figures.Failed, Gate: v.Rollout.Gate.Verdict(v.Figures).String(),
+		Succeeded: v.Figures.Succeeded, Failed: v.Figures.Failed, Unconfirmed: v.Figures.Unconfirmed, Gate: v.Rollout.Gate.Verdict(v.Figures).String(),
 		GateFailed: v.Status.GateFailed, PhaseStartedAt: v.Status.PhaseStartedAt, BakeUntil: v.Status.BakeUntil,
 		MayAdvanceAt: v.Status.BakeUntil, Rollout: v.Rollout, History: v.History}
 	if v.Cap >= 0 {

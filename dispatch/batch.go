@@ -31,17 +31,22 @@ func (s *Service) FetchBatch(ctx context.Context, uid, keyHash string, b Batch, 
 	if keyHash == "" {
 		return FetchResult{}, taskd.Errorf(taskd.CodeUnauthenticated, "missing client key")
 	}
+	cf := s.confirming()
 	return s.counted(s.poll(ctx, wait, func(round context.Context) (FetchResult, error) {
-		return s.batch(round, uid, keyHash, b)
+		return s.batch(round, uid, keyHash, b, cf)
 	}))
 }
 
-// batch is one round of a batch fetch.
-func (s *Service) batch(ctx context.Context, uid, keyHash string, b Batch) (FetchResult, error) {
+// batch is one round of a batch fetch; cf is the request's part in confirming its
+// user's successes.
+func (s *Service) batch(ctx context.Context, uid, keyHash string, b Batch, cf *confirming) (FetchResult, error) {
 	now := s.now()
 	asked := s.peekSize(b.Max, 0)
 	view, err := s.cache.PeekN(ctx, uid, keyHash, now, asked)
 	if err != nil {
+		return FetchResult{}, err
+	}
+	if view, err = s.confirm(ctx, uid, view, cf, now, asked); err != nil {
 		return FetchResult{}, err
 	}
 	free, held, err := s.freeSlots(ctx, uid, now)
@@ -51,6 +56,9 @@ func (s *Service) batch(ctx context.Context, uid, keyHash string, b Batch) (Fetc
 	if free.expired {
 		// An expiry put occurrences back on offer: the heap is rebuilt.
 		if view, err = s.cache.PeekN(ctx, uid, "", now, asked); err != nil {
+			return FetchResult{}, err
+		}
+		if view, err = s.confirm(ctx, uid, view, cf, now, asked); err != nil {
 			return FetchResult{}, err
 		}
 	}

@@ -36,6 +36,16 @@ type Store interface {
 	// ExpiredLeases lists up to limit open dispatches past their lease, of the users
 	// whose hash modulo of is one of parts (of 0: of every user).
 	ExpiredLeases(ctx context.Context, now time.Time, limit, of int, parts []int) ([]string, error)
+	// ConfirmSuccesses settles uid's unconfirmed successes for a fetch of uid that
+	// began at began: confirmed if completed before it, a failure past their deadline;
+	// it returns those it settled and the log ids of those that wait.
+	ConfirmSuccesses(ctx context.Context, uid string, began, now time.Time) ([]*taskd.Dispatch, []string, error)
+	// LapsedConfirms lists up to limit unconfirmed successes past their deadline, of
+	// the users whose hash modulo of is one of parts (of 0: of every user).
+	LapsedConfirms(ctx context.Context, now time.Time, limit, of int, parts []int) ([]string, error)
+	// Lapse makes the unconfirmed success logID a failure if its deadline passed; nil
+	// when there was nothing to do.
+	Lapse(ctx context.Context, logID string, now time.Time) (*taskd.Dispatch, error)
 	// Progress saves a checkpoint of uid's open dispatch logID (nil keeps the last) and,
 	// with extend, pushes its lease out; it returns the lease's end.
 	Progress(ctx context.Context, uid, logID string, checkpoint json.RawMessage, extend bool, now time.Time) (*time.Time, error)

@@ -27,6 +27,22 @@ type fakeStore struct {
 	ExpireFn        func(ctx context.Context, logID string, now time.Time) (*taskd.Dispatch, error)
 	NoteFn          func(ctx context.Context, now time.Time, targets ...string) error
 	SyncFn          func(ctx context.Context, uid string, agent taskd.AgentInfo, matches func(taskd.DynamicGroup, taskd.AgentInfo) bool, now time.Time) (bool, error)
+	ConfirmFn       func(ctx context.Context, uid string, began, now time.Time) ([]*taskd.Dispatch, []string, error)
+}
+
+func (f *fakeStore) ConfirmSuccesses(ctx context.Context, uid string, began, now time.Time) ([]*taskd.Dispatch, []string, error) {
+	if f.ConfirmFn == nil {
+		return nil, nil, unset("ConfirmSuccesses")
+	}
+	return f.ConfirmFn(ctx, uid, began, now)
+}
+
+func (f *fakeStore) LapsedConfirms(context.Context, time.Time, int, int, []int) ([]string, error) {
+	return nil, unset("LapsedConfirms")
+}
+
+func (f *fakeStore) Lapse(context.Context, string, time.Time) (*taskd.Dispatch, error) {
+	return nil, unset("Lapse")
 }
 
 func (f *fakeStore) SyncAgentGroups(ctx context.Context, uid string, agent taskd.AgentInfo,

@@ -131,7 +131,7 @@ func (s *Service) Fetch(ctx context.Context, uid, keyHash string, wait time.Dura
 	if keyHash == "" {
 		return FetchResult{}, taskd.Errorf(taskd.CodeUnauthenticated, "missing client key")
 	}
-	return s.counted(s.longPoll(ctx, uid, keyHash, wait, nil))
+	return s.counted(s.longPoll(ctx, uid, keyHash, wait, nil, s.confirming()))
 }
 
 // counted records a fetch's outcome in the metrics.
@@ -159,17 +159,18 @@ type peeked struct {
 }
 
 // longPoll fetches in rounds until a task is due or wait runs out; first, if not nil,
-// is the first round's view.
-func (s *Service) longPoll(ctx context.Context, uid, keyHash string, wait time.Duration, first *peeked) (FetchResult, error) {
+// is the first round's view. cf is the request's part in confirming its user's
+// successes, for every round.
+func (s *Service) longPoll(ctx context.Context, uid, keyHash string, wait time.Duration, first *peeked, cf *confirming) (FetchResult, error) {
 	return s.poll(ctx, wait, func(round context.Context) (FetchResult, error) {
 		if first == nil {
-			return s.fetch(round, uid, keyHash)
+			return s.fetch(round, uid, keyHash, cf)
 		}
 		if first.stale {
 			first = nil
-			return s.fetch(round, uid, "")
+			return s.fetch(round, uid, "", cf)
 		}
-		res, err := s.fetchFrom(round, uid, first.view, s.now())
+		res, err := s.fetchFrom(round, uid, first.view, s.now(), cf)
 		if err == nil && res.Task == nil && first.completed != "" {
 			// Nothing was dispatched, so nothing overwrote the completed dispatch's
 			// hint.
@@ -223,22 +224,26 @@ func (s *Service) poll(ctx context.Context, wait time.Duration, fetch func(round
 	}
 }
 
-func (s *Service) fetch(ctx context.Context, uid, keyHash string) (FetchResult, error) {
+func (s *Service) fetch(ctx context.Context, uid, keyHash string, cf *confirming) (FetchResult, error) {
 	now := s.now()
 	view, err := s.cache.PeekN(ctx, uid, keyHash, now, singlePeek)
 	if err != nil {
 		return FetchResult{}, err
 	}
-	return s.fetchFrom(ctx, uid, view, now)
+	return s.fetchFrom(ctx, uid, view, now, cf)
 }
 
-// fetchFrom is a fetch's work after its peek gave view: the user's open dispatch, if
-// any, first (the cached hint only says whether to look; MySQL says what is open);
-// else the take loop into slot 1. A slot found taken there means another request of the
-// user dispatched first: that one is handed out, or, if it is finished already, the
-// heap is looked at again.
-func (s *Service) fetchFrom(ctx context.Context, uid string, view schedule.View, now time.Time) (FetchResult, error) {
-	var err error
+// fetchFrom is a fetch's work after its peek gave view: the user's successes waiting
+// for a fetch confirmed, if the view shows any (confirm); then the user's open
+// dispatch, if any (the cached hint only says whether to look; MySQL says what is
+// open); else the take loop into slot 1. A slot found taken there means another request
+// of the user dispatched first: that one is handed out, or, if it is finished already,
+// the heap is looked at again.
+func (s *Service) fetchFrom(ctx context.Context, uid string, view schedule.View, now time.Time, cf *confirming) (FetchResult, error) {
+	view, err := s.confirm(ctx, uid, view, cf, now, singlePeek)
+	if err != nil {
+		return FetchResult{}, err
+	}
 	if view.Open.State != schedule.OpenNone {
 		res, done, err := s.resumeOpen(ctx, uid, view.Open, now, view)
 		if err != nil || done {
@@ -480,6 +485,9 @@ func (s *Service) CompleteAndFetch(ctx context.Context, uid, keyHash, logID stri
 	if keyHash == "" {
 		return FetchResult{}, taskd.Errorf(taskd.CodeUnauthenticated, "missing client key")
 	}
+	// The request began before its complete: its fetch does not confirm that complete's
+	// success (the agent has not come back yet), only earlier ones.
+	cf := s.confirming()
 	bounded, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	view, err := s.cache.PeekN(bounded, uid, keyHash, s.now(), singlePeek)
@@ -496,7 +504,7 @@ func (s *Service) CompleteAndFetch(ctx context.Context, uid, keyHash, logID stri
 		if view.Next != nil && !view.Next.DueAt.After(s.now()) {
 			first = &peeked{stale: true} // a task came due meanwhile
 		}
-		return s.counted(s.longPoll(ctx, uid, keyHash, wait, first))
+		return s.counted(s.longPoll(ctx, uid, keyHash, wait, first, cf))
 	}
 	outcome, invalidated, err := s.complete(bounded, uid, logID, result, detail, false)
 	if err != nil {
@@ -508,7 +516,7 @@ func (s *Service) CompleteAndFetch(ctx context.Context, uid, keyHash, logID stri
 		if outcome != taskd.AlreadyDone {
 			s.clearOpen(bounded, uid, schedule.OpenIs(logID))
 		}
-		return s.counted(s.longPoll(ctx, uid, keyHash, wait, &peeked{stale: true}))
+		return s.counted(s.longPoll(ctx, uid, keyHash, wait, &peeked{stale: true}, cf))
 	}
 	first := &peeked{view: view}
 	if hintIsCompleted && outcome == taskd.Completed {
@@ -516,7 +524,7 @@ func (s *Service) CompleteAndFetch(ctx context.Context, uid, keyHash, logID stri
 		// unknown hint stays unknown (the fetch asks MySQL), and none stays none.
 		first.view.Open, first.completed = schedule.NoneOpen, logID
 	}
-	return s.counted(s.longPoll(ctx, uid, keyHash, wait, first))
+	return s.counted(s.longPoll(ctx, uid, keyHash, wait, first, cf))
 }
 
 // complete records uid's complete of logID in MySQL and brings the cache up to date:
@@ -568,11 +576,21 @@ func (s *Service) finish(ctx context.Context, uid, logID string, clearHint bool,
 		}
 	}
 	if outcome == taskd.Completed || outcome == taskd.RetryScheduled || outcome == taskd.StageDone {
-		s.cfg.Metrics.Completed(d.Occurrence.Task.Kind.String(), d.Result.String())
+		result := d.Result.String()
+		if d.State == taskd.StateUnconfirmed {
+			result = taskd.DispatchStateName(d.State)
+		}
+		s.cfg.Metrics.Completed(d.Occurrence.Task.Kind.String(), result)
 	}
 	switch outcome {
 	case taskd.Completed:
 		clear()
+		if d.State == taskd.StateUnconfirmed {
+			// The success waits beside the slot for the user's next fetch: the
+			// rebuild puts its confirm entry at the front of the user's heap, on
+			// every node's next peek.
+			return outcome, true, s.invalidateUser(ctx, uid)
+		}
 		if d.Mode == taskd.ModeUntilExhausted && d.State == taskd.StateDone && (d.Attempt > 1 || d.Stage != "" || d.Resumed) {
 			// The occurrence stays on offer to this user while quota lasts. A first
 			// attempt's heap entry stayed in place (staysOnOffer); a later attempt came
@@ -588,7 +606,7 @@ func (s *Service) finish(ctx context.Context, uid, logID string, clearHint bool,
 		clear()
 		return outcome, true, s.invalidateUser(ctx, uid)
 	case taskd.AlreadyDone:
-		if d != nil && (d.State == taskd.StateRetryWait || d.State == taskd.StateStaged) {
+		if d != nil && (d.State == taskd.StateRetryWait || d.State == taskd.StateStaged || d.State == taskd.StateUnconfirmed) {
 			// A repeat of a complete whose cache update failed: make sure the retry is
 			// in the heap.
 			return outcome, true, s.invalidateUser(ctx, uid)

@@ -50,7 +50,7 @@ func (s *Service) SweepExpired(ctx context.Context, sh Shards) (int, error) {
 }
 
 // RunSweeper sweeps every interval, the shards shards says at the time, until ctx is
-// done.
+// done: expired leases, then unconfirmed successes past their deadline.
 func (s *Service) RunSweeper(ctx context.Context, interval time.Duration, shards func() Shards) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -59,10 +59,16 @@ func (s *Service) RunSweeper(ctx context.Context, interval time.Duration, shards
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if n, err := s.SweepExpired(ctx, shards()); err != nil && ctx.Err() == nil {
+			sh := shards()
+			if n, err := s.SweepExpired(ctx, sh); err != nil && ctx.Err() == nil {
 				s.log.WarnContext(ctx, "lease sweep failed", "err", err)
 			} else if n > 0 {
 				s.log.InfoContext(ctx, "leases expired", "count", n)
+			}
+			if n, err := s.SweepUnconfirmed(ctx, sh); err != nil && ctx.Err() == nil {
+				s.log.WarnContext(ctx, "unconfirmed success sweep failed", "err", err)
+			} else if n > 0 {
+				s.log.InfoContext(ctx, "successes unconfirmed", "count", n)
 			}
 		}
 	}

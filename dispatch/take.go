@@ -56,7 +56,7 @@ func (s *Service) takeInto(ctx context.Context, uid string, view schedule.View, 
 	slot1 := "" // the log id dispatched into slot 1, for the single fetch's hint
 	tried := map[schedule.Entry]bool{}
 	var after []time.Time // the next occurrences, not yet due, of the entries popped
-	walk := slices.Clone(view.Due)
+	walk := takeable(view.Due)
 	later := func(e schedule.Entry, at time.Time) { // e may be claimed from at on: when, as its windows say
 		if open, ok := e.OpenAt(at); ok {
 			after = append(after, open)
@@ -129,7 +129,7 @@ func (s *Service) takeInto(ctx context.Context, uid string, view schedule.View, 
 			if view, err = s.cache.PeekN(ctx, uid, "", now, asked); err != nil {
 				return finish(err)
 			}
-			walk = slices.Clone(view.Due)
+			walk = takeable(view.Due)
 			continue
 		}
 		s.takeAll(ctx, uid, batch, templates, now)

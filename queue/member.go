@@ -20,7 +20,11 @@ func Member(e schedule.Entry) string {
 	b.WriteByte(byte('0' + 9 - e.Priority))
 	b.WriteByte('|')
 	if e.LogID != "" {
-		b.WriteString("d|") // sorts before o and r, as kind 0 does in Less
+		if e.Confirm {
+			b.WriteString("c|") // sorts before d, as a confirm entry does in Less
+		} else {
+			b.WriteString("d|") // sorts before o and r, as kind 0 does in Less
+		}
 		b.WriteString(e.LogID)
 		if e.Windows != "" {
 			b.WriteString("|w=")
@@ -98,11 +102,11 @@ func ParseMember(member string, score int64) (schedule.Entry, error) {
 	}
 	e := schedule.Entry{Priority: 9 - int(parts[0][0]-'0'), DueAt: time.Unix(score, 0).UTC()}
 	switch parts[1] {
-	case "d":
+	case "d", "c":
 		if len(parts) != 3 || parts[2] == "" {
 			return schedule.Entry{}, fmt.Errorf("heap member %q: bad waiting dispatch", member)
 		}
-		e.LogID, e.Windows = parts[2], windows
+		e.LogID, e.Windows, e.Confirm = parts[2], windows, parts[1] == "c"
 		return e, nil
 	case "o":
 		e.Task.Kind = taskd.KindOnce

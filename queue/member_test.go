@@ -3,6 +3,7 @@ package queue
 import (
 	"math/rand/v2"
 	"sort"
+	"strconv"
 	"testing"
 	"time"
 
@@ -29,6 +30,11 @@ func TestMemberOrderMatchesLess(t *testing.T) {
 		if e.Task.Kind == taskd.KindRotate {
 			e.Space = time.Duration(1+rng.IntN(100)) * time.Minute
 		}
+		if rng.IntN(4) == 0 {
+			// A waiting dispatch, or a confirm entry: no task, a log id.
+			e = schedule.Entry{LogID: "L" + strconv.Itoa(1000+rng.IntN(9000)), Confirm: rng.IntN(2) == 0,
+				DueAt: e.DueAt, Priority: e.Priority}
+		}
 		es = append(es, e)
 	}
 	byLess := append([]schedule.Entry(nil), es...)
@@ -42,7 +48,8 @@ func TestMemberOrderMatchesLess(t *testing.T) {
 		return Member(a) < Member(b)
 	})
 	for i := range es {
-		if byLess[i].Task != byRedis[i].Task || !byLess[i].DueAt.Equal(byRedis[i].DueAt) {
+		if byLess[i].Task != byRedis[i].Task || !byLess[i].DueAt.Equal(byRedis[i].DueAt) ||
+			byLess[i].LogID != byRedis[i].LogID || byLess[i].Confirm != byRedis[i].Confirm {
 			t.Fatalf("order differs at %d: Less %v, Redis %v", i, byLess[i], byRedis[i])
 		}
 	}
@@ -59,6 +66,8 @@ func TestMemberRoundTrip(t *testing.T) {
 		{Task: taskd.TaskKey{Kind: taskd.KindOnce, ID: 7}, DueAt: t0, Priority: 2, Windows: "0 1 * * *;UTC;60"},
 		{LogID: "0190aaaa-bbbb-7ccc-8ddd-eeeeffff0000", DueAt: t0, Priority: 2, Windows: "0 1 * * *;UTC;60"},
 		{Task: taskd.TaskKey{Kind: taskd.KindRotate, ID: 8}, DueAt: t0, Priority: 5, Space: time.Hour, Windows: "0 1 * * *;UTC;60"},
+		{LogID: "L1", DueAt: t0, Priority: 3},
+		{LogID: "L2", DueAt: t0, Priority: 9, Confirm: true},
 	} {
 		got, err := ParseMember(Member(e), e.DueAt.Unix())
 		if err != nil {
@@ -69,7 +78,7 @@ func TestMemberRoundTrip(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "x", "4|o", "4|x|1", "4|r|0000000000000000001", "4|r|1|0|0", "4|o|1|2", "4|r|1|60|0|9", "4|d|L1|x", "4|d|",
-		"4|r|1|0|0|w=0 1 * * *;UTC;60", "4|r|1|60|0|c=0 1 * * *;UTC", "4|o|1|x=y"} {
+		"4|r|1|0|0|w=0 1 * * *;UTC;60", "4|r|1|60|0|c=0 1 * * *;UTC", "4|o|1|x=y", "0|c|"} {
 		if _, err := ParseMember(bad, 0); err == nil {
 			t.Errorf("ParseMember(%q): no error", bad)
 		}

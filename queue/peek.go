@@ -43,8 +43,9 @@ import (
 //	           per field.
 const peekLua = `
 -- An occurrence older than the catch-up floor makes the heap stale; a waiting dispatch
--- of the user (member <p>|d|<log_id>) does not: it stays until taken, however old; nor
--- does a once task with windows (<p>|o|<id>|w=...): it waits for one to open.
+-- of the user (member <p>|d|<log_id>, or a confirm entry <p>|c|<log_id>) does not: it
+-- stays until taken, however old; nor does a once task with windows (<p>|o|<id>|w=...):
+-- it waits for one to open.
 local function stale_below(heap, floor)
   local offset = 0
   while true do

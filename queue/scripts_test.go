@@ -159,6 +159,12 @@ func TestPeekScriptStatuses(t *testing.T) {
 			setup: func(e *env) {
 				e.zadd(e.keys.Heap("u1"), waiting("L1", floor.Add(-48*time.Hour), 9), waiting("L2", floor.Add(-time.Second), 1))
 			}},
+		{name: "ok: a confirm entry older than the floor", want: []any{"ok"},
+			setup: func(e *env) {
+				c := waiting("L3", floor.Add(-time.Minute), 9)
+				c.Confirm = true
+				e.zadd(e.keys.Heap("u1"), c)
+			}},
 		{name: "stale: group generation moved", want: []any{"stale", "L9", "g1,g2", "3"},
 			setup: func(e *env) { e.rdb.Incr(e.ctx, e.keys.GenerationOf("g1", "u1")) }},
 		{name: "ok: another copy of a group generation moved", want: []any{"ok"},

@@ -26,6 +26,9 @@ type Entry struct {
 	// its backoff, or an open dispatch parked while its task was paused) that comes back
 	// at DueAt; Task is then zero.
 	LogID string
+	// Confirm, with LogID, makes it a confirm entry: the user's success LogID waits
+	// for a fetch to confirm it. A fetch settles it (it is never taken as a task).
+	Confirm bool
 }
 
 // Occurrence is the entry's occurrence.
@@ -85,6 +88,9 @@ func Less(a, b Entry) bool {
 	}
 	if a.Task.Kind != b.Task.Kind {
 		return a.Task.Kind < b.Task.Kind // a waiting dispatch (kind 0) first
+	}
+	if a.Confirm != b.Confirm {
+		return a.Confirm // a confirm entry before another waiting dispatch
 	}
 	if a.Task.ID != b.Task.ID {
 		return a.Task.ID < b.Task.ID

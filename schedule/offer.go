@@ -52,6 +52,9 @@ type WaitingDispatch struct {
 	At       time.Time // when it may come back
 	Priority int
 	Windows  string // its task's maintenance windows (taskd.Windows.Key): it is resumed only inside one
+	// Confirm makes it a success waiting for the user's next fetch to confirm it
+	// (confirm_seconds): its entry is a confirm entry, due from the offer's start.
+	Confirm bool
 }
 
 // EffectiveCursor is where a user's offer starts: its cursor, but never more than
@@ -115,7 +118,9 @@ func Offer(src Source, from, until time.Time) []Entry {
 		out = append(out, e)
 	}
 	// A waiting dispatch is offered from its time (rounded up to whole seconds), but
-	// never before from: it is the user's own, however old.
+	// never before from: it is the user's own, however old. A confirm entry (its time
+	// zero, priority 9) is so at from, ahead of every task's entry: a fetch finds it
+	// among the first it peeks at, however many tasks are due.
 	for _, w := range src.Waiting {
 		at := w.At.Truncate(time.Second)
 		if at.Before(w.At) {
@@ -127,7 +132,7 @@ func Offer(src Source, from, until time.Time) []Entry {
 		if !at.Before(until) {
 			continue
 		}
-		out = append(out, Entry{LogID: w.LogID, DueAt: at, Priority: w.Priority, Windows: w.Windows})
+		out = append(out, Entry{LogID: w.LogID, DueAt: at, Priority: w.Priority, Windows: w.Windows, Confirm: w.Confirm})
 	}
 	return out
 }

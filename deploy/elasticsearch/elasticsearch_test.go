@@ -49,6 +49,9 @@ func TestIndexTemplateMapsEveryEventField(t *testing.T) {
 		"event_id": "keyword", "type": "keyword", "log_id": "keyword", "uid": "keyword",
 		"task_id": "keyword", "kind": "keyword", "due_at": "date", "attempt": "integer",
 		"result": "keyword", "latency_ms": "long", "final": "boolean", "node": "keyword", "at": "date",
+		// Why a success counted as a failure (a result schema's verdict, or
+		// "unconfirmed"), and a rollout event's unconfirmed successes.
+		"reason": "keyword", "unconfirmed": "integer",
 	} {
 		if fields[name] != typ {
 			t.Errorf("field %s mapped as %q, want %q", name, fields[name], typ)

@@ -348,18 +348,18 @@ func (c *Console) renderTaskForm(w http.ResponseWriter, r *http.Request, status 
 // taskFields are the form fields of a task, in the API's names.
 var taskFields = []string{"executor", "start_time", "template_id", "params", "priority",
 	"dispatch_times", "mode", "status", "space_minutes", "cron", "time_zone", "end_time", "lease_seconds", "max_attempts",
-	"retry_backoff_seconds", "retry_multiplier", "retry_max_seconds", "dispatch_rate_per_minute"}
+	"retry_backoff_seconds", "retry_multiplier", "retry_max_seconds", "dispatch_rate_per_minute", "confirm_seconds"}
 
 // inheritable are the task's settings a template may give: the form shows a task's
 // own value, and a field left empty inherits (or takes the server's default).
 var inheritable = []string{"lease_seconds", "max_attempts", "retry_backoff_seconds", "retry_multiplier",
-	"retry_max_seconds", "dispatch_rate_per_minute"}
+	"retry_max_seconds", "dispatch_rate_per_minute", "confirm_seconds"}
 
 // shownFields are the task fields the form shows an error beside; another field's
 // error goes above the form.
 var shownFields = []string{"executor", "start_time", "params", "priority", "dispatch_times", "space_minutes",
 	"cron", "time_zone", "end_time", "lease_seconds", "max_attempts", "retry_backoff_seconds", "retry_multiplier", "retry_max_seconds",
-	"dispatch_rate_per_minute"}
+	"dispatch_rate_per_minute", "confirm_seconds"}
 
 // taskPath is the API path of the task r names, its parts escaped.
 func taskPath(r *http.Request) string {
@@ -416,7 +416,7 @@ func (c *Console) submitTask(w http.ResponseWriter, r *http.Request, tf taskForm
 		}
 	}
 	for _, k := range []string{"template_id", "priority", "dispatch_times", "space_minutes", "lease_seconds", "max_attempts",
-		"retry_backoff_seconds", "retry_max_seconds", "dispatch_rate_per_minute"} {
+		"retry_backoff_seconds", "retry_max_seconds", "dispatch_rate_per_minute", "confirm_seconds"} {
 		if tf.Form[k] == "" {
 			continue
 		}

@@ -64,7 +64,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"kind"}),
 		completions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "taskd_completions_total",
-			Help: "Completions recorded, by task kind and result.",
+			Help: "Completions recorded, by task kind and result: success, failure, or for a task with confirm_seconds a success unconfirmed at its complete, then confirmed or lapsed (a failure).",
 		}, []string{"kind", "result"}),
 		expiries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "taskd_lease_expiries_total",

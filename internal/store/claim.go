@@ -80,8 +80,8 @@ func snapshotMember(task taskd.TaskKey, uid string) member {
 // a once task), %[4]s the pairs or the ids, %[5]s the uids.
 const (
 	claimTaskColumns = `t.id, t.executor, t.status, t.start_time, t.dispatch_times, t.mode, t.template_id, t.params,
-		t.lease_seconds, t.max_attempts, t.retry_backoff_seconds, t.retry_multiplier, t.retry_max_seconds, t.dispatch_rate_per_minute,
-		p.lease_seconds, p.max_attempts, p.retry_backoff_seconds, p.retry_multiplier, p.retry_max_seconds, p.dispatch_rate_per_minute,
+		t.lease_seconds, t.max_attempts, t.retry_backoff_seconds, t.retry_multiplier, t.retry_max_seconds, t.dispatch_rate_per_minute, t.confirm_seconds,
+		p.lease_seconds, p.max_attempts, p.retry_backoff_seconds, p.retry_multiplier, p.retry_max_seconds, p.dispatch_rate_per_minute, p.confirm_seconds,
 		p.stages, t.rollout, r.state, r.phase, p.result_schema IS NOT NULL, COALESCE(t.windows, p.windows), %[3]s`
 	claimTargetsSQL = `SELECT ` + claimTaskColumns + `, m.uid, rm.uid
 		FROM (%[4]s) w
@@ -119,8 +119,8 @@ func scanClaimTarget(rows *sql.Rows) (claimTarget, error) {
 	var r claimTarget
 	t, own, tpl := &r.task, &r.own, &r.tpl
 	err := rows.Scan(&r.id, &r.executor, &t.Status, &t.Start, &t.Quota, &t.Mode, &t.TemplateID, &r.params,
-		&own.LeaseSeconds, &own.MaxAttempts, &own.RetryBackoffSeconds, &own.RetryMultiplier, &own.RetryMaxSeconds, &own.DispatchRatePerMinute,
-		&tpl.LeaseSeconds, &tpl.MaxAttempts, &tpl.RetryBackoffSeconds, &tpl.RetryMultiplier, &tpl.RetryMaxSeconds, &tpl.DispatchRatePerMinute,
+		&own.LeaseSeconds, &own.MaxAttempts, &own.RetryBackoffSeconds, &own.RetryMultiplier, &own.RetryMaxSeconds, &own.DispatchRatePerMinute, &own.ConfirmSeconds,
+		&tpl.LeaseSeconds, &tpl.MaxAttempts, &tpl.RetryBackoffSeconds, &tpl.RetryMultiplier, &tpl.RetryMaxSeconds, &tpl.DispatchRatePerMinute, &tpl.ConfirmSeconds,
 		&r.stages, &r.rollout, &r.rstate, &r.rphase, &t.Judged, &r.windows, &r.space, &r.end, &r.cron, &r.zone,
 		&r.member, &r.snapshotted)
 	return r, err
@@ -134,7 +134,16 @@ func (r *claimTarget) claimTask() (*taskd.ClaimTask, error) {
 	if t.Stages, err = parseStages(r.stages); err != nil {
 		return nil, err
 	}
-	t.Settings, _ = taskd.Resolve(r.own, r.tpl)
+	own := r.own
+	if r.rollout.Valid {
+		// A rollout's confirm_seconds is the task's default (Settings.WithRollout).
+		var ro taskd.Rollout
+		if err := json.Unmarshal([]byte(r.rollout.String), &ro); err != nil {
+			return nil, fmt.Errorf("task rollout: %w", err)
+		}
+		own = own.WithRollout(&ro)
+	}
+	t.Settings, _ = taskd.Resolve(own, r.tpl)
 	if r.rollout.Valid && r.rstate.Valid {
 		st := taskd.RolloutStatus{State: taskd.RolloutState(r.rstate.String), Phase: int(r.rphase.Int64)}
 		if t.Rollout, err = claimRollout(r.rollout.String, st, t.Quota, &t.Settings); err != nil {
@@ -486,13 +495,14 @@ func (c *claimRun) readPriors(ctx context.Context) error {
 		return nil
 	}
 	// Per user and occurrence: one open; one waits (a retry, the next stage, an admin's
-	// retry) or was cancelled; the newest record's state and attempt.
+	// retry, a success for its confirmation: it may yet become a failure and be
+	// retried) or was cancelled; the newest record's state and attempt.
 	rows, err := c.tx.QueryContext(ctx, `SELECT task_kind, task_id, due_at, uid, MAX(state = ?),
-		MAX(state = ? OR (state IN (?, ?) AND waiting_uid IS NOT NULL) OR cancelled_at IS NOT NULL),
+		MAX(state IN (?, ?) OR (state IN (?, ?) AND waiting_uid IS NOT NULL) OR cancelled_at IS NOT NULL),
 		SUBSTRING_INDEX(GROUP_CONCAT(CONCAT(state, ' ', attempt) ORDER BY dispatched_at DESC, log_id DESC), ',', 1)
 		FROM dispatch WHERE `+anyOf(len(idx), holdCols...)+`
 		GROUP BY task_kind, task_id, due_at, uid LOCK IN SHARE MODE`,
-		append([]any{taskd.StateOpen, taskd.StateRetryWait, taskd.StateStaged, taskd.StateDead}, c.holdArgs(idx)...)...)
+		append([]any{taskd.StateOpen, taskd.StateRetryWait, taskd.StateUnconfirmed, taskd.StateStaged, taskd.StateDead}, c.holdArgs(idx)...)...)
 	if err != nil {
 		return err
 	}
@@ -846,7 +856,7 @@ func insertDispatches(ctx context.Context, tx *sql.Tx, ds []*taskd.Dispatch) err
 	if len(ds) == 0 {
 		return nil
 	}
-	const cols = 25
+	const cols = 26
 	args := make([]any, 0, cols*len(ds))
 	for _, d := range ds {
 		if d.LeaseSeconds > 0 {
@@ -859,11 +869,11 @@ func insertDispatches(ctx context.Context, tx *sql.Tx, ds []*taskd.Dispatch) err
 		args = append(args, d.LogID, d.UID, d.UID, d.Slot, d.Occurrence.Task.Kind, d.Occurrence.Task.ID, d.Occurrence.DueAt,
 			d.Mode, d.Attempt, d.MaxAttempts, d.BackoffSeconds, d.RetryMultiplier, d.RetryMaxSeconds, d.LeaseSeconds, taskd.StateOpen, d.TemplateID,
 			string(d.Params), d.DispatchedAt, d.LeaseExpiresAt, nullJSON(d.Checkpoint), nullString(d.Stage), nullJSON(d.Context),
-			d.Resumed, nullInt(d.RolloutPhase), d.Judged)
+			d.Resumed, nullInt(d.RolloutPhase), d.Judged, d.ConfirmSeconds)
 	}
 	_, err := tx.ExecContext(ctx, `INSERT INTO dispatch (log_id, uid, open_uid, open_slot, task_kind, task_id, due_at,
 		mode, attempt, max_attempts, retry_backoff_seconds, retry_multiplier, retry_max_seconds, lease_seconds, state, template_id, params,
-		dispatched_at, lease_expires_at, checkpoint, stage, context, resumed, rollout_phase, judged) VALUES `+tuples(len(ds), cols), args...)
+		dispatched_at, lease_expires_at, checkpoint, stage, context, resumed, rollout_phase, judged, confirm_seconds) VALUES `+tuples(len(ds), cols), args...)
 	return err
 }
 

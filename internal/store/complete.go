@@ -206,7 +206,7 @@ func (s *Store) finish(ctx context.Context, tx *sql.Tx, fs []finishing) error {
 		d := f.d
 		u.keys = append(u.keys, d.LogID)
 		u.set("state", d.State)
-		u.set("result", d.Result)
+		u.set("result", nullResult(d.Result))
 		u.set("finished_at", *d.FinishedAt)
 		u.set("reason", nullString(d.Reason))
 		u.set("final", d.Final)
@@ -216,13 +216,29 @@ func (s *Store) finish(ctx context.Context, tx *sql.Tx, fs []finishing) error {
 		} else {
 			u.set("detail", nil) // an open record has none yet
 		}
-		if d.RetryAt != nil {
+		switch {
+		case d.RetryAt != nil:
 			// The retry waits beside the user's open slot.
 			u.set("retry_at", *d.RetryAt)
 			u.set("waiting_uid", d.UID)
-		} else {
+		case d.State == taskd.StateUnconfirmed:
+			// The success waits beside the slot for its user's next fetch (its
+			// confirm entry in the user's heap), with no result and no complete
+			// event until it is confirmed or lapses.
+			u.keep("retry_at")
+			u.set("waiting_uid", d.UID)
+		default:
 			u.keep("retry_at")
 			u.set("waiting_uid", nil)
+		}
+		if d.ConfirmBy != nil {
+			u.set("confirm_by", *d.ConfirmBy)
+		} else {
+			u.keep("confirm_by")
+		}
+		if d.State == taskd.StateUnconfirmed {
+			over = append(over, d)
+			continue
 		}
 		evs = s.withEvent(evs, d, taskd.EventComplete, *d.FinishedAt)
 		if d.State != taskd.StateRetryWait {
@@ -240,6 +256,15 @@ func (s *Store) finish(ctx context.Context, tx *sql.Tx, fs []finishing) error {
 		return err
 	}
 	return s.emitAll(ctx, tx, evs)
+}
+
+// nullResult is r as the result column holds it: NULL for none (an unconfirmed
+// success has none yet).
+func nullResult(r taskd.Result) any {
+	if r == 0 {
+		return nil
+	}
+	return r
 }
 
 // caseUpdate builds one UPDATE giving each row, found by its key, values of its own:

@@ -16,7 +16,7 @@ const dispatchColumns = `log_id, uid, task_kind, task_id, due_at, mode, attempt,
 	retry_backoff_seconds, retry_multiplier, retry_max_seconds, lease_seconds, state, COALESCE(result, 0), template_id, params,
 	dispatched_at, lease_expires_at, retry_at, finished_at, redo_count, checkpoint, COALESCE(stage, ''), context,
 	COALESCE(next_stage, ''), next_context, resumed, retried_at IS NOT NULL, cancelled_at IS NOT NULL, COALESCE(rollout_phase, 0),
-	judged, COALESCE(reason, ''), final`
+	judged, COALESCE(reason, ''), final, confirm_seconds, confirm_by`
 
 // scanDispatch scans dispatchColumns, then any extra columns into extra.
 func scanDispatch(row scanner, extra ...any) (*taskd.Dispatch, error) {
@@ -26,7 +26,8 @@ func scanDispatch(row scanner, extra ...any) (*taskd.Dispatch, error) {
 	dest := []any{&d.LogID, &d.UID, &d.Occurrence.Task.Kind, &d.Occurrence.Task.ID, &d.Occurrence.DueAt,
 		&d.Mode, &d.Attempt, &d.MaxAttempts, &d.BackoffSeconds, &d.RetryMultiplier, &d.RetryMaxSeconds, &d.LeaseSeconds, &d.State, &d.Result,
 		&d.TemplateID, &params, &d.DispatchedAt, &d.LeaseExpiresAt, &d.RetryAt, &d.FinishedAt, &d.RedoCount, &checkpoint, &d.Stage, &context,
-		&d.NextStage, &nextContext, &d.Resumed, &d.Retried, &d.Cancelled, &d.RolloutPhase, &d.Judged, &d.Reason, &d.Final}
+		&d.NextStage, &nextContext, &d.Resumed, &d.Retried, &d.Cancelled, &d.RolloutPhase, &d.Judged, &d.Reason, &d.Final,
+		&d.ConfirmSeconds, &d.ConfirmBy}
 	err := row.Scan(append(dest, extra...)...)
 	if err != nil {
 		return nil, err
@@ -34,6 +35,10 @@ func scanDispatch(row scanner, extra ...any) (*taskd.Dispatch, error) {
 	d.Params = json.RawMessage(params)
 	d.Checkpoint, d.Context, d.NextContext = rawJSON(checkpoint), rawJSON(context), rawJSON(nextContext)
 	d.Occurrence.DueAt = d.Occurrence.DueAt.UTC()
+	if d.ConfirmBy != nil {
+		by := d.ConfirmBy.UTC()
+		d.ConfirmBy = &by
+	}
 	return &d, nil
 }
 

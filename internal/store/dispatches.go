@@ -18,7 +18,7 @@ import (
 // recordColumns are what a list shows of a record, as scanRecord scans them.
 const recordColumns = `log_id, uid, task_kind, task_id, due_at, attempt, state, result,
 	detail, checkpoint, stage, dispatched_at, lease_expires_at, retry_at, finished_at, retried_at, cancelled_at,
-	resumed, rollout_phase, COALESCE(reason, ''), final`
+	resumed, rollout_phase, COALESCE(reason, ''), final, confirm_by`
 
 // scanRecord scans recordColumns.
 func scanRecord(row scanner) (taskd.DispatchRecord, error) {
@@ -29,12 +29,12 @@ func scanRecord(row scanner) (taskd.DispatchRecord, error) {
 	var detail, checkpoint, stage sql.NullString
 	if err := row.Scan(&r.LogID, &r.UID, &k.Kind, &k.ID, &r.DueAt, &r.Attempt, &state, &result, &detail, &checkpoint,
 		&stage, &r.DispatchedAt, &r.LeaseExpiresAt, &r.RetryAt, &r.FinishedAt, &r.RetriedAt, &r.CancelledAt,
-		&r.Resumed, &r.RolloutPhase, &r.Reason, &r.Final); err != nil {
+		&r.Resumed, &r.RolloutPhase, &r.Reason, &r.Final, &r.ConfirmBy); err != nil {
 		return r, err
 	}
 	r.TaskID, r.State = k.String(), taskd.DispatchStateName(state)
 	r.DueAt, r.DispatchedAt = r.DueAt.UTC(), r.DispatchedAt.UTC()
-	for _, t := range []*time.Time{r.LeaseExpiresAt, r.RetryAt, r.FinishedAt, r.RetriedAt, r.CancelledAt} {
+	for _, t := range []*time.Time{r.LeaseExpiresAt, r.RetryAt, r.FinishedAt, r.RetriedAt, r.CancelledAt, r.ConfirmBy} {
 		if t != nil {
 			*t = t.UTC()
 		}

@@ -64,7 +64,8 @@ func (s *Store) LoadSource(ctx context.Context, uid string, groups []string, fro
 
 // waiting lists uid's dispatches waiting beside its open slot: retries, next stages
 // and dead attempts an admin retried (from their retry time), and, when their task is active, parked open dispatches and expired ones
-// with attempts left (at once).
+// with attempts left (at once), and successes waiting for their confirmation (confirm
+// entries).
 func (s *Store) waiting(ctx context.Context, uid string) ([]schedule.WaitingDispatch, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT d.log_id, d.state, d.due_at, d.retry_at,
 		COALESCE(o.status, r.status, 3), COALESCE(o.priority, r.priority, 5), COALESCE(o.windows, r.windows, p.windows)
@@ -94,6 +95,11 @@ func (s *Store) waiting(ctx context.Context, uid string) ([]schedule.WaitingDisp
 		}
 		w.Windows = ws.Key() // a retry waits for its task's windows too
 		switch {
+		case state == taskd.StateUnconfirmed:
+			// A success waiting for the user's next fetch: a confirm entry at the
+			// front of the heap, whatever its task's status (the user came back or
+			// not, whatever became of the task).
+			w.Confirm, w.Priority, w.Windows = true, 9, "" // confirmed by any fetch, window or not
 		case (state == taskd.StateRetryWait || state == taskd.StateStaged || state == taskd.StateDead) && retryAt.Valid &&
 			status != taskd.StatusPaused:
 			w.At = retryAt.Time.UTC()

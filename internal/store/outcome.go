@@ -43,8 +43,9 @@ func (s *Store) OutcomeFigures(ctx context.Context, tasks []taskd.TaskKey) (map[
 		}
 		return rows.Err()
 	}
-	err := scan(`SELECT task_kind, task_id, COUNT(*), 0 FROM dispatch WHERE state IN (?, ?, ?) AND (`+strings.Join(all, " OR ")+`)
-		GROUP BY task_kind, task_id`, append([]any{taskd.StateOpen, taskd.StateRetryWait, taskd.StateStaged}, allArgs...),
+	// An unconfirmed success is unfinished: it may yet become a failure and be retried.
+	err := scan(`SELECT task_kind, task_id, COUNT(*), 0 FROM dispatch WHERE state IN (?, ?, ?, ?) AND (`+strings.Join(all, " OR ")+`)
+		GROUP BY task_kind, task_id`, append([]any{taskd.StateOpen, taskd.StateRetryWait, taskd.StateStaged, taskd.StateUnconfirmed}, allArgs...),
 		func(_ taskd.TaskKey, f *taskd.OutcomeFigures, n, _ int) { f.Unfinished = n })
 	if err != nil || len(once) == 0 {
 		return out, mysqlErr("task outcomes", err)

@@ -150,17 +150,20 @@ func readRollout(ctx context.Context, tx *sql.Tx, key taskd.TaskKey, now time.Ti
 // (those not resumed from a waiting one), and those finished by now: successes (done
 // with success) and failures (a failed attempt, waiting for its retry, retried or dead;
 // an expired one; one that died expiring). Open ones, waiting ones that did not fail,
-// and cancelled ones are not finished. "By now" makes a move's figures the records
+// and cancelled ones are not finished; successes waiting for their confirmation are
+// counted apart (unconfirmed, no result yet): a success once confirmed, a failure once
+// lapsed, each at that time. "By now" makes a move's figures the records
 // finished by its time, as an outside check counts them (a complete whose time is
 // later, committed before this read, waits for the next step).
 func phaseFigures(ctx context.Context, q rowQuerier, key taskd.TaskKey, phase int, now time.Time) (taskd.PhaseFigures, error) {
 	var f taskd.PhaseFigures
 	err := q.QueryRowContext(ctx, `SELECT COALESCE(SUM(NOT resumed), 0),
 		COALESCE(SUM(cancelled_at IS NULL AND finished_at <= ? AND state = ? AND result = ?), 0),
-		COALESCE(SUM(cancelled_at IS NULL AND finished_at <= ? AND (result = ? OR state = ? OR (state = ? AND result IS NULL))), 0)
+		COALESCE(SUM(cancelled_at IS NULL AND finished_at <= ? AND (result = ? OR state = ? OR (state = ? AND result IS NULL))), 0),
+		COALESCE(SUM(state = ?), 0)
 		FROM dispatch WHERE task_kind = ? AND task_id = ? AND rollout_phase = ?`,
 		now, taskd.StateDone, taskd.ResultSuccess, now, taskd.ResultFailure, taskd.StateExpired, taskd.StateDead,
-		key.Kind, key.ID, phase).Scan(&f.Claimed, &f.Succeeded, &f.Failed)
+		taskd.StateUnconfirmed, key.Kind, key.ID, phase).Scan(&f.Claimed, &f.Succeeded, &f.Failed, &f.Unconfirmed)
 	f.Finished = f.Succeeded + f.Failed
 	return f, err
 }

@@ -10,7 +10,7 @@ import (
 // The task-type settings columns, in taskd.Settings' order: on a template its
 // defaults, on a task its own values (NULL: not set).
 var settingsNames = []string{"lease_seconds", "max_attempts", "retry_backoff_seconds", "retry_multiplier",
-	"retry_max_seconds", "dispatch_rate_per_minute"}
+	"retry_max_seconds", "dispatch_rate_per_minute", "confirm_seconds"}
 
 // settingsCols lists the settings columns of the table aliased alias.
 func settingsCols(alias string) string {
@@ -23,13 +23,13 @@ func settingsSet() string { return strings.Join(settingsNames, " = ?, ") + " = ?
 // settingsDest are the scan destinations of settingsCols.
 func settingsDest(s *taskd.Settings) []any {
 	return []any{&s.LeaseSeconds, &s.MaxAttempts, &s.RetryBackoffSeconds, &s.RetryMultiplier, &s.RetryMaxSeconds,
-		&s.DispatchRatePerMinute}
+		&s.DispatchRatePerMinute, &s.ConfirmSeconds}
 }
 
 // settingsArgs are the values of settingsCols for s (nil: NULL).
 func settingsArgs(s taskd.Settings) []any {
 	return []any{s.LeaseSeconds, s.MaxAttempts, s.RetryBackoffSeconds, s.RetryMultiplier, s.RetryMaxSeconds,
-		s.DispatchRatePerMinute}
+		s.DispatchRatePerMinute, s.ConfirmSeconds}
 }
 
 // stagesArg is a template's stages as stored (NULL for none).

@@ -102,7 +102,6 @@ func scanTask(row scanner, kind taskd.Kind) (taskd.Task, error) {
 	if err := row.Scan(dest...); err != nil {
 		return t, err
 	}
-	t.Effective, t.Inherited = taskd.Resolve(t.Own, tpl)
 	var err error
 	if t.OwnWindows, err = taskd.ParseWindows(own.String); err != nil {
 		return t, err
@@ -119,6 +118,7 @@ func scanTask(row scanner, kind taskd.Kind) (taskd.Task, error) {
 	if t.Rollout, err = parseRollout(rollout); err != nil {
 		return t, err
 	}
+	t.Effective, t.Inherited = taskd.Resolve(t.Own.WithRollout(t.Rollout), tpl)
 	t.Params = json.RawMessage(params)
 	t.StartTime = t.StartTime.UTC()
 	t.SpaceMinutes = int(space.Int64)
