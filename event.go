@@ -23,6 +23,9 @@ const (
 	// EventRetry: an admin sent a dead occurrence back to its user, attempts counted
 	// afresh (the event carries the dead record's log id and attempt).
 	EventRetry EventType = "retry"
+	// EventMissed: occurrences of a rotate task its user will never get, because of
+	// the task's misfire policy (latest, skip): a run of them, with no log id.
+	EventMissed EventType = "missed"
 )
 
 // A rollout's events: the moves of its state (RolloutChange); they name the task alone.
@@ -68,9 +71,12 @@ type Event struct {
 	// Final says the complete's failure was final as its agent said ("retry": false):
 	// the occurrence died at once, attempts left or not. Set on that complete event and
 	// its dead event.
-	Final bool      `json:"final,omitempty"`
-	Node  string    `json:"node"`
-	At    time.Time `json:"at"`
+	Final bool `json:"final,omitempty"`
+	// Missed and LastDueAt: a missed event's run, from due_at to last_due_at.
+	Missed    int        `json:"missed,omitempty"`
+	LastDueAt *time.Time `json:"last_due_at,omitempty"`
+	Node      string     `json:"node"`
+	At        time.Time  `json:"at"`
 	// RolloutEvent is set on a rollout's events (rollout.*), which name the task alone
 	// (no log id or uid).
 	*RolloutEvent

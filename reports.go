@@ -48,8 +48,12 @@ type StoredEvent struct {
 	Reason string `json:"reason,omitempty"`
 	// Final says a failure was final as its agent said ("retry": false): complete and
 	// dead events of a record that died at once.
-	Final bool      `json:"final,omitempty"`
-	At    time.Time `json:"at"`
+	Final bool `json:"final,omitempty"`
+	// Missed and LastDueAt: a missed event's run, from due_at to last_due_at, Missed
+	// occurrences its user will never get (the task's misfire policy).
+	Missed    int        `json:"missed,omitempty"`
+	LastDueAt *time.Time `json:"last_due_at,omitempty"`
+	At        time.Time  `json:"at"`
 }
 
 // Overview is the state of the dispatch pipeline at a glance: tasks due, dispatches open, waiting
@@ -69,13 +73,16 @@ type Overview struct {
 
 // TaskStats is what happened to one task in a time range.
 type TaskStats struct {
-	TaskID       string `json:"task_id"`
-	Dispatched   int    `json:"dispatched"`
-	Completed    int    `json:"completed"`
-	Failed       int    `json:"failed"`
-	Expired      int    `json:"expired"`
-	Dead         int    `json:"dead"`
-	Redo         int    `json:"redo"`
+	TaskID     string `json:"task_id"`
+	Dispatched int    `json:"dispatched"`
+	Completed  int    `json:"completed"`
+	Failed     int    `json:"failed"`
+	Expired    int    `json:"expired"`
+	Dead       int    `json:"dead"`
+	Redo       int    `json:"redo"`
+	// Missed counts the occurrences users will never get because of the task's
+	// misfire policy, recorded in the range.
+	Missed       int    `json:"missed"`
 	LatencyMSP50 *int64 `json:"latency_ms_p50"`
 	LatencyMSP95 *int64 `json:"latency_ms_p95"`
 	Claimed      int    `json:"claimed"`

@@ -316,8 +316,10 @@ type Task struct {
 	SpaceMinutes int       `json:"space_minutes,omitempty"`
 	// Cron, instead of SpaceMinutes, puts a rotate task's occurrences at the wall
 	// times of a cron expression in TimeZone ("" and UTC: UTC), from StartTime on.
-	Cron          string          `json:"cron,omitempty"`
-	TimeZone      string          `json:"time_zone,omitempty"`
+	Cron     string `json:"cron,omitempty"`
+	TimeZone string `json:"time_zone,omitempty"`
+	// Misfire is a rotate task's policy for the occurrences a user missed.
+	Misfire       Misfire         `json:"misfire,omitempty"`
 	EndTime       *time.Time      `json:"end_time,omitempty"`
 	TemplateID    int64           `json:"template_id"`
 	Params        json.RawMessage `json:"params"`
@@ -399,8 +401,8 @@ func (t Task) Validate() error {
 	}
 	switch t.Key.Kind {
 	case KindOnce:
-		if t.SpaceMinutes != 0 || t.EndTime != nil || t.Cron != "" || t.TimeZone != "" {
-			return bad("space_minutes, cron, time_zone, end_time: rotate tasks only")
+		if t.SpaceMinutes != 0 || t.EndTime != nil || t.Cron != "" || t.TimeZone != "" || t.Misfire != 0 {
+			return bad("space_minutes, cron, time_zone, misfire, end_time: rotate tasks only")
 		}
 	case KindRotate:
 		switch {
@@ -414,6 +416,9 @@ func (t Task) Validate() error {
 			return bad("time_zone: only with cron (a space_minutes period has no wall time)")
 		case t.SpaceMinutes < 1 || t.SpaceMinutes > MaxSpaceMinutes:
 			return bad("space_minutes: must be 1..%d (ten years), got %d", MaxSpaceMinutes, t.SpaceMinutes)
+		}
+		if t.Misfire > MisfireSkip { // 0 is catch_up
+			return bad("misfire: must be catch_up, latest or skip")
 		}
 		if t.EndTime != nil && (!t.EndTime.After(t.StartTime) || !t.EndTime.Before(MaxTaskTime)) {
 			return bad("end_time: must be after start_time and before 9999")

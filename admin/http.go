@@ -294,6 +294,7 @@ type taskRequest struct {
 	SpaceMinutes *reqInt  `json:"space_minutes"`
 	Cron         *string  `json:"cron"`
 	TimeZone     *string  `json:"time_zone"`
+	Misfire      *string  `json:"misfire"`
 	EndTime      *reqTime `json:"end_time"`
 	// Rollout releases the quota in phases (null or absent: none).
 	Rollout *taskd.Rollout `json:"rollout"`
@@ -375,10 +376,13 @@ func (req *taskRequest) task(kind taskd.Kind) (taskd.Task, error) {
 		}
 	}
 	if kind == taskd.KindOnce {
-		if req.SpaceMinutes != nil || req.EndTime != nil || req.Cron != nil || req.TimeZone != nil {
-			return t, taskd.Errorf(taskd.CodeInvalid, "space_minutes, cron, time_zone, end_time: rotate tasks only")
+		if req.SpaceMinutes != nil || req.EndTime != nil || req.Cron != nil || req.TimeZone != nil || req.Misfire != nil {
+			return t, taskd.Errorf(taskd.CodeInvalid, "space_minutes, cron, time_zone, misfire, end_time: rotate tasks only")
 		}
 		return t, nil
+	}
+	if t.Misfire, err = taskd.ParseMisfire(deref(req.Misfire)); err != nil {
+		return t, err
 	}
 	switch {
 	case req.Cron != nil && req.SpaceMinutes != nil:

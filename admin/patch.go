@@ -27,6 +27,7 @@ func editable(t taskd.Task) map[string]any {
 		doc["windows"] = t.OwnWindows
 	}
 	if t.Key.Kind == taskd.KindRotate {
+		doc["misfire"] = max(t.Misfire, taskd.MisfireCatchUp).String()
 		if t.Cron != "" {
 			doc["cron"], doc["time_zone"] = t.Cron, t.TimeZone
 		} else {
@@ -45,7 +46,7 @@ var (
 	editableFields = map[string]bool{"executor": true, "start_time": true, "template_id": true, "params": true,
 		"dispatch_times": true, "mode": true, "priority": true, "status": true, "lease_seconds": true,
 		"max_attempts": true, "retry_backoff_seconds": true, "retry_multiplier": true, "retry_max_seconds": true,
-		"dispatch_rate_per_minute": true, "confirm_seconds": true, "space_minutes": true, "cron": true, "time_zone": true,
+		"dispatch_rate_per_minute": true, "confirm_seconds": true, "space_minutes": true, "cron": true, "time_zone": true, "misfire": true,
 		"end_time": true, "rollout": true, "windows": true}
 	serverFields = map[string]bool{"id": true, "task_id": true, "kind": true, "created_at": true, "updated_at": true,
 		"inherited": true, "own": true, "version": true}

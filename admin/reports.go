@@ -289,9 +289,9 @@ func (h *Handlers) Events() http.Handler {
 		if err == nil {
 			switch f.Type {
 			case "", taskd.EventDispatch, taskd.EventComplete, taskd.EventExpire, taskd.EventRedo, taskd.EventDead, taskd.EventCancel,
-				taskd.EventRetry:
+				taskd.EventRetry, taskd.EventMissed:
 			default:
-				err = taskd.Errorf(taskd.CodeInvalid, "type: must be dispatch, complete, expire, redo, retry, dead or cancel")
+				err = taskd.Errorf(taskd.CodeInvalid, "type: must be dispatch, complete, expire, redo, retry, dead, cancel or missed")
 			}
 		}
 		if err == nil {

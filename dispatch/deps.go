@@ -55,6 +55,9 @@ type Store interface {
 		delay time.Duration, now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error)
 	// Complete finishes uid's dispatch logID with result.
 	Complete(ctx context.Context, uid, logID string, result taskd.Result, detail json.RawMessage, now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error)
+	// RecordMissed records runs of occurrences users will never get because of their
+	// tasks' misfire policies, with their events.
+	RecordMissed(ctx context.Context, runs []taskd.Missed, now time.Time) error
 	// NoteHeapChanges notes that the heaps of targets (executors) went stale at now,
 	// for every node's heap-change feed to apply.
 	NoteHeapChanges(ctx context.Context, now time.Time, targets ...string) error

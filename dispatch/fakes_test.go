@@ -136,6 +136,10 @@ func (f *fakeStore) Complete(context.Context, string, string, taskd.Result, json
 	return 0, nil, unset("Complete")
 }
 
+func (f *fakeStore) RecordMissed(context.Context, []taskd.Missed, time.Time) error {
+	return unset("RecordMissed")
+}
+
 // fakeCache is a Cache whose writes are recorded (calls, in order, as "Pop", "SetOpen
 // <log id>", ...) and whose peeks are PeekFn's.
 type fakeCache struct {

@@ -88,6 +88,12 @@ func (s *Service) takeInto(ctx context.Context, uid string, view schedule.View, 
 		if err := s.leaveOut(ctx, walk, tried, known, templates); err != nil {
 			return finish(err)
 		}
+		var err error
+		var steps []schedule.Entry
+		if walk, steps, err = s.misfire(ctx, uid, walk, tried, now, later); err != nil {
+			return finish(err)
+		}
+		popped = append(popped, steps...)
 		slices.SortFunc(walk, func(a, b schedule.Entry) int {
 			switch {
 			case schedule.Less(a, b):
@@ -211,6 +217,49 @@ func (s *Service) takeInto(ctx context.Context, uid string, view schedule.View, 
 		consider(t)
 	}
 	return finish(nil)
+}
+
+// misfire applies the misfire policies of the due rotate entries in walk (those not
+// tried yet) at now: an entry whose user missed occurrences under latest or skip is
+// replaced by the one it takes (latest: the latest due; skip: that one if on time, else
+// none, and the next occurrence is for later). The runs missed are recorded in MySQL
+// first; then the steps the heap must pop to get there are returned, for the fetch to
+// pop with its own (a failed record leaves the heap as it was: the next fetch records
+// them again).
+func (s *Service) misfire(ctx context.Context, uid string, walk []schedule.Entry, tried map[schedule.Entry]bool, now time.Time,
+	later func(schedule.Entry, time.Time)) ([]schedule.Entry, []schedule.Entry, error) {
+	var runs []taskd.Missed
+	var steps []schedule.Entry
+	out := walk[:0:0]
+	for _, e := range walk {
+		if tried[e] || e.Misfire <= taskd.MisfireCatchUp {
+			out = append(out, e)
+			continue
+		}
+		take, ok, passed, missed := e.Misfired(now)
+		if len(passed) == 0 {
+			out = append(out, e)
+			continue
+		}
+		missed.UID = uid
+		runs = append(runs, missed)
+		steps = append(steps, passed...)
+		if ok {
+			out = append(out, take)
+		} else if n, more := passed[len(passed)-1].Next(); more {
+			later(n, n.DueAt)
+		}
+	}
+	if len(runs) == 0 {
+		return walk, nil, nil
+	}
+	if err := s.store.RecordMissed(ctx, runs, now); err != nil {
+		return walk, nil, err
+	}
+	for _, r := range runs {
+		s.cfg.Metrics.Missed(r.Task.Kind.String(), r.Count)
+	}
+	return out, steps, nil
 }
 
 // takeAll takes a round's entries, each into its slot: one alone at once, several

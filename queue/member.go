@@ -52,6 +52,12 @@ func Member(e schedule.Entry) string {
 			b.WriteString("|c=")
 			b.WriteString(e.Cron)
 		}
+		switch e.Misfire {
+		case taskd.MisfireLatest:
+			b.WriteString("|m=l")
+		case taskd.MisfireSkip:
+			b.WriteString("|m=s")
+		}
 	}
 	if e.Windows != "" {
 		b.WriteString("|w=")
@@ -69,9 +75,9 @@ func kindLetter(k taskd.Kind) byte {
 
 // ParseMember is the inverse of Member, given the score (due time in Unix seconds).
 func ParseMember(member string, score int64) (schedule.Entry, error) {
-	// Split on "|" into at most 7 parts, without allocating (a peek parses one member
+	// Split on "|" into at most 8 parts, without allocating (a peek parses one member
 	// per poll).
-	var buf [7]string
+	var buf [8]string
 	n := 0
 	for rest, more := member, true; more; n++ {
 		if n == len(buf) {
@@ -83,8 +89,10 @@ func ParseMember(member string, score int64) (schedule.Entry, error) {
 	if len(parts) < 3 || len(parts[0]) != 1 || len(parts[1]) != 1 {
 		return schedule.Entry{}, fmt.Errorf("heap member %q: malformed", member)
 	}
-	// The tagged parts at the end: a rotate task's cron (c=), a task's windows (w=).
+	// The tagged parts at the end: a rotate task's cron (c=) and misfire policy (m=),
+	// a task's windows (w=).
 	var cron, windows string
+	var misfire taskd.Misfire
 	for len(parts) > 3 && len(parts[len(parts)-1]) > 1 && parts[len(parts)-1][1] == '=' {
 		last := parts[len(parts)-1]
 		switch last[0] {
@@ -92,6 +100,15 @@ func ParseMember(member string, score int64) (schedule.Entry, error) {
 			cron = last[2:]
 		case 'w':
 			windows = last[2:]
+		case 'm':
+			switch last[2:] {
+			case "l":
+				misfire = taskd.MisfireLatest
+			case "s":
+				misfire = taskd.MisfireSkip
+			default:
+				return schedule.Entry{}, fmt.Errorf("heap member %q: bad misfire %q", member, last)
+			}
 		default:
 			return schedule.Entry{}, fmt.Errorf("heap member %q: unknown part %q", member, last)
 		}
@@ -126,7 +143,7 @@ func ParseMember(member string, score int64) (schedule.Entry, error) {
 		}
 		space, err1 := strconv.ParseInt(parts[3], 10, 64)
 		end, err2 := strconv.ParseInt(parts[4], 10, 64)
-		e.Cron = cron // the period is 0 then
+		e.Cron, e.Misfire = cron, misfire // the period is 0 with a cron
 		if err1 != nil || err2 != nil || (space <= 0) == (e.Cron == "") {
 			return schedule.Entry{}, fmt.Errorf("heap member %q: bad period, end or cron", member)
 		}

@@ -19,6 +19,9 @@ type Entry struct {
 	// occurrence is the cron's next wall time.
 	Cron string
 	End  time.Time // zero: no end
+	// Misfire is a rotate task's policy for the occurrences its user missed (0 and
+	// catch_up: every one in turn).
+	Misfire taskd.Misfire
 	// Windows is the key of the task's maintenance windows (taskd.Windows.Key): it is
 	// claimed only while one is open. "": any time.
 	Windows string

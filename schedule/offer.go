@@ -23,6 +23,7 @@ type RotateTask struct {
 	End      time.Time   // zero: no end
 	Priority int
 	Windows  string // the key of its maintenance windows (taskd.Windows.Key); "": none
+	Misfire  taskd.Misfire
 }
 
 // Rotation is when the task's occurrences fall.
@@ -103,6 +104,7 @@ func Offer(src Source, from, until time.Time) []Entry {
 			Space:    t.Space,
 			End:      t.End,
 			Windows:  t.Windows,
+			Misfire:  t.Misfire,
 		}
 		if t.Cron != nil {
 			e.Space, e.Cron = 0, t.Cron.Key()

@@ -52,6 +52,8 @@ func TestIndexTemplateMapsEveryEventField(t *testing.T) {
 		// Why a success counted as a failure (a result schema's verdict, or
 		// "unconfirmed"), and a rollout event's unconfirmed successes.
 		"reason": "keyword", "unconfirmed": "integer",
+		// A missed event's run of occurrences (the task's misfire policy).
+		"missed": "integer", "last_due_at": "date",
 	} {
 		if fields[name] != typ {
 			t.Errorf("field %s mapped as %q, want %q", name, fields[name], typ)

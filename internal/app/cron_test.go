@@ -92,6 +92,8 @@ func TestCronTaskRefusals(t *testing.T) {
 	e.expectMsg("POST", "/v1/admin/tasks/rotate", body(map[string]any{"space_minutes": 5, "time_zone": "Europe/Berlin"}), 400, "invalid_argument", "time_zone")
 	e.expectMsg("POST", "/v1/admin/tasks/rotate", body(nil), 400, "invalid_argument", "space_minutes or cron")
 	e.expectMsg("POST", "/v1/admin/tasks/once", body(map[string]any{"cron": "0 3 * * *"}), 400, "invalid_argument", "rotate tasks only")
+	e.expectMsg("POST", "/v1/admin/tasks/once", body(map[string]any{"misfire": "latest"}), 400, "invalid_argument", "rotate tasks only")
+	e.expectMsg("POST", "/v1/admin/tasks/rotate", body(map[string]any{"space_minutes": 5, "misfire": "never"}), 400, "invalid_argument", "misfire")
 
 	// A patch switches a task from a period to a cron by setting the other to null.
 	id := e.task("rotate", map[string]any{"executor": "uid_x", "start_time": "2026-11-21T00:00:00Z", "space_minutes": 60})

@@ -22,6 +22,7 @@ type Metrics struct {
 	dispatches    *prometheus.CounterVec
 	completions   *prometheus.CounterVec
 	expiries      *prometheus.CounterVec
+	missed        *prometheus.CounterVec
 	claimRefusals *prometheus.CounterVec
 	heapLookups   *prometheus.CounterVec
 	rebuilds      prometheus.Histogram
@@ -70,6 +71,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "taskd_lease_expiries_total",
 			Help: "Open dispatches expired past their lease, by task kind.",
 		}, []string{"kind"}),
+		missed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskd_missed_occurrences_total",
+			Help: "Occurrences of rotate tasks users will never get because of the tasks' misfire policy (latest, skip), by task kind.",
+		}, []string{"kind"}),
 		claimRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "taskd_quota_claim_conflicts_total",
 			Help: "Claims refused, by reason: exhausted, already_had, gone, not_targeted (the user left the task's group), not_in_rollout, user_busy (also an occurrence the user holds in another slot), rate_bound (the task's dispatch_rate_per_minute), phase_bound (a rollout phase's cap), outside_window (the task's maintenance windows are closed).",
@@ -109,7 +114,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "MySQL transactions rolled back for meeting a concurrent one, by reason (deadlock, lock_wait, write_conflict) and outcome: retried inside the server, or gave_up (the request's deadline left no room: it answered 503 with Retry-After).",
 		}, []string{"reason", "outcome"}),
 	}
-	reg.MustRegister(m.contention, m.requests, m.fetches, m.dispatches, m.completions, m.expiries, m.claimRefusals,
+	reg.MustRegister(m.contention, m.requests, m.fetches, m.dispatches, m.completions, m.expiries, m.missed, m.claimRefusals,
 		m.heapLookups, m.rebuilds, m.overBudget, m.batches, m.fallbacks, m.rateLimited, m.pruned,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.emptyFetch = m.fetches.WithLabelValues("empty")
@@ -231,6 +236,13 @@ func (m *Metrics) Completed(kind, result string) {
 func (m *Metrics) Expired(kind string) {
 	if m != nil {
 		m.expiries.WithLabelValues(kind).Inc()
+	}
+}
+
+// Missed records n occurrences of a task of kind missed by its misfire policy.
+func (m *Metrics) Missed(kind string, n int) {
+	if m != nil {
+		m.missed.WithLabelValues(kind).Add(float64(n))
 	}
 }
 

@@ -87,6 +87,7 @@ func taskAudit(t taskd.Task) map[string]any {
 		if t.Cron != "" {
 			m["cron"], m["time_zone"] = t.Cron, t.TimeZone
 		}
+		m["misfire"] = t.Misfire.String()
 	}
 	return m
 }

@@ -111,7 +111,8 @@ func (s *Store) Events(ctx context.Context, f taskd.EventFilter, after *taskd.Ev
 	var args []any
 	if f.Type == "" || f.Type == taskd.EventDispatch {
 		selects = append(selects, `SELECT CONCAT(log_id, ':dispatch') AS event_id, 'dispatch' AS type,
-			log_id, uid, task_kind, task_id, due_at, attempt, NULL AS result, dispatched_at AS at, stage, NULL AS reason, 0 AS final
+			log_id, uid, task_kind, task_id, due_at, attempt, NULL AS result, dispatched_at AS at, stage, NULL AS reason, 0 AS final,
+			0 AS missed, NULL AS last_due_at
 			FROM dispatch WHERE log_id >= ? AND log_id <= ? AND dispatched_at >= ? AND dispatched_at < ?`+where)
 		args = append(args, logIDFloor(f.From), logIDCeiling(f.To), f.From, f.To)
 		args = append(args, common...)
@@ -132,16 +133,26 @@ func (s *Store) Events(ctx context.Context, f taskd.EventFilter, after *taskd.Ev
 		selects = append(selects, `SELECT IF(k.k = 'redo', CONCAT(log_id, ':redo:', redo_count), CONCAT(log_id, ':', k.k)) AS event_id,
 			k.k AS type, log_id, uid, task_kind, task_id, due_at, attempt, IF(k.k = 'complete', result, NULL) AS result,
 			`+at+` AS at, stage, IF(k.k = 'complete', reason, NULL) AS reason,
-			IF(k.k IN ('complete', 'dead'), final, 0) AS final
+			IF(k.k IN ('complete', 'dead'), final, 0) AS final, 0 AS missed, NULL AS last_due_at
 			FROM dispatch JOIN (`+strings.Join(kinds, " UNION ALL ")+`) k
 			WHERE changed_at >= ? AND `+at+` >= ? AND `+at+` < ? AND `+cond+where)
 		args = append(args, f.From, f.From, f.To)
 		args = append(args, common...)
 	}
+	if f.Type == "" || f.Type == taskd.EventMissed {
+		// Runs of occurrences missed by a misfire policy: their own table.
+		selects = append(selects, `SELECT CONCAT(IF(task_kind = 1, 'once', 'rotate'), ':', task_id, '@',
+			DATE_FORMAT(due_at, '%Y-%m-%dT%H:%i:%sZ'), ':', uid, ':missed') AS event_id, 'missed' AS type,
+			'' AS log_id, uid, task_kind, task_id, due_at, 0 AS attempt, NULL AS result, missed_at AS at, NULL AS stage,
+			NULL AS reason, 0 AS final, missed, last_due_at
+			FROM missed_occurrence WHERE missed_at >= ? AND missed_at < ?`+where)
+		args = append(args, f.From, f.To)
+		args = append(args, common...)
+	}
 	if len(selects) == 0 {
 		return []taskd.StoredEvent{}, nil
 	}
-	q := "SELECT event_id, type, log_id, uid, task_kind, task_id, due_at, attempt, result, at, stage, reason, final FROM (" +
+	q := "SELECT event_id, type, log_id, uid, task_kind, task_id, due_at, attempt, result, at, stage, reason, final, missed, last_due_at FROM (" +
 		strings.Join(selects, " UNION ALL ") + ") e"
 	if after != nil {
 		q += " WHERE at < ? OR (at = ? AND event_id < ?)"
@@ -160,15 +171,54 @@ func (s *Store) Events(ctx context.Context, f taskd.EventFilter, after *taskd.Ev
 		var k taskd.TaskKey
 		var result sql.NullInt64
 		var stage, reason sql.NullString
+		var lastDue sql.NullTime
 		if err := rows.Scan(&e.EventID, &e.Type, &e.LogID, &e.UID, &k.Kind, &k.ID, &e.DueAt, &e.Attempt, &result, &e.At,
-			&stage, &reason, &e.Final); err != nil {
+			&stage, &reason, &e.Final, &e.Missed, &lastDue); err != nil {
 			return nil, mysqlErr("events", err)
 		}
 		e.TaskID, e.DueAt, e.At, e.Stage, e.Reason = k.String(), e.DueAt.UTC(), e.At.UTC(), stage.String, reason.String
 		if result.Valid {
 			e.Result = taskd.Result(result.Int64).String()
 		}
+		if lastDue.Valid {
+			last := lastDue.Time.UTC()
+			e.LastDueAt = &last
+		}
 		out = append(out, e)
 	}
 	return out, mysqlErr("events", rows.Err())
+}
+
+// RecordMissed records runs of occurrences users will never get because of their
+// tasks' misfire policies, at now, with their events (in the outbox where a relay is
+// configured), in one transaction. A run is keyed by its user, task and first
+// occurrence: recorded again (two nodes, or a fetch again after Redis refused the
+// heap's step) it keeps the longest.
+func (s *Store) RecordMissed(ctx context.Context, runs []taskd.Missed, now time.Time) error {
+	if len(runs) == 0 {
+		return nil
+	}
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		args := make([]any, 0, 7*len(runs))
+		var evs []taskd.Event
+		for _, r := range runs {
+			args = append(args, r.Task.Kind, r.Task.ID, r.First, r.UID, r.Last, r.Count, now)
+			if s.events.Outbox {
+				last := r.Last
+				first := taskd.Occurrence{Task: r.Task, DueAt: r.First}
+				evs = append(evs, taskd.Event{EventID: taskd.MissedEventID(first, r.UID), Type: taskd.EventMissed,
+					UID: r.UID, TaskID: r.Task.String(), Kind: r.Task.Kind.String(), DueAt: r.First,
+					Missed: r.Count, LastDueAt: &last, Node: s.events.Node, At: now})
+			}
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO missed_occurrence (task_kind, task_id, due_at, uid, last_due_at, missed, missed_at)
+			VALUES `+tuples(len(runs), 7)+`
+			ON DUPLICATE KEY UPDATE last_due_at = GREATEST(last_due_at, VALUES(last_due_at)), missed = GREATEST(missed, VALUES(missed))`,
+			args...)
+		if err != nil {
+			return err
+		}
+		return s.emitAll(ctx, tx, evs)
+	})
+	return mysqlErr("record missed", err)
 }

@@ -255,6 +255,26 @@ func (s *Store) Stats(ctx context.Context, from, to time.Time) ([]taskd.TaskStat
 		st.LatencyMSP50, st.LatencyMSP95 = percentile(ls, 50), percentile(ls, 95)
 	}
 
+	// Occurrences missed by a misfire policy, by the time their run was recorded.
+	rows, err = s.db.QueryContext(ctx, `SELECT task_kind, task_id, SUM(missed) FROM missed_occurrence
+		WHERE missed_at >= ? AND missed_at < ? GROUP BY task_kind, task_id`, from, to)
+	if err != nil {
+		return nil, mysqlErr("stats", err)
+	}
+	for rows.Next() {
+		var k taskd.TaskKey
+		var n int
+		if err := rows.Scan(&k.Kind, &k.ID, &n); err != nil {
+			rows.Close()
+			return nil, mysqlErr("stats", err)
+		}
+		get(k).Missed = n
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, mysqlErr("stats", err)
+	}
+
 	for _, kind := range []taskd.Kind{taskd.KindOnce, taskd.KindRotate} {
 		rows, err := s.db.QueryContext(ctx, `SELECT c.task_id, SUM(c.claimed),
 			SUM(GREATEST(t.dispatch_times - c.claimed, 0)), MIN(t.dispatch_times)

@@ -79,6 +79,14 @@ func (s *Store) PruneBatch(ctx context.Context, c Cutoffs, limit int) (dispatche
 			return 0, 0, mysqlErr("prune dispatches", err)
 		}
 		dispatches, _ = res.RowsAffected()
+		// Missed events are kept as long as the records' own events.
+		res, err = s.db.ExecContext(ctx, "DELETE FROM missed_occurrence WHERE missed_at < ? ORDER BY missed_at LIMIT ?",
+			c.Dispatches, limit)
+		if err != nil {
+			return dispatches, 0, mysqlErr("prune missed occurrences", err)
+		}
+		missed, _ := res.RowsAffected()
+		dispatches += missed
 	}
 	if !c.Outbox.IsZero() {
 		// The oldest rows have the lowest ids: read the first ids and delete the prefix

@@ -40,8 +40,8 @@ func (s *Store) CreateTask(ctx context.Context, actor string, t taskd.Task, now 
 			t.Priority, t.Status}, settingsArgs(t.Own)...)
 		args = append(args, now, now, rollout, windowsArg(t.OwnWindows))
 		if t.Key.Kind == taskd.KindRotate {
-			cols += ", space_minutes, end_time, cron, time_zone"
-			args = append(args, t.SpaceMinutes, t.EndTime, nullString(t.Cron), nullString(t.TimeZone))
+			cols += ", space_minutes, end_time, cron, time_zone, misfire"
+			args = append(args, t.SpaceMinutes, t.EndTime, nullString(t.Cron), nullString(t.TimeZone), max(t.Misfire, taskd.MisfireCatchUp))
 		}
 		res, err := tx.ExecContext(ctx, "INSERT INTO "+taskTable(t.Key.Kind)+" ("+cols+") VALUES ("+marks(len(args))+")", args...)
 		if err != nil {
@@ -97,12 +97,16 @@ func scanTask(row scanner, kind taskd.Kind) (taskd.Task, error) {
 		&t.Priority, &t.Status, &t.CreatedAt, &t.UpdatedAt, &t.Version, &rollout, &own, &inherited}
 	dest = append(append(dest, settingsDest(&t.Own)...), settingsDest(&tpl)...)
 	if kind == taskd.KindRotate {
-		dest = append(dest, &space, &end, &cron, &zone)
+		dest = append(dest, &space, &end, &cron, &zone, &t.Misfire)
 	}
 	if err := row.Scan(dest...); err != nil {
 		return t, err
 	}
 	var err error
+	if t.Rollout, err = parseRollout(rollout); err != nil {
+		return t, err
+	}
+	t.Effective, t.Inherited = taskd.Resolve(t.Own.WithRollout(t.Rollout), tpl)
 	if t.OwnWindows, err = taskd.ParseWindows(own.String); err != nil {
 		return t, err
 	}
@@ -115,10 +119,6 @@ func scanTask(row scanner, kind taskd.Kind) (taskd.Task, error) {
 			t.Inherited = append(t.Inherited, "windows")
 		}
 	}
-	if t.Rollout, err = parseRollout(rollout); err != nil {
-		return t, err
-	}
-	t.Effective, t.Inherited = taskd.Resolve(t.Own.WithRollout(t.Rollout), tpl)
 	t.Params = json.RawMessage(params)
 	t.StartTime = t.StartTime.UTC()
 	t.SpaceMinutes = int(space.Int64)
@@ -134,7 +134,7 @@ func scanTask(row scanner, kind taskd.Kind) (taskd.Task, error) {
 func selectTask(k taskd.Kind) string {
 	cols := taskColumns
 	if k == taskd.KindRotate {
-		cols += ", t.space_minutes, t.end_time, t.cron, t.time_zone"
+		cols += ", t.space_minutes, t.end_time, t.cron, t.time_zone, t.misfire"
 	}
 	return "SELECT " + cols + " FROM " + taskTable(k) + " t LEFT JOIN task_params_template p ON p.id = t.template_id"
 }
@@ -206,8 +206,8 @@ func (s *Store) ReplaceTask(ctx context.Context, actor, action string, key taskd
 			t.Priority, t.Status}, settingsArgs(t.Own)...)
 		args = append(args, now, rollout, windowsArg(t.OwnWindows))
 		if t.Key.Kind == taskd.KindRotate {
-			set += ", space_minutes = ?, end_time = ?, cron = ?, time_zone = ?"
-			args = append(args, t.SpaceMinutes, t.EndTime, nullString(t.Cron), nullString(t.TimeZone))
+			set += ", space_minutes = ?, end_time = ?, cron = ?, time_zone = ?, misfire = ?"
+			args = append(args, t.SpaceMinutes, t.EndTime, nullString(t.Cron), nullString(t.TimeZone), max(t.Misfire, taskd.MisfireCatchUp))
 		}
 		if _, err := tx.ExecContext(ctx, "UPDATE "+taskTable(t.Key.Kind)+" SET "+set+" WHERE id = ?", append(args, t.Key.ID)...); err != nil {
 			return err
