@@ -108,3 +108,35 @@ func TestPruneKeepsRecentEventsAndOfferedOccurrences(t *testing.T) {
 		}
 	}
 }
+
+// A run of missed occurrences recorded twice (two nodes, or again after Redis refused
+// the heap's step) is one event, the longest; the janitor prunes it with the records.
+func TestMissedRunsKeepTheLongestAndArePruned(t *testing.T) {
+	t.Parallel()
+	st := testenv.Store(t)
+	ctx := context.Background()
+	at := time.Date(2026, 11, 28, 11, 2, 0, 0, time.UTC)
+	first := time.Date(2026, 11, 28, 10, 5, 0, 0, time.UTC)
+	run := taskd.Missed{UID: "u1", Task: taskd.TaskKey{Kind: taskd.KindRotate, ID: 7}, First: first, Last: first.Add(50 * time.Minute), Count: 11}
+	longer := run
+	longer.Last, longer.Count = first.Add(55*time.Minute), 12
+	for _, r := range []taskd.Missed{run, longer, run} {
+		if err := st.RecordMissed(ctx, []taskd.Missed{r}, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs, err := st.Events(ctx, taskd.EventFilter{Type: taskd.EventMissed, From: at.Add(-time.Hour), To: at.Add(time.Hour)}, nil, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 1 || evs[0].Missed != 12 || evs[0].LastDueAt == nil || !evs[0].LastDueAt.Equal(longer.Last) ||
+		evs[0].EventID != taskd.MissedEventID(taskd.Occurrence{Task: run.Task, DueAt: first}, "u1") {
+		t.Fatalf("missed events: %+v", evs)
+	}
+	if _, _, err := st.PruneBatch(ctx, store.Cutoffs{Dispatches: at.Add(time.Second), Offered: at}, 100); err != nil {
+		t.Fatal(err)
+	}
+	if evs, _ := st.Events(ctx, taskd.EventFilter{Type: taskd.EventMissed, From: at.Add(-time.Hour), To: at.Add(time.Hour)}, nil, 10); len(evs) != 0 {
+		t.Fatalf("after the prune: %+v", evs)
+	}
+}
