@@ -523,12 +523,12 @@ func TestPrefixedPathIDsAreRefusedWithAHint(t *testing.T) {
 	}
 }
 
-// The events filter takes the event types of round 2 too.
+// The events filter takes the event types of round 2 too, and round 5's missed.
 func TestEventsFilterTakesDeadAndCancel(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 1)
-	for _, typ := range []string{"dead", "cancel"} {
+	for _, typ := range []string{"dead", "cancel", "missed"} {
 		e.expect("GET", "/v1/admin/events?type="+typ, nil, 200, "")
 	}
-	e.expectMsg("GET", "/v1/admin/events?type=gone", nil, 400, "invalid_argument", "dead or cancel")
+	e.expectMsg("GET", "/v1/admin/events?type=gone", nil, 400, "invalid_argument", "dead, cancel or missed")
 }

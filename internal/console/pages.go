@@ -208,7 +208,7 @@ func (c *Console) task(w http.ResponseWriter, r *http.Request) {
 func previewBody(t map[string]any) map[string]any {
 	body := map[string]any{}
 	for _, k := range []string{"executor", "start_time", "template_id", "params", "priority", "dispatch_times", "mode",
-		"space_minutes", "cron", "time_zone", "end_time", "rollout"} {
+		"space_minutes", "cron", "time_zone", "misfire", "end_time", "rollout"} {
 		if v, ok := t[k]; ok && v != nil {
 			body[k] = v
 		}
@@ -347,7 +347,7 @@ func (c *Console) renderTaskForm(w http.ResponseWriter, r *http.Request, status 
 
 // taskFields are the form fields of a task, in the API's names.
 var taskFields = []string{"executor", "start_time", "template_id", "params", "priority",
-	"dispatch_times", "mode", "status", "space_minutes", "cron", "time_zone", "end_time", "lease_seconds", "max_attempts",
+	"dispatch_times", "mode", "status", "space_minutes", "cron", "time_zone", "misfire", "end_time", "lease_seconds", "max_attempts",
 	"retry_backoff_seconds", "retry_multiplier", "retry_max_seconds", "dispatch_rate_per_minute", "confirm_seconds"}
 
 // inheritable are the task's settings a template may give: the form shows a task's
@@ -358,7 +358,7 @@ var inheritable = []string{"lease_seconds", "max_attempts", "retry_backoff_secon
 // shownFields are the task fields the form shows an error beside; another field's
 // error goes above the form.
 var shownFields = []string{"executor", "start_time", "params", "priority", "dispatch_times", "space_minutes",
-	"cron", "time_zone", "end_time", "lease_seconds", "max_attempts", "retry_backoff_seconds", "retry_multiplier", "retry_max_seconds",
+	"cron", "time_zone", "misfire", "end_time", "lease_seconds", "max_attempts", "retry_backoff_seconds", "retry_multiplier", "retry_max_seconds",
 	"dispatch_rate_per_minute", "confirm_seconds"}
 
 // taskPath is the API path of the task r names, its parts escaped.
@@ -391,7 +391,7 @@ func (c *Console) submitTask(w http.ResponseWriter, r *http.Request, tf taskForm
 	if tf.Form["status"] != "" {
 		body["status"] = tf.Form["status"]
 	}
-	for _, k := range []string{"cron", "time_zone"} { // a rotating task's wall-clock schedule
+	for _, k := range []string{"cron", "time_zone", "misfire"} { // a rotating task's schedule
 		if tf.Form[k] != "" {
 			body[k] = tf.Form[k]
 		}

@@ -262,8 +262,10 @@ try {
     await page.locator('#time_zone-error').filter({ hasText: 'unknown time zone' }).waitFor();
     assert.equal(await page.getByLabel(/^Or, instead, a cron expression/).inputValue(), '30 2 * * *', 'what was typed stays');
     await page.getByLabel(/^Time zone of the cron/).fill('Europe/Berlin');
+    await page.getByLabel('A user who missed occurrences gets').selectOption('latest');
     await page.getByRole('button', { name: 'Create task' }).click();
     await page.locator('#task-cron').filter({ hasText: '30 2 * * * in Europe/Berlin' }).waitFor();
+    assert.equal(await page.locator('#task-misfire').textContent(), 'latest');
     await shot('task-cron');
     await page.getByRole('link', { name: 'Schedule of uid_20' }).click();
     const row = page.locator('table.timeline tbody tr').first();
