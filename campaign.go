@@ -95,17 +95,20 @@ type Campaign struct {
 	LeaseSeconds  int             `json:"lease_seconds"`
 	MaxAttempts   int             `json:"max_attempts"`
 	// RetryBackoffSeconds is how long a failed item waits before it is handed out again.
-	RetryBackoffSeconds int           `json:"retry_backoff_seconds"`
-	State               CampaignState `json:"state"`
-	Reason              string        `json:"reason"`
-	Offset              int64         `json:"offset"`
-	Done                int64         `json:"done"`
-	Failed              int64         `json:"failed"`
-	InFlight            int64         `json:"in_flight"`
-	CreatedAt           time.Time     `json:"created_at"`
-	UpdatedAt           time.Time     `json:"updated_at"`
-	StartedAt           *time.Time    `json:"started_at"`
-	FinishedAt          *time.Time    `json:"finished_at"`
+	RetryBackoffSeconds int `json:"retry_backoff_seconds"`
+	// Windows are the campaign's maintenance windows: its items are handed out only
+	// while one is open (an item handed out may run and finish after it closes).
+	Windows    Windows       `json:"windows,omitempty"`
+	State      CampaignState `json:"state"`
+	Reason     string        `json:"reason"`
+	Offset     int64         `json:"offset"`
+	Done       int64         `json:"done"`
+	Failed     int64         `json:"failed"`
+	InFlight   int64         `json:"in_flight"`
+	CreatedAt  time.Time     `json:"created_at"`
+	UpdatedAt  time.Time     `json:"updated_at"`
+	StartedAt  *time.Time    `json:"started_at"`
+	FinishedAt *time.Time    `json:"finished_at"`
 	// Epoch counts the admin's moves: a move made in MySQL reaches Redis with its epoch,
 	// and a state Redis reached on its own (error budget, finished) is taken into MySQL
 	// only while the epochs agree.

@@ -111,6 +111,8 @@ type campaignRequest struct {
 	LeaseSeconds        *reqInt `json:"lease_seconds"`
 	MaxAttempts         *reqInt `json:"max_attempts"`
 	RetryBackoffSeconds *reqInt `json:"retry_backoff_seconds"`
+	// Windows: the items are handed out only while one is open (absent: any time).
+	Windows taskd.Windows `json:"windows"`
 }
 
 // campaign checks the request and returns the campaign it describes, and its uids.
@@ -193,6 +195,12 @@ func (req campaignRequest) campaign() (taskd.Campaign, []string, error) {
 			return c, nil, err
 		}
 		*f.dst = int(v)
+	}
+	if err := req.Windows.Validate(); err != nil {
+		return c, nil, err
+	}
+	if len(req.Windows) > 0 {
+		c.Windows = req.Windows.Normalized()
 	}
 	if b := req.ErrorBudget; b != nil {
 		if b.MaxFailures == nil || b.PerSeconds == nil {

@@ -129,6 +129,14 @@ func (e *Engine) Take(ctx context.Context, uid string, n, limit int, tk taskd.Ta
 		if !tk.Allows(c.TemplateID) {
 			continue
 		}
+		if open, ok := c.Windows.OpenAt(now); !open.Equal(now) {
+			// Outside its windows: nothing of it now, and the fetch comes back at the
+			// next opening if nothing else is sooner.
+			if ok && (next == nil || open.Before(*next)) {
+				next = &open
+			}
+			continue
+		}
 		var res queue.TakeResult
 		err := e.restoring(ctx, c.ID, func() (err error) {
 			res, err = e.win.Take(ctx, c.ID, uid, n-len(out), limit, now)

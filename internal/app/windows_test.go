@@ -99,3 +99,26 @@ func TestMaintenanceWindows(t *testing.T) {
 	e.expectMsg("POST", "/v1/admin/tasks/once", map[string]any{"executor": "uid_x", "start_time": "2026-11-28T04:00:00Z",
 		"template_id": tpl["id"], "windows": []map[string]any{{"cron": "0 2 * * *", "minutes": 60, "time_zone": "Berlin"}}}, 400, "invalid_argument", "windows[0].time_zone")
 }
+
+// A campaign with a window hands out its items only while it is open; outside it, the
+// fetch says when it opens.
+func TestCampaignWindows(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2)
+	// t0 is 10:00 UTC: the window opens at 12:00 for an hour.
+	keys, _, path := e.runningCampaign(1, map[string]any{"windows": []map[string]any{{"cron": "0 12 * * *", "minutes": 60}}})
+	got := e.admin("GET", path, nil)
+	if ws, _ := got["windows"].([]any); len(ws) != 1 {
+		t.Fatalf("the campaign's windows: %v", got["windows"])
+	}
+	r := e.batch(0, keys[0], 1, nil)
+	if len(r.Tasks) != 0 || r.NextDueAt == nil || ts(*r.NextDueAt) != "2026-11-21T12:00:00Z" {
+		t.Fatalf("outside the window: %+v, next_due_at %v; want none and 2026-11-21T12:00:00Z", r.Tasks, r.NextDueAt)
+	}
+	e.clock.Set(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC))
+	if items := e.items(1, keys[0], 1); len(items) != 1 {
+		t.Fatalf("inside the window, through the other instance: %+v", items)
+	}
+	e.expectMsg("POST", "/v1/admin/campaigns", map[string]any{"name": "w", "template_id": e.template(), "executor": "gid_g",
+		"items": map[string]any{"count": 1}, "windows": []map[string]any{{"cron": "0 12 * * *"}}}, 400, "invalid_argument", "windows[0].minutes")
+}

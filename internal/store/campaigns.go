@@ -17,7 +17,7 @@ import (
 
 const selectCampaign = `SELECT id, name, template_id, params, executor, items, total, rate_per_second,
 	window_size, max_failures, per_seconds, lease_seconds, max_attempts, retry_backoff, state, reason, epoch, salt,
-	done_offset, done, failed, in_flight, finished_above, created_at, updated_at, started_at, finished_at
+	done_offset, done, failed, in_flight, finished_above, created_at, updated_at, started_at, finished_at, windows
 	FROM campaign`
 
 type rowScanner interface{ Scan(dest ...any) error }
@@ -26,12 +26,15 @@ func scanCampaign(row rowScanner) (taskd.Campaign, error) {
 	var c taskd.Campaign
 	var params string
 	var maxFailures, perSeconds sql.NullInt64
-	var finished sql.NullString
+	var finished, windows sql.NullString
 	err := row.Scan(&c.ID, &c.Name, &c.TemplateID, &params, &c.Executor, &c.Items, &c.Total, &c.RatePerSecond,
 		&c.Window, &maxFailures, &perSeconds, &c.LeaseSeconds, &c.MaxAttempts, &c.RetryBackoffSeconds, &c.State,
 		&c.Reason, &c.Epoch, &c.Salt, &c.Offset, &c.Done, &c.Failed, &c.InFlight, &finished, &c.CreatedAt, &c.UpdatedAt,
-		&c.StartedAt, &c.FinishedAt)
+		&c.StartedAt, &c.FinishedAt, &windows)
 	if err != nil {
+		return c, err
+	}
+	if c.Windows, err = taskd.ParseWindows(windows.String); err != nil {
 		return c, err
 	}
 	c.Params = json.RawMessage(params)
@@ -71,9 +74,10 @@ func (s *Store) CreateCampaign(ctx context.Context, actor string, c taskd.Campai
 		c.State, c.CreatedAt, c.UpdatedAt = taskd.CampaignCreated, now, now
 		res, err := tx.ExecContext(ctx, `INSERT INTO campaign (name, template_id, params, executor, items, total,
 			rate_per_second, window_size, max_failures, per_seconds, lease_seconds, max_attempts, retry_backoff,
-			state, salt, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			state, salt, created_at, updated_at, windows) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			c.Name, c.TemplateID, string(c.Params), c.Executor, c.Items, c.Total, c.RatePerSecond, c.Window,
-			maxFailures, perSeconds, c.LeaseSeconds, c.MaxAttempts, c.RetryBackoffSeconds, c.State, c.Salt, now, now)
+			maxFailures, perSeconds, c.LeaseSeconds, c.MaxAttempts, c.RetryBackoffSeconds, c.State, c.Salt, now, now,
+			windowsArg(c.Windows))
 		if err != nil {
 			return err
 		}
