@@ -40,6 +40,38 @@ type Rollout struct {
 	// once its user fetches again within that many seconds; unconfirmed by then, it is a
 	// failure.
 	ConfirmSeconds int `json:"confirm_seconds,omitempty"`
+	// BakeTime says what a bake counts: "wall" (the default: every second of it, for
+	// the released devices keep running, and failing, outside their maintenance
+	// windows) or "in_windows" (only the time while one of the task's windows is open:
+	// for devices that report only then). A task without windows bakes in wall time.
+	BakeTime string `json:"bake_time,omitempty"`
+	// windows are the task's, for a bake in_windows (WithWindows).
+	windows Windows
+}
+
+// What a bake counts (Rollout.BakeTime).
+const (
+	BakeWall      = "wall"
+	BakeInWindows = "in_windows"
+)
+
+// WithWindows is r stepping with its task's maintenance windows ws, for a bake that
+// counts only the time while one is open.
+func (r Rollout) WithWindows(ws Windows) Rollout {
+	r.windows = ws
+	return r
+}
+
+// bakeUntil is when a bake that starts at now ends: BakeSeconds later, in wall time or,
+// in_windows, in the time the task's windows are open.
+func (r Rollout) bakeUntil(now time.Time) time.Time {
+	d := time.Duration(r.BakeSeconds) * time.Second
+	if r.BakeTime == BakeInWindows && len(r.windows) > 0 {
+		if at, ok := r.windows.AddOpen(now, d); ok {
+			return at
+		}
+	}
+	return now.Add(d)
 }
 
 // Phase is a cumulative cap: Percent of the quota (0 < p <= 100), or Count claims.
@@ -166,6 +198,8 @@ func (r Rollout) Validate(quota int) error {
 		return bad("rate_factor: between 0 and 100, got %v", r.RateFactor)
 	case r.ConfirmSeconds < 0 || r.ConfirmSeconds > MaxConfirmSeconds:
 		return bad("confirm_seconds: between 0 and %d, got %d", MaxConfirmSeconds, r.ConfirmSeconds)
+	case r.BakeTime != "" && r.BakeTime != BakeWall && r.BakeTime != BakeInWindows:
+		return bad("bake_time: wall or in_windows, got %q", r.BakeTime)
 	}
 	return nil
 }
@@ -367,7 +401,7 @@ func (r Rollout) Step(st RolloutStatus, f PhaseFigures, now time.Time) RolloutCh
 		to.State = RolloutWaiting
 		return RolloutChange{Event: EventRolloutWaiting, From: st, To: to}
 	case v == GatePassed && r.BakeSeconds > 0:
-		until := now.Add(time.Duration(r.BakeSeconds) * time.Second)
+		until := r.bakeUntil(now)
 		to.State, to.BakeUntil = RolloutBaking, &until
 		return RolloutChange{Event: EventRolloutBaking, From: st, To: to}
 	case v == GatePassed:

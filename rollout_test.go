@@ -386,3 +386,33 @@ func TestTaskValidateRefusesAnUnreachableGate(t *testing.T) {
 		t.Fatalf("manual: warned, not refused: %v", err)
 	}
 }
+
+// A bake in_windows counts only the time while the task's windows are open; wall, the
+// default, every second; a task without windows bakes in wall time either way.
+func TestRolloutBakeInWindows(t *testing.T) {
+	at := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC) // noon; the window is 01:00 to 03:00
+	ws := taskd.Windows{{Cron: "0 1 * * *", Minutes: 120}}
+	r := taskd.Rollout{Phases: []taskd.Phase{pct(10), pct(100)}, BakeSeconds: 3 * 3600,
+		Gate: taskd.Gate{MinFinished: 1, SuccessRatio: 1}}.WithDefaults()
+	pass := taskd.PhaseFigures{Finished: 1, Succeeded: 1}
+	for _, tc := range []struct {
+		bake string
+		ws   taskd.Windows
+		want time.Time
+	}{
+		{"", ws, at.Add(3 * time.Hour)},
+		{taskd.BakeWall, ws, at.Add(3 * time.Hour)},
+		{taskd.BakeInWindows, ws, time.Date(2026, 11, 28, 2, 0, 0, 0, time.UTC)}, // two hours one night, one the next
+		{taskd.BakeInWindows, nil, at.Add(3 * time.Hour)},
+	} {
+		r.BakeTime = tc.bake
+		c := r.WithWindows(tc.ws).Step(taskd.StartRollout(at), pass, at)
+		if c.To.BakeUntil == nil || !c.To.BakeUntil.Equal(tc.want) {
+			t.Errorf("bake_time %q: bake until %v, want %s", tc.bake, c.To.BakeUntil, tc.want)
+		}
+	}
+	r.BakeTime = "weekends"
+	if err := r.Validate(100); err == nil || !strings.Contains(err.Error(), "bake_time") {
+		t.Errorf("bake_time weekends: %v", err)
+	}
+}

@@ -151,6 +151,56 @@ func (ws Windows) OpenAt(t time.Time) (time.Time, bool) {
 	return first, found
 }
 
+// AddOpen returns the instant at which d of open-window time has passed from t: the
+// time while no window is open does not count. False when the windows stop opening
+// before then (or it takes more than maxOpenSpans openings).
+func (ws Windows) AddOpen(t time.Time, d time.Duration) (time.Time, bool) {
+	for range maxOpenSpans {
+		open, ok := ws.OpenAt(t)
+		if !ok {
+			return time.Time{}, false
+		}
+		end := ws.closeAfter(open)
+		if span := end.Sub(open); d <= span {
+			return open.Add(d), true
+		} else {
+			d -= span
+		}
+		t = end
+	}
+	return time.Time{}, false
+}
+
+// maxOpenSpans bounds the open spans AddOpen walks.
+const maxOpenSpans = 10_000
+
+// closeAfter is when the windows, open at t, next are all closed: the end of the union
+// of the open spans that hold t, or follow one another without a gap.
+func (ws Windows) closeAfter(t time.Time) time.Time {
+	end := t
+	for grew := true; grew; {
+		grew = false
+		for _, w := range ws {
+			c, err := CronOf(w.Cron + ";" + w.TimeZone)
+			if err != nil {
+				continue
+			}
+			length := time.Duration(w.Minutes) * time.Minute
+			o, ok := c.After(end.Add(-length))
+			if !ok || o.After(end) {
+				continue // not open at end
+			}
+			for n, more := c.After(o); more && !n.After(end); n, more = c.After(n) {
+				o = n // the latest opening at or before end
+			}
+			if e := o.Add(length); e.After(end) {
+				end, grew = e, true
+			}
+		}
+	}
+	return end
+}
+
 // Open reports whether a window is open at t (always, without windows).
 func (ws Windows) Open(t time.Time) bool {
 	at, ok := ws.OpenAt(t)

@@ -55,3 +55,24 @@ func TestWindowsKeyAndRefusals(t *testing.T) {
 		}
 	}
 }
+
+func TestWindowsAddOpen(t *testing.T) {
+	// 01:00 to 03:00 UTC every night, and 02:30 to 04:00 on Saturdays (they overlap).
+	ws := Windows{{Cron: "0 1 * * *", Minutes: 120}, {Cron: "30 2 * * 6", Minutes: 90}}
+	for _, tc := range []struct {
+		from string
+		d    time.Duration
+		want string
+	}{
+		{"2026-11-26T01:30:00Z", time.Hour, "2026-11-26T02:30:00Z"},         // inside, room enough
+		{"2026-11-26T02:30:00Z", time.Hour, "2026-11-27T01:30:00Z"},         // half now, half the next night
+		{"2026-11-26T12:00:00Z", 3 * time.Hour, "2026-11-28T02:00:00Z"},     // Thu night 2 h, Fri night 1 h
+		{"2026-11-28T01:00:00Z", 150 * time.Minute, "2026-11-28T03:30:00Z"}, // Saturday: the spans join, 01:00 to 04:00
+		{"2026-11-28T01:00:00Z", 4 * time.Hour, "2026-11-29T02:00:00Z"},     // 3 h Saturday, 1 h Sunday
+	} {
+		got, ok := ws.AddOpen(utc(tc.from), tc.d)
+		if !ok || !got.Equal(utc(tc.want)) {
+			t.Errorf("AddOpen(%s, %v) = %s, %v; want %s", tc.from, tc.d, got.Format(time.RFC3339), ok, tc.want)
+		}
+	}
+}

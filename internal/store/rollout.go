@@ -131,7 +131,7 @@ func readRollout(ctx context.Context, tx *sql.Tx, key taskd.TaskKey, now time.Ti
 	if t.Rollout == nil {
 		return v, t, taskd.Errorf(taskd.CodeNotFound, "task %s has no rollout", key)
 	}
-	v.TaskID, v.Rollout, v.Quota, v.TaskVersion = key.String(), *t.Rollout, t.DispatchTimes, t.Version
+	v.TaskID, v.Rollout, v.Quota, v.TaskVersion = key.String(), t.Rollout.WithWindows(t.Windows), t.DispatchTimes, t.Version
 	v.Cap = v.Rollout.Cap(v.Status, v.Quota)
 	if v.Figures, err = phaseFigures(ctx, tx, key, v.Status.PhaseNumber(), now); err != nil {
 		return v, t, err
