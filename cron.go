@@ -205,9 +205,11 @@ func (c *Cron) instant(y int, mo time.Month, d, h, m int) time.Time {
 		return first.UTC()
 	}
 	// In a gap: the zone's clock jumps over the wall time. Go's time.Date gives an
-	// instant near the jump; the jump itself is a bound of the zone in effect there.
+	// instant near the jump, on either side of it (for a gap at midnight, on the day
+	// before); the jump itself is a bound of the zone in effect there: its start when
+	// the instant's wall clock reads later than the wall time asked for, else its end.
 	start, end := at.ZoneBounds()
-	if at.Hour()*60+at.Minute() > h*60+m || at.Day() != d {
+	if reads := time.Date(at.Year(), at.Month(), at.Day(), at.Hour(), at.Minute(), 0, 0, time.UTC); reads.After(wall) {
 		return start.UTC()
 	}
 	return end.UTC()

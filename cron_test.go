@@ -84,6 +84,19 @@ func TestCronDaylightSavingInARealZone(t *testing.T) {
 			want: []string{"2026-11-01T05:30:00Z", "2026-11-02T06:30:00Z"},
 		},
 		{
+			// Santiago, 6 September 2026: midnight -04 becomes 01:00 -03. The day's
+			// midnight does not exist: it happens at 01:00 -03 (04:00 UTC).
+			name: "a gap at midnight, Santiago", expr: "@daily", zone: "America/Santiago",
+			from: "2026-09-05T12:00:00Z",
+			want: []string{"2026-09-06T04:00:00Z", "2026-09-07T03:00:00Z"},
+		},
+		{
+			// Havana, 8 March 2026: midnight CST becomes 01:00 CDT.
+			name: "a gap at midnight, Havana", expr: "0 0 * * *", zone: "America/Havana",
+			from: "2026-03-07T12:00:00Z",
+			want: []string{"2026-03-08T05:00:00Z", "2026-03-09T04:00:00Z"},
+		},
+		{
 			name: "UTC by default, weekdays at nine", expr: "0 9 * * 1-5", zone: "",
 			from: "2026-11-27T10:00:00Z", // a Friday
 			want: []string{"2026-11-30T09:00:00Z", "2026-12-01T09:00:00Z"},

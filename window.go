@@ -160,7 +160,7 @@ func (ws Windows) AddOpen(t time.Time, d time.Duration) (time.Time, bool) {
 		if !ok {
 			return time.Time{}, false
 		}
-		end := ws.closeAfter(open)
+		end := ws.closeAfter(open, open.Add(d))
 		if span := end.Sub(open); d <= span {
 			return open.Add(d), true
 		} else {
@@ -175,10 +175,11 @@ func (ws Windows) AddOpen(t time.Time, d time.Duration) (time.Time, bool) {
 const maxOpenSpans = 10_000
 
 // closeAfter is when the windows, open at t, next are all closed: the end of the union
-// of the open spans that hold t, or follow one another without a gap.
-func (ws Windows) closeAfter(t time.Time) time.Time {
+// of the open spans that hold t, or follow one another without a gap; or limit, if they
+// are open until then (windows that join end to end may never close).
+func (ws Windows) closeAfter(t, limit time.Time) time.Time {
 	end := t
-	for grew := true; grew; {
+	for grew := true; grew && end.Before(limit); {
 		grew = false
 		for _, w := range ws {
 			c, err := CronOf(w.Cron + ";" + w.TimeZone)

@@ -76,3 +76,19 @@ func TestWindowsAddOpen(t *testing.T) {
 		}
 	}
 }
+
+// Windows that join end to end never close: a bake in them counts wall time, and
+// AddOpen returns (it looped for ever before).
+func TestWindowsAddOpenJoined(t *testing.T) {
+	for _, ws := range []Windows{
+		{{Cron: "0 * * * *", Minutes: 60}},
+		{{Cron: "* * * * *", Minutes: 1}},
+		{{Cron: "0 0 * * *", Minutes: 1440}},
+	} {
+		from := utc("2026-11-26T10:30:00Z")
+		got, ok := ws.AddOpen(from, time.Hour)
+		if !ok || !got.Equal(from.Add(time.Hour)) {
+			t.Errorf("%v: AddOpen = %s, %v; want an hour later", ws, got, ok)
+		}
+	}
+}

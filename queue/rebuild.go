@@ -129,6 +129,7 @@ func (c *Cache) build(ctx context.Context, uid string) (*built, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rebuild %s: %w", uid, err)
 	}
+	src.CatchUp = c.cfg.CatchUp
 	entries := schedule.Offer(src, schedule.EffectiveCursor(src.Cursor, now, c.cfg.CatchUp), until)
 	sort.Slice(entries, func(i, j int) bool { return schedule.Less(entries[i], entries[j]) })
 

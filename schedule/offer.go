@@ -43,6 +43,9 @@ type Source struct {
 	// have completed later tasks meanwhile (its once_per_user hold keeps it from being
 	// handed out twice).
 	WindowFrom time.Time
+	// CatchUp is how far behind now an offer reaches (DISPATCH_CATCH_UP): a rotating
+	// task with windows starts its offer no earlier than that before its next opening.
+	CatchUp time.Duration
 }
 
 // WaitingDispatch is a dispatch of the user that waits beside its open slot: a failed
@@ -93,7 +96,19 @@ func Offer(src Source, from, until time.Time) []Entry {
 	}
 	for _, t := range src.Rotate {
 		r := t.Rotation()
-		due, ok := r.First(from)
+		start := from
+		if t.Windows != "" && src.CatchUp > 0 {
+			// Occurrences that would be older than the catch-up by the time a window
+			// opens are never handed out: the offer starts at the first one that will
+			// not be (so the entry does not go stale, and the heap is not rebuilt, at
+			// each occurrence while the windows are closed).
+			if ws, err := taskd.WindowsOf(t.Windows); err == nil {
+				if open, ok := ws.OpenAt(from); ok && open.Add(-src.CatchUp).After(start) {
+					start = open.Add(-src.CatchUp)
+				}
+			}
+		}
+		due, ok := r.First(start)
 		if !ok {
 			continue
 		}

@@ -122,3 +122,31 @@ func TestCampaignWindows(t *testing.T) {
 	e.expectMsg("POST", "/v1/admin/campaigns", map[string]any{"name": "w", "template_id": e.template(), "executor": "gid_g",
 		"items": map[string]any{"count": 1}, "windows": []map[string]any{{"cron": "0 12 * * *"}}}, 400, "invalid_argument", "windows[0].minutes")
 }
+
+// A rotating task with a window costs its users no heap rebuild per occurrence while
+// the window is closed: the offer starts a catch-up before the next opening.
+func TestRotatingWindowedTaskDoesNotRebuildWhileClosed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	e.clock.Set(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC))
+	key := e.key("winrot")
+	id := e.task("rotate", map[string]any{"executor": "uid_winrot", "start_time": "2026-11-01T00:00:00Z", "space_minutes": 5,
+		"dispatch_times": -1, "windows": []map[string]any{{"cron": "0 1 * * *", "minutes": 120}}})
+	e.fetch(0, key)
+	before := e.loaders[0].rebuilds.Load()
+	for at := e.clock.Now(); at.Before(time.Date(2026, 11, 26, 23, 0, 0, 0, time.UTC)); at = at.Add(5 * time.Minute) {
+		e.clock.Set(at)
+		if r := e.fetch(0, key); r.Task != nil {
+			t.Fatalf("at %s, outside the window: %+v", ts(at), r.Task)
+		}
+	}
+	// Eleven hours: the heap's refresh (DISPATCH_HEAP_REFRESH, 6 h) rebuilds it once,
+	// and nothing else does (one a poll, 131 of them, before).
+	if n := e.loaders[0].rebuilds.Load() - before; n > 2 {
+		t.Errorf("%d heap rebuilds while the window was closed, want at most the refresh's", n)
+	}
+	e.clock.Set(time.Date(2026, 11, 27, 1, 0, 0, 0, time.UTC))
+	if r := e.fetch(0, key); r.Task == nil || r.Task.TaskID != id {
+		t.Fatalf("at the opening: %+v", r)
+	}
+}
