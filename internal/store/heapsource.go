@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"slices"
 	"strings"
 	"time"
 
@@ -56,10 +57,49 @@ func (s *Store) LoadSource(ctx context.Context, uid string, groups []string, fro
 	}
 	src.Once, src.Rotate = tasks.Once, tasks.Rotate
 	src.WindowFrom = from.Add(-taskd.MaxWindowWait)
+	if src.Once, err = s.leaveHeld(ctx, uid, src.Once, from); err != nil {
+		return src, err
+	}
 	if src.Waiting, err = s.waiting(ctx, uid); err != nil {
 		return src, err
 	}
 	return src, nil
+}
+
+// leaveHeld drops from once the tasks with windows due before from (offered past the
+// catch-up only because they wait for a window) that uid holds already (its
+// once_per_user hold, taken when it was handed out to uid): they would cost a claim
+// each, refused, at every rebuild for a week, and crowd a cut heap.
+func (s *Store) leaveHeld(ctx context.Context, uid string, once []schedule.OnceTask, from time.Time) ([]schedule.OnceTask, error) {
+	var args []any
+	for _, t := range once {
+		if t.Windows != "" && t.Start.Before(from) {
+			args = append(args, t.ID, t.Start)
+		}
+	}
+	if len(args) == 0 {
+		return once, nil
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT task_id, due_at FROM occurrence_user
+		WHERE task_kind = 1 AND uid = ? AND released = 0 AND (task_id, due_at) IN (`+tuples(len(args)/2, 2)+`)`,
+		append([]any{uid}, args...)...)
+	if err != nil {
+		return nil, mysqlErr("held once tasks", err)
+	}
+	defer rows.Close()
+	held := map[int64]bool{}
+	for rows.Next() {
+		var id int64
+		var due time.Time
+		if err := rows.Scan(&id, &due); err != nil {
+			return nil, mysqlErr("held once tasks", err)
+		}
+		held[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mysqlErr("held once tasks", err)
+	}
+	return slices.DeleteFunc(once, func(t schedule.OnceTask) bool { return held[t.ID] }), nil
 }
 
 // waiting lists uid's dispatches waiting beside its open slot: retries, next stages

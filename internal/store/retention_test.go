@@ -140,3 +140,27 @@ func TestMissedRunsKeepTheLongestAndArePruned(t *testing.T) {
 		t.Fatalf("after the prune: %+v", evs)
 	}
 }
+
+// A once task with windows due before the catch-up stays on the offers of the users
+// that have not had it (it waits for a window), and leaves the offer of one that holds
+// it: otherwise it would cost that user a refused claim at every rebuild for a week.
+func TestWindowedOnceTaskLeavesTheOfferOfItsHolder(t *testing.T) {
+	t.Parallel()
+	st := testenv.Store(t)
+	f := newBatchFixture(t, st)
+	ws := taskd.Windows{{Cron: "0 9 * * *", Minutes: 120}} // open at the claim, 10:00
+	occ := f.task(taskd.Unlimited, taskd.ModeOncePerUser, func(t *taskd.Task) { t.OwnWindows = ws })
+	if o, _, err := st.Claim(context.Background(), "a", occ, batchAt, taskd.Single); err != nil || o != taskd.Claimed {
+		t.Fatalf("claim: %v %v", o, err)
+	}
+	floor := batchAt.Add(3 * time.Hour) // the task is due before it
+	for uid, want := range map[string]int{"a": 0, "b": 1} {
+		src, err := st.LoadSource(context.Background(), uid, []string{"g"}, floor, floor.Add(48*time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(src.Once) != want {
+			t.Errorf("%s's offer: %d once tasks, want %d", uid, len(src.Once), want)
+		}
+	}
+}
