@@ -165,6 +165,18 @@ func TestPeekScriptStatuses(t *testing.T) {
 				c.Confirm = true
 				e.zadd(e.keys.Heap("u1"), c)
 			}},
+		{name: "ok: a once task with windows older than the floor (it waits for one)", want: []any{"ok"},
+			setup: func(e *env) {
+				o := once(9, floor.Add(-48*time.Hour), 5)
+				o.Windows = "0 1 * * *;UTC;60"
+				e.zadd(e.keys.Heap("u1"), o)
+			}},
+		{name: "stale: a rotating task with windows older than the floor", want: []any{"stale", "L9", "g1,g2", "3"},
+			setup: func(e *env) {
+				r := rotate(9, floor.Add(-time.Hour), 1, time.Hour, time.Time{})
+				r.Windows = "0 1 * * *;UTC;60"
+				e.zadd(e.keys.Heap("u1"), r)
+			}},
 		{name: "stale: group generation moved", want: []any{"stale", "L9", "g1,g2", "3"},
 			setup: func(e *env) { e.rdb.Incr(e.ctx, e.keys.GenerationOf("g1", "u1")) }},
 		{name: "ok: another copy of a group generation moved", want: []any{"ok"},
