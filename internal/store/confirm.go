@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/taskpull/taskd"
@@ -119,30 +118,5 @@ func (s *Store) settle(ctx context.Context, tx *sql.Tx, ds []*taskd.Dispatch, no
 // user), as ExpiredLeases lists expired leases. The leading state column of idx_lease
 // finds the unconfirmed records, few at any time.
 func (s *Store) LapsedConfirms(ctx context.Context, now time.Time, limit, of int, parts []int) ([]string, error) {
-	q := "SELECT log_id FROM dispatch WHERE state = ? AND confirm_by < ?"
-	args := []any{taskd.StateUnconfirmed, now}
-	if of > 0 {
-		if len(parts) == 0 {
-			return nil, nil
-		}
-		q += " AND CRC32(uid) % ? IN (?" + strings.Repeat(", ?", len(parts)-1) + ")"
-		args = append(args, of)
-		for _, p := range parts {
-			args = append(args, p)
-		}
-	}
-	rows, err := s.db.QueryContext(ctx, q+" ORDER BY confirm_by LIMIT ?", append(args, limit)...)
-	if err != nil {
-		return nil, mysqlErr("lapsed confirms", err)
-	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, mysqlErr("lapsed confirms", err)
-		}
-		ids = append(ids, id)
-	}
-	return ids, mysqlErr("lapsed confirms", rows.Err())
+	return s.swept(ctx, "lapsed confirms", taskd.StateUnconfirmed, "confirm_by < ?", now, limit, of, parts)
 }

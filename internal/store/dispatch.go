@@ -398,8 +398,17 @@ func (s *Store) expireAs(ctx context.Context, tx *sql.Tx, d *taskd.Dispatch, now
 // the users whose uid's CRC-32 modulo of is one of parts (of 0: of every user). The
 // index on (state, lease_expires_at) finds the expired ones; the hash filters them.
 func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit, of int, parts []int) ([]string, error) {
-	q := "SELECT log_id FROM dispatch WHERE state = ? AND lease_expires_at <= ?"
-	args := []any{taskd.StateOpen, now}
+	return s.swept(ctx, "expired leases", taskd.StateOpen, "lease_expires_at <= ?", now, limit, of, parts)
+}
+
+// swept lists up to limit log ids of the records in state whose deadline condition
+// (a column compared with now, the column first) holds, oldest deadline first, of the
+// users whose uid's CRC-32 modulo of is one of parts (of 0: of every user): what a
+// sweep of its shards finds to do. op names it in errors.
+func (s *Store) swept(ctx context.Context, op string, state taskd.DispatchState, deadline string, now time.Time,
+	limit, of int, parts []int) ([]string, error) {
+	q := "SELECT log_id FROM dispatch WHERE state = ? AND " + deadline
+	args := []any{state, now}
 	if of > 0 {
 		if len(parts) == 0 {
 			return nil, nil
@@ -410,20 +419,21 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit, of int,
 			args = append(args, p)
 		}
 	}
-	rows, err := s.db.QueryContext(ctx, q+" ORDER BY lease_expires_at LIMIT ?", append(args, limit)...)
+	col, _, _ := strings.Cut(deadline, " ")
+	rows, err := s.db.QueryContext(ctx, q+" ORDER BY "+col+" LIMIT ?", append(args, limit)...)
 	if err != nil {
-		return nil, mysqlErr("expired leases", err)
+		return nil, mysqlErr(op, err)
 	}
 	defer rows.Close()
 	var ids []string
 	for rows.Next() {
 		var id string
 		if err := rows.Scan(&id); err != nil {
-			return nil, mysqlErr("expired leases", err)
+			return nil, mysqlErr(op, err)
 		}
 		ids = append(ids, id)
 	}
-	return ids, mysqlErr("expired leases", rows.Err())
+	return ids, mysqlErr(op, rows.Err())
 }
 
 // cursorBatch bounds the uids of one query of Cursors.
