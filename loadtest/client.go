@@ -192,6 +192,14 @@ func (c *Client) FetchBatch(ctx context.Context, key string, max int) (BatchRepl
 	return r, err
 }
 
+// Confirm fetches as the key's owner for no task (a template no task has): what it
+// does is confirm the owner's successes waiting for its next fetch (confirm_seconds).
+func (c *Client) Confirm(ctx context.Context, key string) error {
+	body, _ := json.Marshal(map[string]any{"max": 1, "template_ids": []int64{math.MaxInt64}})
+	var r BatchReply
+	return c.do(ctx, http.MethodPost, "/v1/fetch", key, body, &r)
+}
+
 // Complete reports a task's result.
 func (c *Client) Complete(ctx context.Context, key, logID string, success bool) error {
 	body, _ := json.Marshal(completeBody(logID, success))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -142,6 +143,12 @@ func Run(ctx context.Context, cfg Config, prog Progress) (*Report, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	// Every user fetches once more, for no task: the successes of tasks with
+	// confirm_seconds completed last are confirmed (their complete events written),
+	// as a device that comes back does.
+	if err := confirmAll(ctx, c, d.Keys, s.Agents); err != nil {
+		prog.printf("confirm: %v", err)
+	}
 	ended := time.Now()
 	obs.CampaignSeconds = ended.Sub(started).Seconds()
 	if len(d.Campaigns) > 0 {
@@ -169,6 +176,34 @@ func Run(ctx context.Context, cfg Config, prog Progress) (*Report, error) {
 		rep.Check, rep.checkErr = res, err
 	}
 	return rep, rep.Verdict()
+}
+
+// confirmAll fetches once as each key's owner, for no task (Client.Confirm), on up to
+// agents at once.
+func confirmAll(ctx context.Context, c *Client, keys []string, agents int) error {
+	var mu sync.Mutex
+	var first error
+	next := make(chan string)
+	var wg sync.WaitGroup
+	for range max(agents, 1) {
+		wg.Go(func() {
+			for k := range next {
+				if err := c.Confirm(ctx, k); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for _, k := range keys {
+		next <- k
+	}
+	close(next)
+	wg.Wait()
+	return first
 }
 
 // watchCampaigns closes finished once every campaign of ids has finished, looking

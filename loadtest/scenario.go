@@ -40,14 +40,16 @@ type TaskSpec struct {
 	SpaceMinutes int    // rotate only
 	Cron         string // rotate only, instead of SpaceMinutes (in UTC)
 	// Windows are the task's maintenance windows ({cron, minutes}); nil: none.
-	Windows       []map[string]any
-	Template      int
-	Params        map[string]any
-	DispatchTimes int // -1 unlimited
-	Mode          string
-	Priority      int
-	LeaseSeconds  int
-	MaxAttempts   int
+	Windows []map[string]any
+	// ConfirmSeconds, when set, makes a success count once its user fetches again.
+	ConfirmSeconds int
+	Template       int
+	Params         map[string]any
+	DispatchTimes  int // -1 unlimited
+	Mode           string
+	Priority       int
+	LeaseSeconds   int
+	MaxAttempts    int
 	// Rollout, when set, is the task's rollout (the rollout workload's group tasks).
 	Rollout map[string]any
 }
@@ -73,6 +75,9 @@ func (t TaskSpec) Body(templateID int64) map[string]any {
 	}
 	if t.Windows != nil {
 		b["windows"] = t.Windows
+	}
+	if t.ConfirmSeconds > 0 {
+		b["confirm_seconds"] = t.ConfirmSeconds
 	}
 	if t.Rollout != nil {
 		b["rollout"] = t.Rollout
@@ -259,6 +264,11 @@ func NewScenario(cfg Config, runID string, now time.Time) *Scenario {
 			// Open every other minute (checked: nothing of it is dispatched while its
 			// window is closed).
 			t.Windows = []map[string]any{{"cron": "*/2 * * * *", "minutes": 1}}
+		}
+		if cfg.Workload == WorkloadMixed && n%7 == 2 {
+			// A success counts once its user fetches again (the run ends with a fetch
+			// of every user, which confirms the last ones).
+			t.ConfirmSeconds = 300
 		}
 		s.Tasks = append(s.Tasks, t)
 	}
