@@ -345,14 +345,15 @@ func RateUsed(at time.Time, n int, now time.Time) int {
 type ResumeStep uint8
 
 const (
-	ResumeNone     ResumeStep = iota + 1 // nothing to take up now: the task is paused, or the record no longer waits
-	ResumeUnpark                         // the task is deleted: the expired or dead record stops waiting
-	ResumeCancel                         // the task is deleted: the record is cancelled
-	ResumeFiltered                       // of a template the fetch does not take: it waits on
-	ResumeReclaim                        // an expired attempt: the occurrence is claimed again, as the user's next attempt
-	ResumeNotDue                         // the retry's backoff (or the next stage's delay) is not over: it waits on
-	ResumeNext                           // the next attempt (a retry, the next stage, an admin's retry): a new record
-	ResumeRedo                           // an open dispatch parked beside the slot: handed out again
+	ResumeNone          ResumeStep = iota + 1 // nothing to take up now: the task is paused, or the record no longer waits
+	ResumeUnpark                              // the task is deleted: the expired or dead record stops waiting
+	ResumeCancel                              // the task is deleted: the record is cancelled
+	ResumeFiltered                            // of a template the fetch does not take: it waits on
+	ResumeReclaim                             // an expired attempt: the occurrence is claimed again, as the user's next attempt
+	ResumeNotDue                              // the retry's backoff (or the next stage's delay) is not over: it waits on
+	ResumeNext                                // the next attempt (a retry, the next stage, an admin's retry): a new record
+	ResumeRedo                                // an open dispatch parked beside the slot: handed out again
+	ResumeOutsideWindow                       // the next attempt is due, but the task's windows are closed: it waits on
 )
 
 // DecideResume decides the take-up of prev, a dispatch waiting beside uid's slot,
@@ -375,6 +376,9 @@ func DecideResume(prev *Dispatch, t *ClaimTask, take Take, now time.Time) Resume
 	case StateRetryWait, StateStaged, StateDead:
 		if prev.RetryAt != nil && now.Before(*prev.RetryAt) {
 			return ResumeNotDue
+		}
+		if !t.Windows.Open(now) {
+			return ResumeOutsideWindow // a next attempt is claimed inside a window, as a first one is
 		}
 		return ResumeNext
 	case StateOpen:

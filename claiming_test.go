@@ -221,6 +221,9 @@ func TestDecideResume(t *testing.T) {
 	later := at.Add(time.Minute)
 	lease := at.Add(-time.Second)
 	active := &taskd.ClaimTask{Status: taskd.StatusActive, TemplateID: 1}
+	// A window at 01:00 for two hours (closed at noon), and one at noon for an hour.
+	closed := &taskd.ClaimTask{Status: taskd.StatusActive, TemplateID: 1, Windows: taskd.Windows{{Cron: "0 1 * * *", Minutes: 120}}}
+	open := &taskd.ClaimTask{Status: taskd.StatusActive, TemplateID: 1, Windows: taskd.Windows{{Cron: "0 12 * * *", Minutes: 60}}}
 	for _, tc := range []struct {
 		name string
 		prev taskd.Dispatch
@@ -236,6 +239,9 @@ func TestDecideResume(t *testing.T) {
 		{"retry not due", taskd.Dispatch{State: taskd.StateRetryWait, RetryAt: &later}, active, taskd.Single, taskd.ResumeNotDue},
 		{"retry due", taskd.Dispatch{State: taskd.StateRetryWait, RetryAt: &at}, active, taskd.Single, taskd.ResumeNext},
 		{"next stage due", taskd.Dispatch{State: taskd.StateStaged, RetryAt: &at}, active, taskd.Single, taskd.ResumeNext},
+		{"retry due, its windows closed", taskd.Dispatch{State: taskd.StateRetryWait, RetryAt: &at}, closed, taskd.Single, taskd.ResumeOutsideWindow},
+		{"retry due, its window open", taskd.Dispatch{State: taskd.StateRetryWait, RetryAt: &at}, open, taskd.Single, taskd.ResumeNext},
+		{"parked open, its windows closed", taskd.Dispatch{State: taskd.StateOpen}, closed, taskd.Single, taskd.ResumeRedo},
 		{"parked open", taskd.Dispatch{State: taskd.StateOpen}, active, taskd.Single, taskd.ResumeRedo},
 		{"parked open past its lease", taskd.Dispatch{State: taskd.StateOpen, LeaseExpiresAt: &lease}, active, taskd.Single, taskd.ResumeNone},
 	} {

@@ -136,6 +136,8 @@ func (s *Store) Resume(ctx context.Context, uid, logID string, now time.Time, ta
 			reclaim = &prev.Occurrence // claimed below, in a transaction of its own
 		case taskd.ResumeNotDue:
 			outcome = taskd.NotDue
+		case taskd.ResumeOutsideWindow:
+			outcome = taskd.OutsideWindow
 		case taskd.ResumeNext:
 			if _, err := tx.ExecContext(ctx,
 				"UPDATE dispatch SET state = ?, waiting_uid = NULL WHERE log_id = ?", prev.Superseded(), logID); err != nil {
