@@ -228,6 +228,11 @@ func (s *Service) takeInto(ctx context.Context, uid string, view schedule.View, 
 // them again).
 func (s *Service) misfire(ctx context.Context, uid string, walk []schedule.Entry, tried map[schedule.Entry]bool, now time.Time,
 	later func(schedule.Entry, time.Time)) ([]schedule.Entry, []schedule.Entry, error) {
+	if !slices.ContainsFunc(walk, func(e schedule.Entry) bool {
+		return !tried[e] && e.Misfire > taskd.MisfireCatchUp && !e.DueAt.After(now)
+	}) {
+		return walk, nil, nil // most rounds: no policy to apply, nothing copied
+	}
 	var runs []taskd.Missed
 	var steps []schedule.Entry
 	out := walk[:0:0]
