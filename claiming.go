@@ -34,6 +34,9 @@ type ClaimTask struct {
 	Rollout *ClaimRollout
 	// Judged says its template has a result schema.
 	Judged bool
+	// DDI says its template is a DDI deployment's: only a take for a DDI controller
+	// (Take.DDI) takes it, and such a take takes nothing else.
+	DDI bool
 }
 
 // ClaimRollout is a rollout as a claim sees it: the current phase (1-based, what the
@@ -230,7 +233,7 @@ func (c *Claim) Refusal() ClaimOutcome {
 		return NotTargeted
 	case c.Task.Rollout != nil && c.Task.Rollout.Snapshot && !c.InSnapshot:
 		return NotInRollout
-	case !c.Take.Allows(c.Task.TemplateID):
+	case !c.Take.Allows(c.Task.TemplateID) || c.Take.DDI != c.Task.DDI:
 		return Filtered
 	case !c.Task.Windows.Open(c.At):
 		return OutsideWindow
@@ -367,7 +370,7 @@ func DecideResume(prev *Dispatch, t *ClaimTask, take Take, now time.Time) Resume
 		return ResumeCancel
 	case t.Status != StatusActive:
 		return ResumeNone // paused: it waits for the task's resume (which rebuilds the heap)
-	case !take.Allows(t.TemplateID):
+	case !take.Allows(t.TemplateID) || take.DDI != t.DDI:
 		return ResumeFiltered
 	}
 	switch prev.State {

@@ -224,6 +224,7 @@ func TestDecideResume(t *testing.T) {
 	// A window at 01:00 for two hours (closed at noon), and one at noon for an hour.
 	closed := &taskd.ClaimTask{Status: taskd.StatusActive, TemplateID: 1, Windows: taskd.Windows{{Cron: "0 1 * * *", Minutes: 120}}}
 	open := &taskd.ClaimTask{Status: taskd.StatusActive, TemplateID: 1, Windows: taskd.Windows{{Cron: "0 12 * * *", Minutes: 60}}}
+	deployment := &taskd.ClaimTask{Status: taskd.StatusActive, TemplateID: 1, DDI: true}
 	for _, tc := range []struct {
 		name string
 		prev taskd.Dispatch
@@ -235,6 +236,9 @@ func TestDecideResume(t *testing.T) {
 		{"deleted, waiting retry", taskd.Dispatch{State: taskd.StateRetryWait}, &taskd.ClaimTask{Status: taskd.StatusDeleted}, taskd.Single, taskd.ResumeCancel},
 		{"paused", taskd.Dispatch{State: taskd.StateRetryWait}, &taskd.ClaimTask{Status: taskd.StatusPaused}, taskd.Single, taskd.ResumeNone},
 		{"another template", taskd.Dispatch{State: taskd.StateRetryWait}, active, taskd.Take{Templates: []int64{2}}, taskd.ResumeFiltered},
+		{"a DDI controller's take, a fetch's task", taskd.Dispatch{State: taskd.StateRetryWait, RetryAt: &at}, active, taskd.Take{DDI: true}, taskd.ResumeFiltered},
+		{"a fetch's take, a deployment", taskd.Dispatch{State: taskd.StateRetryWait, RetryAt: &at}, deployment, taskd.Single, taskd.ResumeFiltered},
+		{"a DDI controller's take, a deployment", taskd.Dispatch{State: taskd.StateRetryWait, RetryAt: &at}, deployment, taskd.Take{DDI: true}, taskd.ResumeNext},
 		{"expired", taskd.Dispatch{State: taskd.StateExpired}, active, taskd.Single, taskd.ResumeReclaim},
 		{"retry not due", taskd.Dispatch{State: taskd.StateRetryWait, RetryAt: &later}, active, taskd.Single, taskd.ResumeNotDue},
 		{"retry due", taskd.Dispatch{State: taskd.StateRetryWait, RetryAt: &at}, active, taskd.Single, taskd.ResumeNext},
@@ -247,6 +251,23 @@ func TestDecideResume(t *testing.T) {
 	} {
 		if got := taskd.DecideResume(&tc.prev, tc.task, tc.take, at); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// A claim of a DDI deployment by a fetch, or of a fetch's task by a DDI controller, is
+// Filtered: the entry stays for the other.
+func TestRefusalKeepsDDIApart(t *testing.T) {
+	at := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	occ := taskd.Occurrence{Task: taskd.TaskKey{Kind: taskd.KindOnce, ID: 1}, DueAt: at}
+	for _, tc := range []struct {
+		ddiTask, ddiTake bool
+		want             taskd.ClaimOutcome
+	}{{false, false, 0}, {true, true, 0}, {true, false, taskd.Filtered}, {false, true, taskd.Filtered}} {
+		c := taskd.Claim{UID: "u", Occurrence: occ, At: at, Take: taskd.Take{Slot: 1, DDI: tc.ddiTake}, Targeted: true,
+			Task: &taskd.ClaimTask{Status: taskd.StatusActive, Start: at, Quota: 1, TemplateID: 1, DDI: tc.ddiTask}}
+		if got := c.Refusal(); got != tc.want {
+			t.Errorf("task ddi %v, take ddi %v: %v, want %v", tc.ddiTask, tc.ddiTake, got, tc.want)
 		}
 	}
 }

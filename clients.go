@@ -41,10 +41,12 @@ type OpenSlot struct {
 // Take says how a fetch takes what it claims or resumes: into which of the user's open
 // slots (1 for a fetch without max), and, when Templates is not empty, only
 // occurrences of those templates (any other is Filtered: the entry stays for another
-// fetch).
+// fetch). DDI says the take is a DDI controller's: it takes the tasks of DDI templates
+// and nothing else, and any other take takes none of them.
 type Take struct {
 	Slot      int
 	Templates []int64
+	DDI       bool
 }
 
 // Single is the take of a fetch without max: slot 1, any template.

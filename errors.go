@@ -28,8 +28,10 @@ const (
 	// CodePreconditionFailed is a write made against a version (If-Match) the record
 	// no longer has.
 	CodePreconditionFailed Code = "precondition_failed"
-	CodeUnavailable        Code = "unavailable"
-	CodeInternal           Code = "internal"
+	// CodeGone is a record that existed and has ended: a DDI action already closed.
+	CodeGone        Code = "gone"
+	CodeUnavailable Code = "unavailable"
+	CodeInternal    Code = "internal"
 )
 
 // Error is an error the caller can act on: it carries a code, a message safe to show

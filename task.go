@@ -301,7 +301,10 @@ type Template struct {
 	// template starts at the first. Empty: single-stage tasks.
 	Stages []string `json:"stages"`
 	// Windows are the maintenance windows of the template's tasks that set none.
-	Windows   Windows   `json:"windows,omitempty"`
+	Windows Windows `json:"windows,omitempty"`
+	// DDI marks a template of software deployments for hawkBit DDI controllers: its
+	// schema is DDISchema, and its tasks are offered to DDI polls alone. Set at create.
+	DDI       bool      `json:"ddi,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 	// Version counts the template's writes (its ETag).

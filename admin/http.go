@@ -131,12 +131,28 @@ type templateRequest struct {
 	Stages []string `json:"stages"`
 	// Windows are the maintenance windows of the template's tasks that set none.
 	Windows taskd.Windows `json:"windows"`
+	// DDI makes it a template of software deployments for DDI controllers, whose
+	// schema is the server's (taskd.DDISchema).
+	DDI bool `json:"ddi"`
 }
 
 // template checks the request's settings and stages and returns the template it
 // describes (the name and schema are the service's to check).
 func (req *templateRequest) template() (taskd.Template, error) {
-	t := taskd.Template{Name: req.Name.s, Schema: req.Schema, ResultSchema: req.ResultSchema, Stages: req.Stages}
+	t := taskd.Template{Name: req.Name.s, Schema: req.Schema, ResultSchema: req.ResultSchema, Stages: req.Stages, DDI: req.DDI}
+	if req.DDI {
+		// A deployment's params are what DDI controllers read, and a controller's
+		// feedback is its result: the server fixes both.
+		switch {
+		case len(req.Schema) > 0 && string(req.Schema) != "null":
+			return t, taskd.Errorf(taskd.CodeInvalid, "schema: a ddi template's schema is the server's (a deployment of chunks); leave it out")
+		case len(req.ResultSchema) > 0 && string(req.ResultSchema) != "null":
+			return t, taskd.Errorf(taskd.CodeInvalid, "result_schema: a ddi template has none (a controller's feedback is its result)")
+		case len(req.Stages) > 0:
+			return t, taskd.Errorf(taskd.CodeInvalid, "stages: a ddi template has none")
+		}
+		t.Schema, t.ResultSchema = json.RawMessage(taskd.DDISchema), nil
+	}
 	var err error
 	if t.Settings, err = req.settings(); err != nil {
 		return t, err

@@ -65,7 +65,7 @@ func (s *Service) batch(ctx context.Context, uid, keyHash string, b Batch, cf *c
 	slots := free.slots[:min(len(free.slots), b.Max)]
 	res := FetchResult{NextDueAt: nextDue(nil, view.Due, view.Next)}
 	if len(slots) > 0 {
-		out, err := s.takeInto(ctx, uid, view, asked, slots, b.Templates, now)
+		out, err := s.takeInto(ctx, uid, view, asked, slots, taskd.Take{Templates: b.Templates}, now)
 		res = FetchResult{Tasks: out.tasks, NextDueAt: out.next}
 		if err != nil {
 			return s.partial(res, err)
@@ -155,6 +155,12 @@ func (s *Service) redoHeld(ctx context.Context, held []string, b Batch, now time
 		}
 		if d.State != taskd.StateOpen || !only.Allows(d.TemplateID) {
 			continue // completed meanwhile, or of another template
+		}
+		if ddi, err := s.templateDDI(ctx, d.TemplateID); err != nil || ddi {
+			if err != nil {
+				return s.partial(res, err)
+			}
+			continue // a DDI controller's deployment
 		}
 		redone, err := s.store.Redo(ctx, d, now)
 		if err != nil {

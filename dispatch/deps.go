@@ -66,6 +66,17 @@ type Store interface {
 	// heap-change feed; it reports whether a membership changed.
 	SyncAgentGroups(ctx context.Context, uid string, agent taskd.AgentInfo,
 		matches func(taskd.DynamicGroup, taskd.AgentInfo) bool, now time.Time) (bool, error)
+
+	// TemplateDDI reports whether template id is a DDI template (it never changes).
+	TemplateDDI(ctx context.Context, id int64) (bool, error)
+	// OpenAction returns uid's latest DDI action its controller has not closed, or nil.
+	OpenAction(ctx context.Context, uid string) (*taskd.DDIAction, error)
+	// Action returns DDI action id (taskd.ErrNotFound for none).
+	Action(ctx context.Context, id int64) (*taskd.DDIAction, error)
+	// NumberAction gives dispatch logID of uid its DDI action id, once.
+	NumberAction(ctx context.Context, uid, logID string, now time.Time) (int64, error)
+	// CloseAction closes DDI action id; it reports whether this call closed it.
+	CloseAction(ctx context.Context, id int64, now time.Time) (bool, error)
 }
 
 // Cache is what the dispatch service needs from the cache (Redis, package queue): each

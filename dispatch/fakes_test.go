@@ -37,6 +37,20 @@ func (f *fakeStore) ConfirmSuccesses(ctx context.Context, uid string, began, now
 	return f.ConfirmFn(ctx, uid, began, now)
 }
 
+func (f *fakeStore) TemplateDDI(context.Context, int64) (bool, error) { return false, nil }
+func (f *fakeStore) OpenAction(context.Context, string) (*taskd.DDIAction, error) {
+	return nil, unset("OpenAction")
+}
+func (f *fakeStore) Action(context.Context, int64) (*taskd.DDIAction, error) {
+	return nil, unset("Action")
+}
+func (f *fakeStore) NumberAction(context.Context, string, string, time.Time) (int64, error) {
+	return 0, unset("NumberAction")
+}
+func (f *fakeStore) CloseAction(context.Context, int64, time.Time) (bool, error) {
+	return false, unset("CloseAction")
+}
+
 func (f *fakeStore) LapsedConfirms(context.Context, time.Time, int, int, []int) ([]string, error) {
 	return nil, unset("LapsedConfirms")
 }

@@ -40,7 +40,12 @@ func (s *Service) Report(ctx context.Context, uid, keyHash string, agent *taskd.
 	if err := s.cache.VerifyKey(ctx, uid, keyHash); err != nil {
 		return err
 	}
-	changed, err := s.store.SyncAgentGroups(ctx, uid, *agent, s.rules.Matches, s.now())
+	return s.report(ctx, uid, *agent)
+}
+
+// report stores what uid's agent reported and brings its dynamic groups up to date.
+func (s *Service) report(ctx context.Context, uid string, agent taskd.AgentInfo) error {
+	changed, err := s.store.SyncAgentGroups(ctx, uid, agent, s.rules.Matches, s.now())
 	if err != nil || !changed {
 		return err
 	}

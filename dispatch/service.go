@@ -26,6 +26,11 @@ type Config struct {
 	RequestTimeout time.Duration
 	// Metrics records fetches, dispatches, completions and expiries; nil records nothing.
 	Metrics *metrics.Metrics
+	// DDISleep is the longest a DDI controller is told to sleep between polls.
+	DDISleep time.Duration
+	// DDIGateway is the uid whose client keys are DDI gateway tokens (any controller).
+	// "": none.
+	DDIGateway string
 }
 
 // Service is fetch, complete and lease expiry.
@@ -46,6 +51,8 @@ type Service struct {
 	fleet Fleet
 	// rules are the dynamic groups' rules, parsed once (Report).
 	rules targeting.Rules
+	// ddiTemplates remembers which templates are DDI templates (templateDDI).
+	ddiTemplates sync.Map // int64 -> bool
 }
 
 // NewService wires the service.
@@ -58,6 +65,9 @@ func NewService(st Store, cache Cache, clk clock.Clock, log *slog.Logger, cfg Co
 	}
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 5 * time.Second
+	}
+	if cfg.DDISleep <= 0 {
+		cfg.DDISleep = 5 * time.Minute
 	}
 	return &Service{store: st, cache: cache, clock: clk, log: log.With("component", "dispatch"), cfg: cfg}
 }
@@ -255,7 +265,7 @@ func (s *Service) fetchFrom(ctx context.Context, uid string, view schedule.View,
 	}
 	var out taking
 	for try := 0; ; try++ {
-		if out, err = s.takeInto(ctx, uid, view, singlePeek, []int{1}, nil, now); err != nil {
+		if out, err = s.takeInto(ctx, uid, view, singlePeek, []int{1}, taskd.Single, now); err != nil {
 			return FetchResult{}, err
 		}
 		if len(out.tasks) > 0 {
@@ -349,6 +359,11 @@ func (s *Service) resumeOpen(ctx context.Context, uid string, seen schedule.Open
 				return FetchResult{}, false, err
 			}
 		default:
+			if ddi, err := s.templateDDI(ctx, d.TemplateID); err != nil || ddi {
+				// A DDI controller's deployment holds the slot: nothing for a fetch
+				// until it ends.
+				return FetchResult{NextDueAt: nextDue(nil, view.Due, view.Next)}, true, err
+			}
 			redone, err := s.store.Redo(ctx, d, now)
 			if err != nil {
 				return FetchResult{}, false, err

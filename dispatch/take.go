@@ -47,10 +47,13 @@ type taken struct {
 	err     error
 }
 
-// takeInto takes uid's due entries in view into slots, for a fetch of templates (nil:
-// any). An error after some tasks were handed out returns them with it: they are
-// dispatched, and the client must know of them.
-func (s *Service) takeInto(ctx context.Context, uid string, view schedule.View, asked int, slots []int, templates []int64, now time.Time) (taking, error) {
+// takeInto takes uid's due entries in view into slots, for a fetch of only's templates
+// (none: any) and channel (only.DDI: a DDI controller's, which takes the entries of DDI
+// deployments and no other; any other fetch passes those by). An error after some tasks
+// were handed out returns them with it: they are dispatched, and the client must know
+// of them.
+func (s *Service) takeInto(ctx context.Context, uid string, view schedule.View, asked int, slots []int, only taskd.Take, now time.Time) (taking, error) {
+	templates := only.Templates
 	var out taking
 	var popped []schedule.Entry
 	slot1 := "" // the log id dispatched into slot 1, for the single fetch's hint
@@ -106,6 +109,10 @@ func (s *Service) takeInto(ctx context.Context, uid string, view schedule.View, 
 		var batch []taken
 		rest := walk[:0:0]
 		for _, e := range walk {
+			if !tried[e] && e.LogID == "" && e.DDI != only.DDI {
+				tried[e] = true // the other channel's: not for this fetch, nor its next_due_at
+				continue
+			}
 			if !tried[e] && e.Windows != "" {
 				if open, _ := e.OpenAt(now); !open.Equal(now) {
 					// Outside its task's windows: it stays, and is claimed once one
@@ -138,7 +145,7 @@ func (s *Service) takeInto(ctx context.Context, uid string, view schedule.View, 
 			walk = takeable(view.Due)
 			continue
 		}
-		s.takeAll(ctx, uid, batch, templates, now)
+		s.takeAll(ctx, uid, batch, only, now)
 		var again []int // slots whose claim was refused: free for the next entries
 		var failed error
 		for _, t := range batch {
@@ -269,9 +276,9 @@ func (s *Service) misfire(ctx context.Context, uid string, walk []schedule.Entry
 
 // takeAll takes a round's entries, each into its slot: one alone at once, several
 // together, so that their claims share a batch.
-func (s *Service) takeAll(ctx context.Context, uid string, batch []taken, templates []int64, now time.Time) {
+func (s *Service) takeAll(ctx context.Context, uid string, batch []taken, only taskd.Take, now time.Time) {
 	one := func(t *taken) {
-		t.outcome, t.d, t.redo, t.err = s.take(ctx, uid, t.entry, now, taskd.Take{Slot: t.slot, Templates: templates})
+		t.outcome, t.d, t.redo, t.err = s.take(ctx, uid, t.entry, now, taskd.Take{Slot: t.slot, Templates: only.Templates, DDI: only.DDI})
 		if t.err != nil {
 			t.outcome = 0
 		}

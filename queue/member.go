@@ -63,6 +63,9 @@ func Member(e schedule.Entry) string {
 		b.WriteString("|w=")
 		b.WriteString(e.Windows)
 	}
+	if e.DDI {
+		b.WriteString("|d=1")
+	}
 	return b.String()
 }
 
@@ -75,9 +78,9 @@ func kindLetter(k taskd.Kind) byte {
 
 // ParseMember is the inverse of Member, given the score (due time in Unix seconds).
 func ParseMember(member string, score int64) (schedule.Entry, error) {
-	// Split on "|" into at most 8 parts, without allocating (a peek parses one member
+	// Split on "|" into at most 10 parts, without allocating (a peek parses one member
 	// per poll).
-	var buf [8]string
+	var buf [10]string
 	n := 0
 	for rest, more := member, true; more; n++ {
 		if n == len(buf) {
@@ -90,8 +93,9 @@ func ParseMember(member string, score int64) (schedule.Entry, error) {
 		return schedule.Entry{}, fmt.Errorf("heap member %q: malformed", member)
 	}
 	// The tagged parts at the end: a rotate task's cron (c=) and misfire policy (m=),
-	// a task's windows (w=).
+	// a task's windows (w=), a DDI deployment's mark (d=).
 	var cron, windows string
+	var ddi bool
 	var misfire taskd.Misfire
 	for len(parts) > 3 && len(parts[len(parts)-1]) > 1 && parts[len(parts)-1][1] == '=' {
 		last := parts[len(parts)-1]
@@ -100,6 +104,11 @@ func ParseMember(member string, score int64) (schedule.Entry, error) {
 			cron = last[2:]
 		case 'w':
 			windows = last[2:]
+		case 'd':
+			if last[2:] != "1" {
+				return schedule.Entry{}, fmt.Errorf("heap member %q: bad part %q", member, last)
+			}
+			ddi = true
 		case 'm':
 			switch last[2:] {
 			case "l":
@@ -136,7 +145,7 @@ func ParseMember(member string, score int64) (schedule.Entry, error) {
 	if err != nil {
 		return schedule.Entry{}, fmt.Errorf("heap member %q: %w", member, err)
 	}
-	e.Task.ID, e.Windows = id, windows
+	e.Task.ID, e.Windows, e.DDI = id, windows, ddi
 	if e.Task.Kind == taskd.KindRotate {
 		if len(parts) != 5 {
 			return schedule.Entry{}, fmt.Errorf("heap member %q: rotate without period", member)

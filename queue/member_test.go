@@ -71,6 +71,9 @@ func TestMemberRoundTrip(t *testing.T) {
 			Windows: "0 1 * * *;UTC;60"},
 		{Task: taskd.TaskKey{Kind: taskd.KindRotate, ID: 10}, DueAt: t0, Priority: 5, Cron: "0 * * * *;UTC", Misfire: taskd.MisfireSkip},
 		{LogID: "L2", DueAt: t0, Priority: 9, Confirm: true},
+		{Task: taskd.TaskKey{Kind: taskd.KindOnce, ID: 11}, DueAt: t0, Priority: 5, DDI: true},
+		{Task: taskd.TaskKey{Kind: taskd.KindRotate, ID: 12}, DueAt: t0, Priority: 5, Cron: "0 * * * *;UTC", Misfire: taskd.MisfireSkip,
+			End: t0.Add(time.Hour), Windows: "0 1 * * *;UTC;60", DDI: true},
 	} {
 		got, err := ParseMember(Member(e), e.DueAt.Unix())
 		if err != nil {
@@ -81,7 +84,7 @@ func TestMemberRoundTrip(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "x", "4|o", "4|x|1", "4|r|0000000000000000001", "4|r|1|0|0", "4|o|1|2", "4|r|1|60|0|9", "4|d|L1|x", "4|d|",
-		"4|r|1|0|0|w=0 1 * * *;UTC;60", "4|r|1|60|0|c=0 1 * * *;UTC", "4|o|1|x=y", "0|c|", "4|r|1|60|0|m=x"} {
+		"4|r|1|0|0|w=0 1 * * *;UTC;60", "4|r|1|60|0|c=0 1 * * *;UTC", "4|o|1|x=y", "0|c|", "4|r|1|60|0|m=x", "4|o|1|d=2"} {
 		if _, err := ParseMember(bad, 0); err == nil {
 			t.Errorf("ParseMember(%q): no error", bad)
 		}

@@ -29,6 +29,10 @@ type Entry struct {
 	// its backoff, or an open dispatch parked while its task was paused) that comes back
 	// at DueAt; Task is then zero.
 	LogID string
+	// DDI says the task's template is a DDI deployment's: the entry is for the user's
+	// DDI controller (a hawkBit poll) alone, and a fetch passes it by, as the DDI poll
+	// passes by the others. A waiting dispatch's entry does not say (its resume checks).
+	DDI bool
 	// Confirm, with LogID, makes it a confirm entry: the user's success LogID waits
 	// for a fetch to confirm it. A fetch settles it (it is never taken as a task).
 	Confirm bool

@@ -12,6 +12,7 @@ type OnceTask struct {
 	Start    time.Time
 	Priority int
 	Windows  string // the key of its maintenance windows (taskd.Windows.Key); "": none
+	DDI      bool   // its template is a DDI deployment's (Entry.DDI)
 }
 
 // RotateTask is an active rotate task targeted at the user or one of its groups.
@@ -24,6 +25,7 @@ type RotateTask struct {
 	Priority int
 	Windows  string // the key of its maintenance windows (taskd.Windows.Key); "": none
 	Misfire  taskd.Misfire
+	DDI      bool // its template is a DDI deployment's (Entry.DDI)
 }
 
 // Rotation is when the task's occurrences fall.
@@ -89,7 +91,7 @@ func Offer(src Source, from, until time.Time) []Entry {
 		if t.Start.Before(lo) || !t.Start.Before(until) {
 			continue
 		}
-		e := Entry{Task: taskd.TaskKey{Kind: taskd.KindOnce, ID: t.ID}, DueAt: t.Start, Priority: t.Priority, Windows: t.Windows}
+		e := Entry{Task: taskd.TaskKey{Kind: taskd.KindOnce, ID: t.ID}, DueAt: t.Start, Priority: t.Priority, Windows: t.Windows, DDI: t.DDI}
 		if !excluded(e.Occurrence()) {
 			out = append(out, e)
 		}
@@ -120,6 +122,7 @@ func Offer(src Source, from, until time.Time) []Entry {
 			End:      t.End,
 			Windows:  t.Windows,
 			Misfire:  t.Misfire,
+			DDI:      t.DDI,
 		}
 		if t.Cron != nil {
 			e.Space, e.Cron = 0, t.Cron.Key()

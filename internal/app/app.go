@@ -95,7 +95,8 @@ func New(cfg Config, deps Deps) *App {
 		clientkey.Config{EnrollSecret: cfg.EnrollSecret, EnrolledKeysPerUID: cfg.KeysPerUID, AdminKeysPerUID: cfg.AdminKeysPerUID,
 			EnrollUIDs: cfg.EnrollUIDs, EnrollRate: cfg.EnrollRate, EnrollBurst: cfg.EnrollBurst})
 	a.Dispatch = dispatch.NewService(deps.Store, a.Cache, deps.Clock, deps.Log,
-		dispatch.Config{MaxWait: cfg.MaxWait, RequestTimeout: cfg.RequestTimeout, Metrics: a.metrics})
+		dispatch.Config{MaxWait: cfg.MaxWait, RequestTimeout: cfg.RequestTimeout, Metrics: a.metrics,
+			DDISleep: cfg.DDISleep, DDIGateway: cfg.DDIGateway})
 	a.Admin = admin.NewService(deps.Store, a.Cache, a.Keys, deps.Clock, deps.Log).WithCatchUp(cfg.CatchUp)
 	a.Campaigns = campaign.New(deps.Store, queue.NewCampaigns(deps.Redis, a.Cache.Keys(), len(cfg.KafkaBrokers) > 0), deps.Clock, deps.Log,
 		campaign.Config{Node: cfg.Node, SyncInterval: cfg.CampaignSync, LeaseTTL: cfg.NodeTimeout,

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"regexp"
 	"strings"
@@ -99,6 +100,13 @@ type Config struct {
 	// MySQL however nothing changed (queue.Config.Refresh): a backstop, since every
 	// node's heap-change feed applies again within seconds an invalidation that was lost.
 	HeapRefresh time.Duration
+	// DDITenant is the tenant of the hawkBit DDI paths; DDISleep the longest a DDI
+	// controller is told to sleep; DDIGateway the uid whose keys are gateway tokens;
+	// DDIURL the server's URL as devices reach it (links), "" for the request's host.
+	DDITenant  string
+	DDISleep   time.Duration
+	DDIGateway string
+	DDIURL     string
 
 	// sources says where LoadConfig took each setting that is not its default: the env
 	// name, or "flag -<name>"; see Source.
@@ -198,7 +206,43 @@ func (c *Config) table() config.Table {
 			Value: config.Duration(&c.KeyRecheck, config.Positive)},
 		{Env: "DISPATCH_HEAP_REFRESH", Flag: "heap-refresh", Default: "6h", Usage: "how long a user's cached heap is served before it is rebuilt from MySQL though nothing changed (it is built to reach 24 h plus this ahead, at most 128 entries); an admin change reaches it at once, or within about two seconds through every node's heap-change feed when its own invalidation was lost, so this is a backstop; an idle poll every 30 s costs MySQL about four statements per this",
 			Value: config.Duration(&c.HeapRefresh, config.Between(time.Minute, 24*time.Hour))},
+		{Env: "DISPATCH_DDI_TENANT", Flag: "ddi-tenant", Default: "DEFAULT", Usage: "the tenant of the hawkBit DDI endpoint's paths (/ddi/{tenant}/controller/v1/{controllerId}; compared without case)",
+			Value: config.String(&c.DDITenant, config.Required, checkTenant)},
+		{Env: "DISPATCH_DDI_SLEEP", Flag: "ddi-sleep", Default: "5m", Usage: "the longest a DDI controller is told to sleep between polls (config.polling.sleep); shorter when a deployment is due sooner, and a third of its lease while it holds one",
+			Value: config.Duration(&c.DDISleep, config.Between(time.Second, 24*time.Hour-time.Second))},
+		{Env: "DISPATCH_DDI_GATEWAY", Flag: "ddi-gateway", Default: "", Usage: "a uid whose client keys are DDI gateway tokens (Authorization: GatewayToken <key>), good for any controller id; empty: gateway tokens are refused",
+			Value: config.String(&c.DDIGateway, checkGateway)},
+		{Env: "DISPATCH_DDI_URL", Flag: "ddi-url", Default: "", Usage: "the DDI endpoint's URL as devices reach it (e.g. https://updates.example.com/ddi), for the links in its replies; empty: the request's scheme and Host",
+			Value: config.String(&c.DDIURL, checkURL)},
 	}
+}
+
+// checkTenant accepts a tenant a path segment carries as is.
+func checkTenant(s string) error {
+	if !taskd.ValidID(s) {
+		return errors.New("must be 1..64 of A-Z a-z 0-9 _ -")
+	}
+	return nil
+}
+
+// checkGateway accepts "" or a uid.
+func checkGateway(s string) error {
+	if s != "" && !taskd.ValidID(s) {
+		return errors.New("must be a uid (1..64 of A-Z a-z 0-9 _ -) or empty")
+	}
+	return nil
+}
+
+// checkURL accepts "" or an absolute http(s) URL.
+func checkURL(s string) error {
+	if s == "" {
+		return nil
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return errors.New("must be an absolute http or https URL")
+	}
+	return nil
 }
 
 // The values of DISPATCH_REDIS_MODE.

@@ -14,6 +14,7 @@ import (
 	"github.com/taskpull/taskd/admin"
 	"github.com/taskpull/taskd/api"
 	"github.com/taskpull/taskd/clientkey"
+	"github.com/taskpull/taskd/ddi"
 	"github.com/taskpull/taskd/dispatch"
 	"github.com/taskpull/taskd/internal/authguard"
 	"github.com/taskpull/taskd/internal/console"
@@ -68,6 +69,7 @@ func (a *App) routes() http.Handler {
 	r.Method(http.MethodPost, "/v1/fetch", client.Fetch())
 	r.Method(http.MethodPost, "/v1/complete", client.Complete())
 	r.Method(http.MethodPost, "/v1/progress", client.Progress())
+	r.Route("/ddi", ddi.NewHandlers(a.Dispatch, nil, log, ddi.Config{Tenant: a.cfg.DDITenant, BaseURL: a.cfg.DDIURL}).Routes)
 	r.Method(http.MethodGet, "/v1/dispatches", dispatch.NewRecords(a.deps.Store, a.Cache, log).RecognizeAdminTokens(isAdminToken).List())
 
 	isClientKey := func(ctx context.Context, key string) bool {

@@ -82,7 +82,7 @@ const (
 	claimTaskColumns = `t.id, t.executor, t.status, t.start_time, t.dispatch_times, t.mode, t.template_id, t.params,
 		t.lease_seconds, t.max_attempts, t.retry_backoff_seconds, t.retry_multiplier, t.retry_max_seconds, t.dispatch_rate_per_minute, t.confirm_seconds,
 		p.lease_seconds, p.max_attempts, p.retry_backoff_seconds, p.retry_multiplier, p.retry_max_seconds, p.dispatch_rate_per_minute, p.confirm_seconds,
-		p.stages, t.rollout, r.state, r.phase, p.result_schema IS NOT NULL, COALESCE(t.windows, p.windows), %[3]s`
+		p.stages, t.rollout, r.state, r.phase, p.result_schema IS NOT NULL, COALESCE(t.windows, p.windows), COALESCE(p.ddi, 0), %[3]s`
 	claimTargetsSQL = `SELECT ` + claimTaskColumns + `, m.uid, rm.uid
 		FROM (%[4]s) w
 		JOIN %[1]s t ON t.id = w.id
@@ -121,7 +121,7 @@ func scanClaimTarget(rows *sql.Rows) (claimTarget, error) {
 	err := rows.Scan(&r.id, &r.executor, &t.Status, &t.Start, &t.Quota, &t.Mode, &t.TemplateID, &r.params,
 		&own.LeaseSeconds, &own.MaxAttempts, &own.RetryBackoffSeconds, &own.RetryMultiplier, &own.RetryMaxSeconds, &own.DispatchRatePerMinute, &own.ConfirmSeconds,
 		&tpl.LeaseSeconds, &tpl.MaxAttempts, &tpl.RetryBackoffSeconds, &tpl.RetryMultiplier, &tpl.RetryMaxSeconds, &tpl.DispatchRatePerMinute, &tpl.ConfirmSeconds,
-		&r.stages, &r.rollout, &r.rstate, &r.rphase, &t.Judged, &r.windows, &r.space, &r.end, &r.cron, &r.zone,
+		&r.stages, &r.rollout, &r.rstate, &r.rphase, &t.Judged, &r.windows, &t.DDI, &r.space, &r.end, &r.cron, &r.zone,
 		&r.member, &r.snapshotted)
 	return r, err
 }

@@ -171,13 +171,14 @@ func (s *Store) OfferTasks(ctx context.Context, executors []string, from, until 
 	}
 	args = append(args, until, from, taskd.StatusActive)
 	rows, err := s.db.QueryContext(ctx, `
-		SELECT 1, t.id, t.start_time, 0, NULL, NULL, NULL, t.priority, t.dispatch_times, COALESCE(t.windows, p.windows), 0
+		SELECT 1, t.id, t.start_time, 0, NULL, NULL, NULL, t.priority, t.dispatch_times, COALESCE(t.windows, p.windows), 0,
+		       COALESCE(p.ddi, 0)
 		  FROM task_once t LEFT JOIN task_params_template p ON p.id = t.template_id
 		 WHERE t.executor IN (`+in+`) AND t.start_time >= ? AND t.start_time < ? AND t.status = ?
 		   AND (t.start_time >= ? OR COALESCE(t.windows, p.windows) IS NOT NULL)
 		UNION ALL
 		SELECT 2, t.id, t.start_time, t.space_minutes, t.end_time, t.cron, t.time_zone, t.priority, t.dispatch_times,
-		       COALESCE(t.windows, p.windows), t.misfire
+		       COALESCE(t.windows, p.windows), t.misfire, COALESCE(p.ddi, 0)
 		  FROM task_rotate t LEFT JOIN task_params_template p ON p.id = t.template_id
 		 WHERE t.executor IN (`+in+`) AND t.start_time < ? AND (t.end_time IS NULL OR t.end_time >= ?) AND t.status = ?`,
 		args...)
@@ -193,7 +194,8 @@ func (s *Store) OfferTasks(ctx context.Context, executors []string, from, until 
 		var cron, zone, windows sql.NullString
 		var prio, quota int
 		var misfire taskd.Misfire
-		if err := rows.Scan(&kind, &id, &start, &space, &end, &cron, &zone, &prio, &quota, &windows, &misfire); err != nil {
+		var ddi bool
+		if err := rows.Scan(&kind, &id, &start, &space, &end, &cron, &zone, &prio, &quota, &windows, &misfire, &ddi); err != nil {
 			return out, mysqlErr("offer tasks", err)
 		}
 		ws, err := taskd.ParseWindows(windows.String)
@@ -202,11 +204,11 @@ func (s *Store) OfferTasks(ctx context.Context, executors []string, from, until 
 		}
 		out.Quota[taskd.TaskKey{Kind: kind, ID: id}] = quota
 		if kind == taskd.KindOnce {
-			out.Once = append(out.Once, schedule.OnceTask{ID: id, Start: start.UTC(), Priority: prio, Windows: ws.Key()})
+			out.Once = append(out.Once, schedule.OnceTask{ID: id, Start: start.UTC(), Priority: prio, Windows: ws.Key(), DDI: ddi})
 			continue
 		}
 		rt := schedule.RotateTask{ID: id, Start: start.UTC(), Space: time.Duration(space) * time.Minute, Priority: prio,
-			Windows: ws.Key(), Misfire: misfire}
+			Windows: ws.Key(), Misfire: misfire, DDI: ddi}
 		if end.Valid {
 			rt.End = end.Time.UTC()
 		}

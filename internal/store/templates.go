@@ -22,8 +22,8 @@ func (s *Store) CreateTemplate(ctx context.Context, actor string, t taskd.Templa
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		args := append([]any{t.Name, string(t.Schema)}, settingsArgs(t.Settings)...)
 		res, err := tx.ExecContext(ctx, `INSERT INTO task_params_template (name, schema_json, `+strings.Join(settingsNames, ", ")+`,
-			stages, status, created_at, updated_at, result_schema, windows) VALUES (?, ?, `+marks(len(settingsNames))+`, ?, 1, ?, ?, ?, ?)`,
-			append(args, stagesArg(t.Stages), now, now, nullJSON(t.ResultSchema), windowsArg(t.Windows))...)
+			stages, status, created_at, updated_at, result_schema, windows, ddi) VALUES (?, ?, `+marks(len(settingsNames))+`, ?, 1, ?, ?, ?, ?, ?)`,
+			append(args, stagesArg(t.Stages), now, now, nullJSON(t.ResultSchema), windowsArg(t.Windows), t.DDI)...)
 		if err != nil {
 			return err
 		}
@@ -39,7 +39,7 @@ func templateTarget(id int64) string { return "template:" + strconv.FormatInt(id
 
 // selectTemplate reads templates as scanTemplate scans them.
 var selectTemplate = "SELECT p.id, p.name, p.schema_json, " + settingsCols("p") +
-	", p.stages, p.created_at, p.updated_at, p.version, p.result_schema, p.windows FROM task_params_template p"
+	", p.stages, p.created_at, p.updated_at, p.version, p.result_schema, p.windows, p.ddi FROM task_params_template p"
 
 func scanTemplate(row scanner) (taskd.Template, error) {
 	var t taskd.Template
@@ -47,7 +47,7 @@ func scanTemplate(row scanner) (taskd.Template, error) {
 	var stages *string
 	var result, windows sql.NullString
 	dest := append([]any{&t.ID, &t.Name, &schema}, settingsDest(&t.Settings)...)
-	if err := row.Scan(append(dest, &stages, &t.CreatedAt, &t.UpdatedAt, &t.Version, &result, &windows)...); err != nil {
+	if err := row.Scan(append(dest, &stages, &t.CreatedAt, &t.UpdatedAt, &t.Version, &result, &windows, &t.DDI)...); err != nil {
 		return t, err
 	}
 	t.Schema, t.ResultSchema = json.RawMessage(schema), rawJSON(result)
@@ -110,7 +110,7 @@ func (s *Store) UpdateTemplate(ctx context.Context, actor string, id int64, ifMa
 			return err
 		}
 		after.ID, after.Schema, after.CreatedAt, after.UpdatedAt = before.ID, before.Schema, before.CreatedAt, now
-		after.ResultSchema = before.ResultSchema
+		after.ResultSchema, after.DDI = before.ResultSchema, before.DDI
 		after.Version = before.Version + 1
 		args := append([]any{after.Name}, settingsArgs(after.Settings)...)
 		if _, err := tx.ExecContext(ctx, "UPDATE task_params_template SET name = ?, "+settingsSet()+

@@ -45,6 +45,8 @@ func Status(code taskd.Code) int {
 		return http.StatusServiceUnavailable
 	case taskd.CodePreconditionFailed:
 		return http.StatusPreconditionFailed
+	case taskd.CodeGone:
+		return http.StatusGone
 	}
 	return http.StatusInternalServerError
 }

@@ -1,0 +1,291 @@
+package app_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/taskpull/taskd/internal/app"
+)
+
+// ddi sends a DDI request to instance i with the Authorization header auth ("" for
+// none) and decodes the JSON reply, if any.
+func (e *env) ddi(i int, method, path, auth string, body any) (int, map[string]any) {
+	e.t.Helper()
+	var r io.Reader
+	if body != nil {
+		buf, _ := json.Marshal(body)
+		r = bytes.NewReader(buf)
+	}
+	req, err := http.NewRequest(method, e.urls[i]+path, r)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := e.client.Do(req)
+	if err != nil {
+		e.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	if len(bytes.TrimSpace(raw)) > 0 {
+		if err := json.Unmarshal(raw, &out); err != nil {
+			e.t.Fatalf("%s %s: reply is not JSON: %q", method, path, raw)
+		}
+	}
+	return resp.StatusCode, out
+}
+
+// ddiTemplate creates a DDI template and returns its id.
+func (e *env) ddiTemplate(name string) int64 {
+	e.t.Helper()
+	out := e.admin("POST", "/v1/admin/templates", map[string]any{"name": name, "ddi": true})
+	return int64(out["id"].(float64))
+}
+
+// deploymentParams is a deployment of one chunk with one artifact by URL.
+func deploymentParams(version string) map[string]any {
+	return map[string]any{"chunks": []any{map[string]any{"part": "os", "name": "app", "version": version,
+		"artifacts": []any{map[string]any{"filename": "app.swu", "size": 2560, "url": "http://files.example/app.swu",
+			"hashes": map[string]any{"sha1": strings.Repeat("a", 40), "sha256": strings.Repeat("b", 64)}}}}}}
+}
+
+// link returns the href of the poll reply's link rel, "" for none.
+func link(poll map[string]any, rel string) string {
+	l, _ := poll["_links"].(map[string]any)[rel].(map[string]any)
+	if l == nil {
+		return ""
+	}
+	return l["href"].(string)
+}
+
+// feedback is a DDI feedback body as SWUpdate sends it (with its legacy id and time).
+func feedback(id int, execution, finished string, details ...string) map[string]any {
+	return map[string]any{"id": id, "time": "20261126T153410", "status": map[string]any{
+		"execution": execution, "result": map[string]any{"finished": finished, "progress": map[string]any{"cnt": 1, "of": 1}},
+		"details": details}}
+}
+
+// A DDI controller takes a deployment through the hawkBit paths (issue 38): the base
+// poll claims it and shows it again (the same action, its lease renewed) until the
+// controller closes it; fetch agents of the same uid never see it, and the controller
+// never sees their tasks; feedback checkpoints and completes it; what is not the
+// controller's is refused as hawkBit refuses it.
+func TestDDIDeploymentThroughTheHawkBitPaths(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2)
+	ddiTpl := e.ddiTemplate("firmware")
+	dep := e.admin("POST", "/v1/admin/tasks/once", map[string]any{"executor": "uid_dev01", "start_time": ts(t0),
+		"template_id": ddiTpl, "params": deploymentParams("1.0.1"), "lease_seconds": 600})
+	other := e.task("once", map[string]any{"executor": "uid_dev01", "start_time": ts(t0)})
+	key := e.key("dev01")
+	target := "TargetToken " + key
+	base := "/ddi/DEFAULT/controller/v1/dev01"
+
+	// The fetch agent gets its own task, never the deployment.
+	if d := mustFetch(t, e, key); d.TaskID != other {
+		t.Fatalf("fetch: %s, want the agent's task %s", d.TaskID, other)
+	} else {
+		e.mustComplete(key, d.LogID)
+	}
+	if r := e.fetch(0, key); r.Task != nil {
+		t.Fatalf("fetch after the agent's task: %+v, want nothing (the deployment is the controller's)", r.Task)
+	}
+
+	code, poll := e.ddi(0, "GET", base, target, nil)
+	href := link(poll, "deploymentBase")
+	if code != 200 || href == "" || link(poll, "configData") == "" {
+		t.Fatalf("base poll: %d %v", code, poll)
+	}
+	if sleep := poll["config"].(map[string]any)["polling"].(map[string]any)["sleep"]; sleep != "00:03:20" {
+		t.Fatalf("sleep while holding a 600 s lease: %v, want a third of it", sleep)
+	}
+	id := href[strings.LastIndex(href, "/")+1:]
+	var n int
+	if _, err := fmt.Sscan(id, &n); err != nil || n <= 0 {
+		t.Fatalf("action id %q: not a positive integer", id)
+	}
+	// Idempotent, on either instance: the same action.
+	e.clock.Advance(time.Minute)
+	if _, again := e.ddi(1, "GET", base, target, nil); link(again, "deploymentBase") != strings.Replace(href, e.urls[0], e.urls[1], 1) {
+		t.Fatalf("second poll: %v, want the same action", again)
+	}
+	if r := e.fetch(1, key); r.Task != nil {
+		t.Fatalf("fetch while the controller holds its deployment: %+v, want nothing", r.Task)
+	}
+	recs, _ := e.records(adminToken, "/v1/admin/dispatches?uid=dev01&state=open")
+	if len(recs) != 1 || recs[0]["task_id"] != dep["task_id"] || recs[0]["lease_expires_at"] != ts(t0.Add(11*time.Minute)) {
+		t.Fatalf("open records after the second poll: %v (the poll renews the lease)", recs)
+	}
+
+	code, body := e.ddi(0, "GET", strings.TrimPrefix(href, e.urls[0]), target, nil)
+	chunks := body["deployment"].(map[string]any)["chunks"].([]any)
+	art := chunks[0].(map[string]any)["artifacts"].([]any)[0].(map[string]any)
+	if code != 200 || body["id"] != id || body["deployment"].(map[string]any)["update"] != "forced" ||
+		art["filename"] != "app.swu" || art["size"] != 2560.0 || art["hashes"].(map[string]any)["sha1"] != strings.Repeat("a", 40) ||
+		art["_links"].(map[string]any)["download-http"].(map[string]any)["href"] != "http://files.example/app.swu" {
+		t.Fatalf("deploymentBase: %d %v", code, body)
+	}
+
+	// Refusals: no key, another uid's key, another tenant, an unknown or foreign action.
+	e.key("dev02")
+	for _, c := range []struct {
+		path, auth string
+		code       int
+	}{
+		{base, "", 401},
+		{base, "Bearer " + key, 401},
+		{base, "TargetToken " + e.key("dev02"), 403},
+		{"/ddi/OTHER/controller/v1/dev01", target, 404},
+		{base + "/deploymentBase/999999", target, 404},
+		{"/ddi/DEFAULT/controller/v1/dev02/deploymentBase/" + id, "TargetToken " + e.key("dev02"), 404},
+		{base + "/deploymentBase/abc", target, 404},
+	} {
+		if code, out := e.ddi(0, "GET", c.path, c.auth, nil); code != c.code {
+			t.Errorf("GET %s with %q: %d %v, want %d", c.path, c.auth, code, out, c.code)
+		}
+	}
+
+	// proceeding: a checkpoint; then closed + success completes it.
+	if code, out := e.ddi(0, "POST", base+"/deploymentBase/"+id+"/feedback", target,
+		feedback(n, "proceeding", "none", "All Chunks Installed.")); code != 200 {
+		t.Fatalf("proceeding: %d %v", code, out)
+	}
+	recs, _ = e.records(adminToken, "/v1/admin/dispatches?uid=dev01&state=open")
+	if cp, _ := json.Marshal(recs[0]["checkpoint"]); !strings.Contains(string(cp), "All Chunks Installed.") {
+		t.Fatalf("checkpoint after proceeding: %s", cp)
+	}
+	if code, out := e.ddi(1, "POST", base+"/deploymentBase/"+id+"/feedback", target,
+		feedback(n, "closed", "success", "Update succeeded")); code != 200 {
+		t.Fatalf("closed: %d %v", code, out)
+	}
+	recs, _ = e.records(adminToken, "/v1/admin/dispatches?uid=dev01&task_id="+dep["task_id"].(string))
+	if len(recs) != 1 || recs[0]["state"] != "done" || recs[0]["result"] != "success" {
+		t.Fatalf("record after closed: %v", recs)
+	}
+	if code, out := e.ddi(0, "POST", base+"/deploymentBase/"+id+"/feedback", target,
+		feedback(n, "closed", "success")); code != 410 || out["error"].(map[string]any)["code"] != "gone" {
+		t.Fatalf("feedback on a closed action: %d %v, want 410 gone", code, out)
+	}
+	if _, poll := e.ddi(0, "GET", base, target, nil); link(poll, "deploymentBase") != "" {
+		t.Fatalf("poll after closing: %v, want no deployment", poll)
+	}
+	if code, out := e.ddi(0, "GET", base+"/installedBase/"+id, target, nil); code != 200 || out["id"] != id {
+		t.Fatalf("installedBase: %d %v", code, out)
+	}
+	evs := e.events("?uid=dev01&type=complete")
+	if len(evs) != 2 {
+		t.Fatalf("complete events: %v, want the agent's and the controller's", evs)
+	}
+}
+
+// A failed install, a cancel and configData (issue 38).
+func TestDDIFailureCancelAndConfigData(t *testing.T) {
+	t.Parallel()
+	e := newEnvWith(t, 1, func(c *app.Config) { c.DDIGateway = "gateway" })
+	tpl := e.ddiTemplate("firmware")
+	gw := "GatewayToken " + e.key("gateway")
+	base := "/ddi/default/controller/v1/dev01" // tenants compare without case
+	e.key("dev01")
+
+	// A template of another kind never reaches the controller.
+	e.task("once", map[string]any{"executor": "uid_dev01", "start_time": ts(t0)})
+	if code, poll := e.ddi(0, "GET", base, gw, nil); code != 200 || link(poll, "deploymentBase") != "" {
+		t.Fatalf("poll with only an agent's task due: %d %v", code, poll)
+	}
+	// A gateway token of a uid that is not the gateway's: refused.
+	if code, out := e.ddi(0, "GET", base, "GatewayToken "+e.key("dev02"), nil); code != 403 {
+		t.Fatalf("gateway token of a plain uid: %d %v", code, out)
+	}
+
+	failing := e.admin("POST", "/v1/admin/tasks/once", map[string]any{"executor": "uid_dev01", "start_time": ts(t0),
+		"template_id": tpl, "params": deploymentParams("2.0"), "max_attempts": 1})
+	_, poll := e.ddi(0, "GET", base, gw, nil)
+	href := link(poll, "deploymentBase")
+	id := href[strings.LastIndex(href, "/")+1:]
+	if code, out := e.ddi(0, "POST", base+"/deploymentBase/"+id+"/feedback", gw,
+		map[string]any{"status": map[string]any{"execution": "closed", "result": map[string]any{"finished": "failure"},
+			"details": []any{"Installation failed: hardware mismatch"}}}); code != 200 {
+		t.Fatalf("closed failure: %d %v", code, out)
+	}
+	recs, _ := e.records(adminToken, "/v1/admin/dispatches?uid=dev01&task_id="+failing["task_id"].(string))
+	if len(recs) != 1 || recs[0]["result"] != "failure" || !strings.Contains(fmt.Sprint(recs[0]["detail"]), "hardware mismatch") {
+		t.Fatalf("failure record: %v", recs)
+	}
+
+	// A cancel: shown as cancelAction until the controller acknowledges it.
+	e.admin("POST", "/v1/admin/tasks/once", map[string]any{"executor": "uid_dev01", "start_time": ts(t0),
+		"template_id": tpl, "params": deploymentParams("3.0")})
+	_, poll = e.ddi(0, "GET", base, gw, nil)
+	href = link(poll, "deploymentBase")
+	id = href[strings.LastIndex(href, "/")+1:]
+	recs, _ = e.records(adminToken, "/v1/admin/dispatches?uid=dev01&state=open")
+	e.admin("POST", "/v1/admin/dispatches/"+recs[0]["log_id"].(string)+"/cancel", nil)
+	_, poll = e.ddi(0, "GET", base, gw, nil)
+	if link(poll, "deploymentBase") != "" || !strings.HasSuffix(link(poll, "cancelAction"), "/cancelAction/"+id) {
+		t.Fatalf("poll after the admin's cancel: %v", poll)
+	}
+	if code, out := e.ddi(0, "GET", base+"/cancelAction/"+id, gw, nil); code != 200 ||
+		out["cancelAction"].(map[string]any)["stopId"] != id {
+		t.Fatalf("cancelAction: %d %v", code, out)
+	}
+	if code, out := e.ddi(0, "POST", base+"/deploymentBase/"+id+"/feedback", gw, feedback(0, "proceeding", "none")); code != 410 {
+		t.Fatalf("deployment feedback on a cancelled action: %d %v, want 410", code, out)
+	}
+	if code, out := e.ddi(0, "POST", base+"/cancelAction/"+id+"/feedback", gw,
+		feedback(0, "closed", "success", "cancellation acknowledged.")); code != 200 {
+		t.Fatalf("cancel acknowledged: %d %v", code, out)
+	}
+	if _, poll = e.ddi(0, "GET", base, gw, nil); link(poll, "cancelAction") != "" || link(poll, "deploymentBase") != "" {
+		t.Fatalf("poll after the acknowledgement: %v", poll)
+	}
+
+	// configData: the uid's labels. A bad status is a 400.
+	if code, out := e.ddi(0, "PUT", base+"/configData", gw, map[string]any{"id": "", "time": "20261126T153410",
+		"status": map[string]any{"execution": "closed"}, "data": map[string]any{"serialNo": "dev01-sn", "hwRevision": "1.0"}}); code != 200 {
+		t.Fatalf("configData: %d %v", code, out)
+	}
+	client := e.admin("GET", "/v1/admin/clients/dev01", nil)
+	if labels := client["agent"].(map[string]any)["labels"].(map[string]any); labels["hwRevision"] != "1.0" || labels["serialNo"] != "dev01-sn" {
+		t.Fatalf("labels after configData: %v", client)
+	}
+	if code, out := e.ddi(0, "POST", base+"/cancelAction/"+id+"/feedback", gw,
+		map[string]any{"status": map[string]any{"execution": "exploded"}}); code != 400 {
+		t.Fatalf("unknown execution: %d %v", code, out)
+	}
+}
+
+// A DDI template's params are a deployment; its schema is the server's.
+func TestDDITemplateIsADeployment(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	e.expectMsg("POST", "/v1/admin/templates", map[string]any{"name": "x", "ddi": true, "schema": map[string]any{"type": "object"}},
+		400, "invalid_argument", "schema")
+	e.expectMsg("POST", "/v1/admin/templates", map[string]any{"name": "x", "ddi": true, "stages": []any{"a", "b"}},
+		400, "invalid_argument", "stages")
+	tpl := e.admin("POST", "/v1/admin/templates", map[string]any{"name": "fw", "ddi": true})
+	if tpl["ddi"] != true || !strings.Contains(fmt.Sprint(tpl["schema"]), "chunks") {
+		t.Fatalf("ddi template: %v", tpl)
+	}
+	id := int64(tpl["id"].(float64))
+	for _, params := range []any{
+		map[string]any{},
+		map[string]any{"chunks": []any{}},
+		map[string]any{"chunks": []any{map[string]any{"part": "os", "name": "a", "version": "1", "artifacts": []any{
+			map[string]any{"filename": "a.swu", "size": 1, "url": "http://x/a.swu", "hashes": map[string]any{"sha1": "nothex"}}}}}},
+		map[string]any{"chunks": []any{map[string]any{"part": "os", "name": "a", "version": "1", "artifacts": []any{
+			map[string]any{"filename": "../a.swu", "size": 1, "url": "http://x/a.swu", "hashes": map[string]any{"sha1": strings.Repeat("a", 40)}}}}}},
+	} {
+		e.expectMsg("POST", "/v1/admin/tasks/once", map[string]any{"executor": "uid_1", "start_time": ts(t0),
+			"template_id": id, "params": params}, 422, "params_invalid", "")
+	}
+	e.expectMsg("PATCH", fmt.Sprintf("/v1/admin/templates/%d", id), map[string]any{"ddi": false}, 400, "invalid_argument", "ddi")
+}

@@ -1,0 +1,2 @@
+DROP TABLE ddi_action;
+ALTER TABLE task_params_template DROP COLUMN ddi;
