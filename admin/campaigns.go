@@ -233,6 +233,11 @@ func (cs *Campaigns) CreateCampaign() http.Handler {
 		if err := cs.svc.validateParams(r.Context(), c.TemplateID, c.Params); err != nil {
 			return 0, nil, err
 		}
+		if tpl, err := cs.svc.GetTemplate(r.Context(), c.TemplateID); err != nil {
+			return 0, nil, err
+		} else if tpl.DDI {
+			return 0, nil, taskd.Errorf(taskd.CodeInvalid, "template_id: template %d is a DDI template: campaign items go to fetch agents, deployments to DDI controllers through tasks", c.TemplateID)
+		}
 		salt := make([]byte, 16)
 		rand.Read(salt)
 		c.Salt = hex.EncodeToString(salt)

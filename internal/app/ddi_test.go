@@ -288,4 +288,35 @@ func TestDDITemplateIsADeployment(t *testing.T) {
 			"template_id": id, "params": params}, 422, "params_invalid", "")
 	}
 	e.expectMsg("PATCH", fmt.Sprintf("/v1/admin/templates/%d", id), map[string]any{"ddi": false}, 400, "invalid_argument", "ddi")
+	// Campaign items go to fetch agents: not of a DDI template.
+	e.expectMsg("POST", "/v1/admin/campaigns", map[string]any{"name": "c", "template_id": id, "executor": "gid_g",
+		"params": deploymentParams("1"), "items": map[string]any{"count": 1}}, 400, "invalid_argument", "DDI template")
+}
+
+// A deployment whose task asks for a confirmed success (confirm_seconds) counts once
+// the controller polls again after closing it: the device came back from its reboot.
+func TestDDIConfirmedSuccess(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	tpl := e.admin("POST", "/v1/admin/templates", map[string]any{"name": "fw", "ddi": true, "confirm_seconds": 120})
+	e.admin("POST", "/v1/admin/tasks/once", map[string]any{"executor": "uid_dev01", "start_time": ts(t0),
+		"template_id": tpl["id"], "params": deploymentParams("1.0")})
+	target := "TargetToken " + e.key("dev01")
+	base := "/ddi/DEFAULT/controller/v1/dev01"
+	_, poll := e.ddi(0, "GET", base, target, nil)
+	href := link(poll, "deploymentBase")
+	id := href[strings.LastIndex(href, "/")+1:]
+	if code, out := e.ddi(0, "POST", base+"/deploymentBase/"+id+"/feedback", target, feedback(0, "closed", "success")); code != 200 {
+		t.Fatalf("closed: %d %v", code, out)
+	}
+	if recs, _ := e.records(adminToken, "/v1/admin/dispatches?uid=dev01"); len(recs) != 1 || recs[0]["state"] != "unconfirmed" {
+		t.Fatalf("after closed: %v, want unconfirmed", recs)
+	}
+	e.clock.Advance(30 * time.Second)
+	if _, poll := e.ddi(0, "GET", base, target, nil); link(poll, "deploymentBase") != "" {
+		t.Fatalf("the confirming poll: %v", poll)
+	}
+	if recs, _ := e.records(adminToken, "/v1/admin/dispatches?uid=dev01"); recs[0]["state"] != "done" || recs[0]["result"] != "success" {
+		t.Fatalf("after the next poll: %v, want done success", recs)
+	}
 }
