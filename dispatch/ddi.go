@@ -32,6 +32,7 @@ type DDIPoll struct {
 	Action *taskd.DDIAction
 	Cancel bool
 	Sleep  time.Duration
+	fresh  bool // the action was claimed by this poll
 }
 
 // DDIFeedback is a controller's feedback on an action (hawkBit's status: execution,
@@ -124,6 +125,23 @@ func (s *Service) AuthorizeDDI(ctx context.Context, uid string, c Credential) er
 // lease renewed (or its cancel, until acknowledged); else the next due deployment,
 // claimed as a fetch claims; else none, with the time until the next is due.
 func (s *Service) PollDDI(ctx context.Context, uid string, c Credential) (DDIPoll, error) {
+	poll, err := s.pollDDI(ctx, uid, c)
+	if err == nil {
+		// Counted as fetches are: a new deployment, one shown again, none.
+		switch {
+		case poll.Action == nil:
+			s.cfg.Metrics.Fetch("empty")
+		case poll.fresh:
+			s.cfg.Metrics.Fetch("task")
+		default:
+			s.cfg.Metrics.Fetch("redo")
+		}
+		s.seen(uid, nil)
+	}
+	return poll, err
+}
+
+func (s *Service) pollDDI(ctx context.Context, uid string, c Credential) (DDIPoll, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	hash, err := s.verifyDDI(ctx, uid, c)
@@ -173,7 +191,9 @@ func (s *Service) PollDDI(ctx context.Context, uid string, c Credential) (DDIPol
 	if err != nil {
 		return DDIPoll{}, err
 	}
-	return s.numbered(ctx, d, now)
+	poll, err := s.numbered(ctx, d, now)
+	poll.fresh = !out.tasks[0].Redo
+	return poll, err
 }
 
 // heldAction is the poll's answer when uid's controller holds an action it has not
@@ -352,5 +372,9 @@ func (s *Service) ConfigDDI(ctx context.Context, uid string, c Credential, label
 	if err := agent.Check(); err != nil {
 		return err
 	}
-	return s.report(ctx, uid, agent)
+	if err := s.report(ctx, uid, agent); err != nil {
+		return err
+	}
+	s.seen(uid, &agent)
+	return nil
 }
