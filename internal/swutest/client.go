@@ -327,7 +327,7 @@ func (c *Client) Output() string {
 }
 
 // WaitFor waits up to timeout for a line of the current process's output that
-// contains substr, and returns it. It fails early if the process exits without having
+// contains substr, and returns the first such line. It fails early if the process exits without having
 // written one; the error then, or on timeout, ends with the output's last lines.
 func (c *Client) WaitFor(substr string, timeout time.Duration) (string, error) {
 	r := c.current()

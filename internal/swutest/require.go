@@ -19,12 +19,19 @@ const (
 // sets up other fixtures first can call it earlier.
 func Require(t testing.TB) {
 	t.Helper()
-	for _, p := range []string{swupdatePath, opensslPath} {
+	require(t, os.Getenv, swupdatePath, opensslPath)
+}
+
+func require(t testing.TB, getenv func(string) string, paths ...string) {
+	t.Helper()
+	for _, p := range paths {
 		if _, err := os.Stat(p); err != nil {
-			if os.Getenv(requireEnv) == "1" {
+			if getenv(requireEnv) == "1" {
 				t.Fatalf("swutest: %s is required (%s=1) but missing: %v", p, requireEnv, err)
+				return
 			}
 			t.Skipf("swutest: %s missing (install Debian's swupdate and openssl packages): %v", p, err)
+			return
 		}
 	}
 }
