@@ -10,8 +10,8 @@
 //	// … serve img.Bytes; wait for the "All Chunks Installed." feedback …
 //	c.Restart(swutest.ConfirmSuccess)                     // the reboot: closed/success
 //
-// Everything below was measured with this package's tests (a mock DDI server in
-// swutest_test.go) and read in SWUpdate's 2022.12 source (suricatta/server_hawkbit.c,
+// Everything below was measured with this package's tests and a few probes (a mock DDI
+// server, as in swutest_test.go, polling sleep 00:00:01) and read in SWUpdate's 2022.12 source (suricatta/server_hawkbit.c,
 // ipc/network_ipc.c, core/notifier.c); see also shared/ddi/NOTES.md.
 //
 // # Command line
@@ -69,44 +69,54 @@
 //  4. progress {cnt 1, of 1}, details ["All Chunks Installed."], about 1.05-1.1 s after
 //     Start for a 2.4 KB .swu, whatever the poll interval.
 //
-// Bodies look like {"id":42,"time":"20261128T112839","status":{"result":{"progress":
-// {"cnt":1,"of":1},"finished":"none"},"execution":"proceeding","details":["All Chunks
-// Installed."]}}. Afterwards the client keeps polling and logs "pending testing"; it
+// Bodies look like this (whitespace aside; "id" and "time" are legacy fields):
+//
+//	{"id":42,"time":"20261128T112839","status":{"result":{"progress":{"cnt":1,"of":1},
+//	 "finished":"none"},"execution":"proceeding","details":["All Chunks Installed."]}}
+//
+// Afterwards the client keeps polling and logs "pending testing"; it
 // does not install the offered action again.
 //
 // Confirmation after the "reboot": Restart(ConfirmSuccess) (-c 2) makes the new
 // process, before its main loop, GET base and deploymentBase/N and POST closed/success
-// with progress {cnt 0, of 0} and details ["Update Installed."], within about 50 ms of
+// with progress {cnt 0, of 0} and details ["Update Installed."], within about 0.1 s of
 // starting. ConfirmFailure (-c 3) sends closed/failure ["Update Failed."]; -c 1 (not
 // offered here) would send proceeding/none ["Update Installed, Testing Pending."]. By
 // the source, with no deploymentBase link offered at that moment nothing is reported.
 //
 // Failed install (ImageSpec.Hardware not matching -H): proceeding {0 of 1}
-// ["Installing Update Chunk Artifacts."], then proceeding {0 of 0} with the log lines,
-// among them "ERROR : SW not compatible with hardware" and "Image invalid or corrupted.
-// Not installing ...", then closed/failure with progress {cnt 0, of 1} and details
-// ["No suitable .swu image found"]: the closed feedback does not carry the cause. This
-// failed on the first attempt in every run measured (32 of 32 with eight at once).
+// ["Installing Update Chunk Artifacts."], then proceeding {0 of 0} with log lines, then
+// closed/failure with progress {cnt 0, of 1} and details ending in "No suitable .swu
+// image found". The cause ("ERROR : SW not compatible with hardware", "ERROR : HASH
+// mismatch : …") is in the log feedback or before that last detail of the closed one,
+// e.g. ["ERROR : HASH mismatch : 47ef… <--> b8ef…","No suitable .swu image found"]:
+// the log thread and the install wait both read SWUpdate's one IPC status queue, and
+// whichever takes an ERROR message reports it. The hardware mismatch failed on the
+// first attempt in every run measured (32 of 32 with eight clients at once).
 // ImageSpec.WrongSHA256 fails later, at the hash check after the whole .swu has
-// streamed ("ERROR : HASH mismatch : …" in the log feedback), and then 2022.12 has a
-// race (ipc_wait_for_complete may return before the installer reports, with a stale
-// result): with eight clients at once, about one attempt in five was reported as
-// proceeding "Installed Chunk." / "All Chunks Installed." although nothing installed.
-// Such a client has no installed state, so at its next poll it installs the still
-// offered action again and then reports closed/failure. A server must therefore accept
-// closed/failure after "All Chunks Installed." for the same action.
+// streamed, and that same race can then hand the install wait a stale result: with
+// eight clients at once about one attempt in five was reported as proceeding
+// "Installed Chunk." / "All Chunks Installed." although nothing installed. Such a client
+// has no installed state, so at its next poll it installs the still offered action
+// again and reports closed/failure. A server must accept closed/failure after "All
+// Chunks Installed." for the same action; a test that needs a failure on the first
+// attempt uses Hardware.
 //
 // Cancel: a base poll with _links.cancelAction.href = …/cancelAction/N makes the client
-// GET that href and POST to href + "/feedback" {"id":N,…,"status":{"result":
-// {"finished":"success"},"execution":"closed","details":["cancellation
-// acknowledged."]}}, within a second of the poll.
+// GET that href and, within a second of the poll, POST to href + "/feedback":
 //
-// configData: only with Config.Identify set. The client PUTs {url}/{tenant}/controller/
-// v1/{id}/configData (built, not the href) with {"id":"","time":"…","status":{"result":
-// {"finished":"success"},"execution":"closed","details":[""]},"data":{"serialNo":…}}
-// right after a base poll: once per process start if the base poll has no configData
-// link, and after every base poll that carries the link (hawkBit offers it only while
-// it wants attributes; a server that always offers it gets a PUT per poll).
+//	{"id":N,"time":"…","status":{"result":{"finished":"success"},"execution":"closed",
+//	 "details":["cancellation acknowledged."]}}
+//
+// configData: only with Config.Identify set. Right after a base poll the client PUTs
+// to URL/TENANT/controller/v1/ID/configData (built, not the href):
+//
+//	{"id":"","time":"…","status":{"result":{"finished":"success"},"execution":"closed",
+//	 "details":[""]},"data":{"serialNo":"dev-d-sn","hwRevision":"1.0"}}
+//
+// It does so once per process start if the base poll has no configData link, and after
+// every base poll that carries the link (hawkBit offers it only while it wants
+// attributes; a server that always offers it gets a PUT per poll).
 //
 // Authorization: "TargetToken <t>" or "GatewayToken <t>" on every request, the artifact
 // download included; none without a token.

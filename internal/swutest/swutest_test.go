@@ -257,8 +257,8 @@ func (m *mockDDI) summary(cid string) string {
 	return b.String()
 }
 
-// index is the position of the first recorded request matching method and path
-// suffix for cid, or -1.
+// index is the position of the first recorded request with method whose path starts
+// with pathPrefix, or -1.
 func (m *mockDDI) index(method, pathPrefix string) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -292,7 +292,8 @@ func TestInstallThenConfirmAfterRestart(t *testing.T) {
 	}
 	t.Logf("installed %d-byte .swu %s after start", img.Size, installed.At.Sub(start).Round(time.Millisecond))
 
-	// The order a DDI server sees: base poll, deploymentBase, download, then feedback.
+	// The order a DDI server sees: base poll, deploymentBase, the first proceeding
+	// feedback, then the download.
 	base := "/DEFAULT/controller/v1/dev-a"
 	iBase, iDeploy := m.index("GET", base), m.index("GET", base+"/deploymentBase/42")
 	iDownload, iFeedback := m.index("GET", "/artifacts/dev-a/app.swu"), m.index("POST", base+"/deploymentBase/42/feedback")
@@ -327,7 +328,7 @@ func TestFailingImagesReportClosedFailure(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		spec ImageSpec
-		want string // a detail of the log-carrying proceeding feedback before the failure
+		want string // the start of a feedback detail that names the cause
 	}{
 		{"hardware", ImageSpec{Version: "2.0.0", Hardware: "9.9"}, "ERROR : SW not compatible with hardware"},
 		// A bad payload hash is found only after the whole .swu has streamed, and then
@@ -345,19 +346,22 @@ func TestFailingImagesReportClosedFailure(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if fb.ID != 7 || fb.Status.Result.Finished != "failure" || !slices.Equal(fb.Status.Details, []string{"No suitable .swu image found"}) {
-				t.Errorf("closed feedback = %s, want id 7, finished failure, details [No suitable .swu image found]", closed.Body)
+			if d := fb.Status.Details; fb.ID != 7 || fb.Status.Result.Finished != "failure" || len(d) == 0 || d[len(d)-1] != "No suitable .swu image found" {
+				t.Errorf("closed feedback = %s, want id 7, finished failure, details ending in \"No suitable .swu image found\"", closed.Body)
 			}
+			// The cause reaches the server in whichever feedback won the race for
+			// SWUpdate's IPC status messages: the proceeding one carrying the log, or
+			// the closed one, before "No suitable .swu image found".
 			var logged bool
 			for _, r := range m.requests("/DEFAULT/controller/v1/dev-b/deploymentBase/7/feedback") {
 				var f feedback
-				if json.Unmarshal(r.Body, &f) == nil && f.Status.Execution == "proceeding" &&
+				if json.Unmarshal(r.Body, &f) == nil &&
 					slices.ContainsFunc(f.Status.Details, func(d string) bool { return strings.HasPrefix(d, tc.want) }) {
 					logged = true
 				}
 			}
 			if !logged {
-				t.Errorf("no proceeding feedback carried a detail starting %q:\n%s", tc.want, m.summary("dev-b"))
+				t.Errorf("no feedback carried a detail starting %q:\n%s", tc.want, m.summary("dev-b"))
 			}
 		})
 	}
@@ -368,7 +372,8 @@ func TestCancelActionIsAcknowledged(t *testing.T) {
 	signer := NewSigner(t)
 	m := newMockDDI(t)
 	m.offer("dev-c", &action{id: 9, cancel: true})
-	c := Start(t, Config{URL: m.srv.URL, ControllerID: "dev-c", TargetToken: "tok-c", CertPath: signer.CertPath})
+	// No token: no Authorization header at all.
+	c := Start(t, Config{URL: m.srv.URL, ControllerID: "dev-c", CertPath: signer.CertPath})
 	if _, err := m.waitRequest(c, http.MethodGet, "/cancelAction/9", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -376,8 +381,13 @@ func TestCancelActionIsAcknowledged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fb.ID != 9 {
-		t.Errorf("cancel feedback id = %d, want 9: %s", fb.ID, r.Body)
+	if fb.ID != 9 || !slices.Equal(fb.Status.Details, []string{"cancellation acknowledged."}) {
+		t.Errorf("cancel feedback = %s, want id 9, details [cancellation acknowledged.]", r.Body)
+	}
+	for _, r := range m.requests("/DEFAULT/controller/v1/dev-c") {
+		if r.Auth != "" {
+			t.Errorf("%s %s: Authorization %q without a token", r.Method, r.Path, r.Auth)
+		}
 	}
 	t.Logf("cancel feedback: %s", r.Body)
 }
