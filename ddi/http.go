@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/go-chi/chi/v5"
 
@@ -54,6 +55,10 @@ type Handlers struct {
 	artifacts Artifacts
 	log       *slog.Logger
 	cfg       Config
+	// attributed are the controllers whose configData this node has: its polls stop
+	// asking for it (the configData link), as hawkBit's do once it has the attributes.
+	// A client sends its attributes on start either way (SWUpdate does).
+	attributed sync.Map // lower-case uid -> struct{}
 }
 
 // NewHandlers returns the DDI handlers over svc; artifacts may be nil (deployments
@@ -160,7 +165,10 @@ func (h *Handlers) base(w http.ResponseWriter, r *http.Request, q request) (int,
 	if err != nil {
 		return 0, nil, err
 	}
-	links := map[string]link{"configData": {q.base + "/configData"}}
+	links := map[string]link{}
+	if _, ok := h.attributed.Load(strings.ToLower(q.uid)); !ok {
+		links["configData"] = link{q.base + "/configData"}
+	}
 	if a := poll.Action; a != nil {
 		id := strconv.FormatInt(a.ID, 10)
 		if poll.Cancel {
@@ -414,7 +422,11 @@ func (h *Handlers) configData(w http.ResponseWriter, r *http.Request, q request)
 	if body.Data == nil {
 		return 0, nil, taskd.Errorf(taskd.CodeInvalid, "data: required (the controller's attributes)")
 	}
-	return http.StatusOK, nil, h.svc.ConfigDDI(r.Context(), q.uid, q.cred, body.Data)
+	if err := h.svc.ConfigDDI(r.Context(), q.uid, q.cred, body.Data); err != nil {
+		return 0, nil, err
+	}
+	h.attributed.Store(strings.ToLower(q.uid), struct{}{})
+	return http.StatusOK, nil, nil
 }
 
 // download is GET .../softwaremodules/{moduleId}/artifacts/{filename}: an uploaded

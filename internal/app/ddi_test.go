@@ -253,6 +253,9 @@ func TestDDIFailureCancelAndConfigData(t *testing.T) {
 		"status": map[string]any{"execution": "closed"}, "data": map[string]any{"serialNo": "dev01-sn", "hwRevision": "1.0"}}); code != 200 {
 		t.Fatalf("configData: %d %v", code, out)
 	}
+	if _, poll := e.ddi(0, "GET", base, gw, nil); link(poll, "configData") != "" {
+		t.Fatalf("poll after configData: %v, want no configData link (the node has the attributes)", poll)
+	}
 	client := e.admin("GET", "/v1/admin/clients/dev01", nil)
 	if labels := client["agent"].(map[string]any)["labels"].(map[string]any); labels["hwRevision"] != "1.0" || labels["serialNo"] != "dev01-sn" {
 		t.Fatalf("labels after configData: %v", client)
