@@ -123,6 +123,11 @@ func (a *App) routes() http.Handler {
 		r.Method(http.MethodGet, "/campaigns/{id}/failures", campaigns.CampaignFailures())
 		r.Method(http.MethodPost, "/campaigns/{id}/items", campaigns.UploadItems())
 		r.Method(http.MethodPost, "/campaigns/{id}/{move}", campaigns.MoveCampaign())
+		artifacts := admin.NewArtifacts(a.Artifacts, h, a.cfg.ArtifactUploadTimeout)
+		r.Method(http.MethodPost, "/artifacts", artifacts.UploadArtifact())
+		r.Method(http.MethodGet, "/artifacts", artifacts.ListArtifacts())
+		r.Method(http.MethodGet, "/artifacts/{id}", artifacts.GetArtifact())
+		r.Method(http.MethodDelete, "/artifacts/{id}", artifacts.DeleteArtifact())
 	})
 	return r
 }
@@ -177,11 +182,12 @@ func (a *App) boundWork(next http.Handler) http.Handler {
 	})
 }
 
-// isUpload reports whether r uploads a campaign's uids: it takes as long as the body
-// does, in one transaction, bounded by the upload's size.
+// isUpload reports whether r uploads a campaign's uids (it takes as long as the body
+// does, in one transaction, bounded by the upload's size) or an artifact's bytes
+// (streamed to the artifact storage, bounded by their size and the upload timeout).
 func isUpload(r *http.Request) bool {
-	return r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1/admin/campaigns/") &&
-		strings.HasSuffix(r.URL.Path, "/items")
+	return r.Method == http.MethodPost && (strings.HasPrefix(r.URL.Path, "/v1/admin/campaigns/") &&
+		strings.HasSuffix(r.URL.Path, "/items") || r.URL.Path == "/v1/admin/artifacts")
 }
 
 // measure records each request's latency under its route pattern (never the raw path,
