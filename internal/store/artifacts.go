@@ -100,9 +100,13 @@ func (s *Store) DeleteArtifact(ctx context.Context, actor string, id int64, now 
 			return err
 		}
 		if len(users) > 0 {
+			named := strings.Join(users, ", ")
+			if len(users) == maxUsersNamed {
+				named += " and maybe more"
+			}
 			return &taskd.Error{Code: taskd.CodeConflict, Details: map[string]any{"tasks": users},
-				Message: "artifact " + strconv.FormatInt(id, 10) + " is in use by task " + strings.Join(users, ", ") +
-					"; delete those tasks, or edit their params, first"}
+				Message: "artifact " + strconv.FormatInt(id, 10) + " is in use by task(s) " + named +
+					"; delete them, or edit their params, first"}
 		}
 		if _, err := tx.ExecContext(ctx, "DELETE FROM artifact WHERE id = ?", id); err != nil {
 			return err
