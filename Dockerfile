@@ -22,7 +22,11 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 FROM alpine:3.22
 RUN apk add --no-cache ca-certificates tzdata \
     && addgroup -S -g 10001 taskd \
-    && adduser -S -D -H -u 10001 -G taskd -s /sbin/nologin taskd
+    && adduser -S -D -H -u 10001 -G taskd -s /sbin/nologin taskd \
+    && mkdir -p /var/lib/taskd/artifacts && chown -R 10001:10001 /var/lib/taskd
+# dispatchd keeps uploaded software artifacts here (a volume in docker-compose.yml; a new
+# named volume takes this directory's owner, so the taskd user can write it).
+ENV DISPATCH_ARTIFACT_DIR=/var/lib/taskd/artifacts
 COPY --from=build /out/dispatchd /out/logsink /usr/local/bin/
 USER 10001:10001
 EXPOSE 8080

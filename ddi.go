@@ -37,27 +37,20 @@ type Deployment struct {
 
 // Chunk is a part of a deployment (hawkBit's software module).
 type Chunk struct {
-	Part      string     `json:"part"`
-	Name      string     `json:"name"`
-	Version   string     `json:"version"`
-	Artifacts []Artifact `json:"artifacts"`
+	Part      string        `json:"part"`
+	Name      string        `json:"name"`
+	Version   string        `json:"version"`
+	Artifacts []ArtifactRef `json:"artifacts"`
 }
 
-// Artifact is a file of a chunk: one uploaded to the server (ArtifactID), or one
+// ArtifactRef is a file of a chunk: one uploaded to the server (ArtifactID), or one
 // elsewhere (URL, with its name, size and hashes).
-type Artifact struct {
+type ArtifactRef struct {
 	ArtifactID int64   `json:"artifact_id,omitempty"`
 	Filename   string  `json:"filename,omitempty"`
 	Size       int64   `json:"size,omitempty"`
 	Hashes     *Hashes `json:"hashes,omitempty"`
 	URL        string  `json:"url,omitempty"`
-}
-
-// Hashes are an artifact's digests, in hex.
-type Hashes struct {
-	SHA1   string `json:"sha1"`
-	MD5    string `json:"md5,omitempty"`
-	SHA256 string `json:"sha256,omitempty"`
 }
 
 // ParseDeployment reads a DDI task's params (already checked against DDISchema).

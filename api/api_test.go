@@ -135,6 +135,15 @@ var round5 = []endpoint{
 	{"DELETE", "/v1/admin/groups/{gid}", authAdmin, false, true, []int{204, 409}},
 }
 
+// artifacts are the admin routes of software artifacts (API.md's DDI addition names
+// the upload), and the additions that came with them.
+var artifacts = []endpoint{
+	{"POST", "/v1/admin/artifacts", authAdmin, true, false, []int{201, 503}},
+	{"GET", "/v1/admin/artifacts", authAdmin, false, false, []int{200}},
+	{"GET", "/v1/admin/artifacts/{id}", authAdmin, false, true, []int{200}},
+	{"DELETE", "/v1/admin/artifacts/{id}", authAdmin, false, true, []int{204, 409}},
+}
+
 func expectedCodes(e endpoint) []int {
 	codes := slices.Clone(e.codes)
 	switch e.auth {
@@ -204,7 +213,9 @@ var contractFields = map[string][]string{
 	"Node":                 {"node", "started_at", "last_seen", "roles"},
 	"DispatchRecord": {"log_id", "uid", "task_id", "due_at", "attempt", "state", "result", "detail", "checkpoint",
 		"stage", "dispatched_at", "finished_at"},
-	"AuditEntry": {"at", "actor", "action", "target", "before", "after"},
+	"AuditEntry":     {"at", "actor", "action", "target", "before", "after"},
+	"Artifact":       {"id", "filename", "size", "hashes"},
+	"ArtifactHashes": {"sha1", "md5", "sha256"},
 }
 
 // contractBodies is the schema API.md's request or success body of an operation must be.
@@ -246,6 +257,10 @@ var contractBodies = map[string]struct{ request, response string }{
 	"DELETE /v1/admin/groups/{gid}/members/{uid}": {"", ""},
 	"GET /v1/admin/clients":                       {"", "ClientList"},
 	"GET /v1/admin/groups":                        {"", "GroupList"},
+	"POST /v1/admin/artifacts":                    {"", "Artifact"}, // the body is the file's bytes
+	"GET /v1/admin/artifacts":                     {"", "ArtifactList"},
+	"GET /v1/admin/artifacts/{id}":                {"", "Artifact"},
+	"DELETE /v1/admin/artifacts/{id}":             {"", ""},
 }
 
 // contractQuery is the query parameters API.md lists for each list route.
@@ -260,6 +275,8 @@ var contractQuery = map[string][]string{
 	"GET /v1/admin/clients":      {"group", "label", "selector", "agent_version", "seen_before", "seen_after", "limit", "cursor"},
 	"GET /v1/admin/groups":       {"limit", "cursor"},
 	"GET /v1/admin/stats/agents": {"from", "to"},
+	"POST /v1/admin/artifacts":   {"filename"},
+	"GET /v1/admin/artifacts":    {"limit", "cursor"},
 }
 
 var methods = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
@@ -356,7 +373,7 @@ func TestEveryContractRouteIsDocumented(t *testing.T) {
 	doc := load(t)
 	ops := operations(t, doc)
 	known := map[string]bool{}
-	for _, e := range slices.Concat(contract, additions, round2, round4, round5) {
+	for _, e := range slices.Concat(contract, additions, round2, round4, round5, artifacts) {
 		key := e.method + " " + e.path
 		known[key] = true
 		op, ok := ops[key]
@@ -715,6 +732,9 @@ func TestCodeOutputMatchesSchemas(t *testing.T) {
 		{UID: "43", MaxInFlight: 1}}})
 	valid("GroupList", map[string]any{"next_cursor": "", "groups": []taskd.GroupSummary{{GID: "ops", Members: 3, Tasks: 1}}})
 	valid("VersionStatsList", map[string]any{"versions": []taskd.VersionStats{{Version: "1.2.0", Clients: 2, Dispatched: 3, Failed: 1}, {}}})
+	valid("Artifact", taskd.Artifact{ID: 12, Filename: "rootfs.swu", Size: 3, CreatedAt: now, Backend: "dir", Key: "k",
+		Hashes: taskd.Hashes{SHA1: strings.Repeat("a", 40), MD5: strings.Repeat("b", 32), SHA256: strings.Repeat("c", 64)}})
+	valid("ArtifactList", map[string]any{"next_cursor": "", "artifacts": []taskd.Artifact{}})
 	valid("AuditEntry", taskd.AuditEntry{At: now, Actor: "admin", Action: "task.create", Target: "once:12",
 		Before: json.RawMessage("null"), After: json.RawMessage(`{"priority":5}`)})
 

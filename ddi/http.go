@@ -15,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,12 +33,11 @@ const bodyLimit = 64 << 10
 
 // Artifacts are the server's uploaded artifacts, as a deployment names them.
 type Artifacts interface {
-	// Describe returns artifact id's file name, size and hashes (taskd.ErrNotFound
-	// for none).
-	Describe(ctx context.Context, id int64) (taskd.Artifact, error)
+	// Lookup returns artifact id (not_found for none).
+	Lookup(ctx context.Context, id int64) (taskd.Artifact, error)
 	// Serve answers a device's download of artifact id (with Range requests), or
-	// redirects it to where the bytes are.
-	Serve(w http.ResponseWriter, r *http.Request, id int64)
+	// redirects it to where the bytes are; on an error it has written nothing.
+	Serve(w http.ResponseWriter, r *http.Request, id int64) error
 }
 
 // Config is the endpoint's settings.
@@ -82,6 +82,7 @@ func (h *Handlers) Routes(r chi.Router) {
 		r.Put("/configData", h.serve(h.configData))
 		r.Get("/installedBase/{actionId}", h.serve(h.installed))
 		r.Get("/softwaremodules/{moduleId}/artifacts/{filename}", h.download)
+		r.Head("/softwaremodules/{moduleId}/artifacts/{filename}", h.download)
 	})
 }
 
@@ -273,15 +274,15 @@ func (h *Handlers) deploymentBody(ctx context.Context, q request, a *taskd.DDIAc
 				if h.artifacts == nil {
 					return deploymentReply{}, fmt.Errorf("action %d names artifact %d, and this server keeps no artifacts", a.ID, x.ArtifactID)
 				}
-				d, err := h.artifacts.Describe(ctx, x.ArtifactID)
-				if errors.Is(err, taskd.ErrNotFound) {
+				up, err := h.artifacts.Lookup(ctx, x.ArtifactID)
+				if taskd.ErrorCode(err) == taskd.CodeNotFound {
 					return deploymentReply{}, taskd.Errorf(taskd.CodeGone, "action %d names artifact %d, which was deleted", a.ID, x.ArtifactID)
 				}
 				if err != nil {
 					return deploymentReply{}, err
 				}
-				x = d
-				href = q.base + "/softwaremodules/" + strconv.FormatInt(x.ArtifactID, 10) + "/artifacts/" + x.Filename
+				x = taskd.ArtifactRef{ArtifactID: up.ID, Filename: up.Filename, Size: up.Size, Hashes: &up.Hashes}
+				href = q.base + "/softwaremodules/" + strconv.FormatInt(up.ID, 10) + "/artifacts/" + url.PathEscape(up.Filename)
 			}
 			var hashes taskd.Hashes
 			if x.Hashes != nil {
@@ -448,17 +449,15 @@ func (h *Handlers) download(w http.ResponseWriter, r *http.Request) {
 	}
 	if err == nil {
 		var a taskd.Artifact
-		a, err = h.artifacts.Describe(r.Context(), id)
-		if err == nil && a.Filename != chi.URLParam(r, "filename") {
-			err = taskd.ErrNotFound
-		}
-		if errors.Is(err, taskd.ErrNotFound) {
+		a, err = h.artifacts.Lookup(r.Context(), id)
+		if taskd.ErrorCode(err) == taskd.CodeNotFound || (err == nil && a.Filename != chi.URLParam(r, "filename")) {
 			err = taskd.Errorf(taskd.CodeNotFound, "artifact %d/%s not found", id, chi.URLParam(r, "filename"))
 		}
 	}
+	if err == nil {
+		err = h.artifacts.Serve(w, r, id)
+	}
 	if err != nil {
 		web.Error(w, r, h.log, err)
-		return
 	}
-	h.artifacts.Serve(w, r, id)
 }

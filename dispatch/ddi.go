@@ -114,6 +114,8 @@ func (s *Service) verifyDDI(ctx context.Context, uid string, c Credential) (stri
 
 // AuthorizeDDI checks a DDI request's credential for controller uid, in full.
 func (s *Service) AuthorizeDDI(ctx context.Context, uid string, c Credential) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
 	hash, err := s.verifyDDI(ctx, uid, c)
 	if err == nil && hash != "" {
 		err = s.cache.VerifyKey(ctx, uid, hash)

@@ -144,6 +144,7 @@ func startProcess(t *testing.T, dir string, env []string) (*exec.Cmd, string) {
 	var stdout, stderr testenv.SyncBuffer
 	cmd := exec.Command(filepath.Join(dir, "dispatchd"))
 	cmd.Env, cmd.Stdout, cmd.Stderr = env, &stdout, &stderr
+	cmd.Dir = t.TempDir() // where the default artifact directory is made
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

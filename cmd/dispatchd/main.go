@@ -67,6 +67,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer closeDeps()
 	a := app.New(cfg, deps)
+	if err := a.PrepareArtifacts(ctx); err != nil {
+		return err
+	}
 	// A second process under a live node's name would be listed as that node and hold
 	// its leases: it does not start.
 	if err := a.Join(ctx); err != nil {

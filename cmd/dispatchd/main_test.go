@@ -114,6 +114,9 @@ func startDispatchd(t *testing.T, env map[string]string) (addr string, stop func
 // startDispatchdLogged is startDispatchd with run's log going to stderr.
 func startDispatchdLogged(t *testing.T, env map[string]string, stderr io.Writer) (addr string, stop func() error) {
 	t.Helper()
+	if env["DISPATCH_ARTIFACT_DIR"] == "" { // not in the package's directory
+		env["DISPATCH_ARTIFACT_DIR"] = t.TempDir()
+	}
 	ctx, cancel := context.WithCancel(t.Context())
 	pr, pw := io.Pipe()
 	errc := make(chan error, 1)

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/taskpull/taskd/admin"
+	"github.com/taskpull/taskd/artifact"
 	"github.com/taskpull/taskd/campaign"
 	"github.com/taskpull/taskd/clientkey"
 	"github.com/taskpull/taskd/dispatch"
@@ -57,6 +58,9 @@ type App struct {
 	// HeapFeed applies again the heap invalidations of admin changes that Redis lost
 	// (each second, from MySQL's heap_change).
 	HeapFeed *queue.HeapFeed
+	// Artifacts keeps the software artifacts (their bytes in a directory or a bucket)
+	// and serves them to devices.
+	Artifacts *artifact.Service
 	// sweeps are the parts of the lease sweep this node holds (sweeper.go).
 	sweeps  *queue.Shares
 	metrics *metrics.Metrics
@@ -109,6 +113,7 @@ func New(cfg Config, deps Deps) *App {
 		a.roles.static = append(a.roles.static, "janitor")
 	}
 	a.Members = queue.NewMembers(deps.Redis, a.Cache.Keys(), deps.Clock, cfg.Node, cfg.NodeTimeout, a.currentRoles)
+	a.Artifacts = artifact.New(deps.Store, cfg.artifactConfig(), deps.Clock, deps.Log)
 	a.handler = a.routes()
 	return a
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/artifact"
 	"github.com/taskpull/taskd/internal/config"
 )
 
@@ -107,6 +108,20 @@ type Config struct {
 	DDISleep   time.Duration
 	DDIGateway string
 	DDIURL     string
+	// Artifact* are where software artifacts' bytes are kept (package artifact): the
+	// directory ArtifactDir, or the S3 bucket ArtifactS3Bucket at ArtifactS3Endpoint
+	// when that is set; ArtifactMaxBytes bounds one, ArtifactUploadTimeout its upload.
+	ArtifactDir           string
+	ArtifactMaxBytes      int64
+	ArtifactUploadTimeout time.Duration
+	ArtifactS3Endpoint    string
+	ArtifactS3Bucket      string
+	ArtifactS3AccessKey   string
+	ArtifactS3SecretKey   string
+	ArtifactS3Region      string
+	ArtifactS3Insecure    bool
+	ArtifactS3URLExpiry   time.Duration
+	ArtifactS3PartSize    int64
 
 	// sources says where LoadConfig took each setting that is not its default: the env
 	// name, or "flag -<name>"; see Source.
@@ -214,6 +229,28 @@ func (c *Config) table() config.Table {
 			Value: config.String(&c.DDIGateway, checkGateway)},
 		{Env: "DISPATCH_DDI_URL", Flag: "ddi-url", Default: "", Usage: "the DDI endpoint's URL as devices reach it (e.g. https://updates.example.com/ddi), for the links in its replies; empty: the request's scheme and Host",
 			Value: config.String(&c.DDIURL, checkURL)},
+		{Env: "DISPATCH_ARTIFACT_DIR", Flag: "artifact-dir", Default: artifact.DefaultDir, Usage: "directory that keeps the software artifacts' bytes (POST /v1/admin/artifacts), made at start; a relative path is from the working directory, and the default one that cannot be made there is a warning, not a failed start; unused with DISPATCH_ARTIFACT_S3_ENDPOINT. Several nodes need a directory they share, or the bucket",
+			Value: config.String(&c.ArtifactDir, config.Required)},
+		{Env: "DISPATCH_ARTIFACT_MAX_BYTES", Flag: "artifact-max-bytes", Default: "1073741824", Usage: "largest software artifact in bytes (1 GiB by default); a larger upload answers 413 too_large and nothing of it is kept",
+			Value: config.Int64(&c.ArtifactMaxBytes, config.Positive, c.artifactFitsParts)},
+		{Env: "DISPATCH_ARTIFACT_UPLOAD_TIMEOUT", Flag: "artifact-upload-timeout", Default: "1h", Usage: "how long one artifact upload may take to arrive in all (apart from the 30 s it may send nothing); past it the upload answers 400 and nothing of it is kept",
+			Value: config.Duration(&c.ArtifactUploadTimeout, config.Positive)},
+		{Env: "DISPATCH_ARTIFACT_S3_ENDPOINT", Flag: "artifact-s3-endpoint", Usage: "host[:port] of an S3-compatible service (s3.eu-central-1.amazonaws.com, minio:9000) whose bucket keeps the artifacts instead of DISPATCH_ARTIFACT_DIR; devices are redirected to presigned URLs of the objects; empty: the directory",
+			Value: config.String(&c.ArtifactS3Endpoint, checkS3Endpoint)},
+		{Env: "DISPATCH_ARTIFACT_S3_BUCKET", Flag: "artifact-s3-bucket", Usage: "the bucket (it must exist: the start fails otherwise); required with DISPATCH_ARTIFACT_S3_ENDPOINT",
+			Value: config.String(&c.ArtifactS3Bucket, c.withS3("bucket"))},
+		{Env: "DISPATCH_ARTIFACT_S3_ACCESS_KEY", Flag: "artifact-s3-access-key", Usage: "access key id that signs the requests to the bucket (AWS Signature Version 4); required with DISPATCH_ARTIFACT_S3_ENDPOINT",
+			Value: config.String(&c.ArtifactS3AccessKey, c.withS3("access key"))},
+		{Env: "DISPATCH_ARTIFACT_S3_SECRET_KEY", Flag: "artifact-s3-secret-key", Usage: "secret access key of DISPATCH_ARTIFACT_S3_ACCESS_KEY (give it in the environment: a flag shows in the process list); required with DISPATCH_ARTIFACT_S3_ENDPOINT",
+			Value: config.String(&c.ArtifactS3SecretKey, c.withS3("secret key"))},
+		{Env: "DISPATCH_ARTIFACT_S3_REGION", Flag: "artifact-s3-region", Default: artifact.DefaultRegion, Usage: "the bucket's region, part of every signature (MinIO and most others take us-east-1)",
+			Value: config.String(&c.ArtifactS3Region, config.Required)},
+		{Env: "DISPATCH_ARTIFACT_S3_INSECURE", Flag: "artifact-s3-insecure", Default: "false", Usage: "true: plain HTTP to DISPATCH_ARTIFACT_S3_ENDPOINT, and in the URLs devices are sent to (a MinIO on a trusted network); false: HTTPS",
+			Value: config.Bool(&c.ArtifactS3Insecure)},
+		{Env: "DISPATCH_ARTIFACT_S3_URL_EXPIRY", Flag: "artifact-s3-url-expiry", Default: "5m", Usage: "how long the presigned URL a device is redirected to stays valid: a download must start within it (one under way goes on; a resumed one is sent a new URL)",
+			Value: config.Duration(&c.ArtifactS3URLExpiry, config.Between(time.Second, artifact.MaxURLExpiry))},
+		{Env: "DISPATCH_ARTIFACT_S3_PART_SIZE", Flag: "artifact-s3-part-size", Default: "16777216", Usage: "bytes of each part of an artifact's multipart upload to the bucket (5 MiB..5 GiB; an artifact up to one part goes in one PUT); each upload holds a part in memory, and an artifact has at most 10000 parts",
+			Value: config.Int64(&c.ArtifactS3PartSize, config.Between[int64](artifact.MinPartSize, artifact.MaxPartSize))},
 	}
 }
 
@@ -241,6 +278,37 @@ func checkURL(s string) error {
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return errors.New("must be an absolute http or https URL")
+	}
+	return nil
+}
+
+// checkS3Endpoint refuses an endpoint that is not host[:port].
+func checkS3Endpoint(endpoint string) error {
+	if endpoint == "" {
+		return nil
+	}
+	return artifact.CheckEndpoint(endpoint)
+}
+
+// withS3 requires what names the bucket and signs for it with an S3 endpoint, and
+// refuses it without one (it would be ignored: the artifacts would go to the directory).
+func (c *Config) withS3(what string) config.Check[string] {
+	return func(v string) error {
+		switch {
+		case c.ArtifactS3Endpoint != "" && v == "":
+			return fmt.Errorf("the %s is required with DISPATCH_ARTIFACT_S3_ENDPOINT", what)
+		case c.ArtifactS3Endpoint == "" && v != "":
+			return errors.New("is only for DISPATCH_ARTIFACT_S3_ENDPOINT, which is not set (the artifacts go to DISPATCH_ARTIFACT_DIR)")
+		}
+		return nil
+	}
+}
+
+// artifactFitsParts refuses, with a bucket, a largest artifact of more parts than S3
+// takes in one upload.
+func (c *Config) artifactFitsParts(max int64) error {
+	if most := c.ArtifactS3PartSize * artifact.MaxParts; c.ArtifactS3Endpoint != "" && max > most {
+		return fmt.Errorf("must be at most %d parts of DISPATCH_ARTIFACT_S3_PART_SIZE (%d bytes) with a bucket, got %d", artifact.MaxParts, most, max)
 	}
 	return nil
 }

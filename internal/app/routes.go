@@ -69,7 +69,7 @@ func (a *App) routes() http.Handler {
 	r.Method(http.MethodPost, "/v1/fetch", client.Fetch())
 	r.Method(http.MethodPost, "/v1/complete", client.Complete())
 	r.Method(http.MethodPost, "/v1/progress", client.Progress())
-	r.Route("/ddi", ddi.NewHandlers(a.Dispatch, nil, log, ddi.Config{Tenant: a.cfg.DDITenant, BaseURL: a.cfg.DDIURL}).Routes)
+	r.Route("/ddi", ddi.NewHandlers(a.Dispatch, a.Artifacts, log, ddi.Config{Tenant: a.cfg.DDITenant, BaseURL: a.cfg.DDIURL}).Routes)
 	r.Method(http.MethodGet, "/v1/dispatches", dispatch.NewRecords(a.deps.Store, a.Cache, log).RecognizeAdminTokens(isAdminToken).List())
 
 	isClientKey := func(ctx context.Context, key string) bool {
@@ -125,6 +125,11 @@ func (a *App) routes() http.Handler {
 		r.Method(http.MethodGet, "/campaigns/{id}/failures", campaigns.CampaignFailures())
 		r.Method(http.MethodPost, "/campaigns/{id}/items", campaigns.UploadItems())
 		r.Method(http.MethodPost, "/campaigns/{id}/{move}", campaigns.MoveCampaign())
+		artifacts := admin.NewArtifacts(a.Artifacts, h, a.cfg.ArtifactUploadTimeout)
+		r.Method(http.MethodPost, "/artifacts", artifacts.UploadArtifact())
+		r.Method(http.MethodGet, "/artifacts", artifacts.ListArtifacts())
+		r.Method(http.MethodGet, "/artifacts/{id}", artifacts.GetArtifact())
+		r.Method(http.MethodDelete, "/artifacts/{id}", artifacts.DeleteArtifact())
 	})
 	return r
 }
@@ -169,7 +174,7 @@ func (a *App) limitAuthFailures(next http.Handler) http.Handler {
 // wait itself is not dependency work).
 func (a *App) boundWork(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/fetch" || isUpload(r) {
+		if r.URL.Path == "/v1/fetch" || isUpload(r) || isDownload(r) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -179,11 +184,19 @@ func (a *App) boundWork(next http.Handler) http.Handler {
 	})
 }
 
-// isUpload reports whether r uploads a campaign's uids: it takes as long as the body
-// does, in one transaction, bounded by the upload's size.
+// isUpload reports whether r uploads a campaign's uids (it takes as long as the body
+// does, in one transaction, bounded by the upload's size) or an artifact's bytes
+// (streamed to the artifact storage, bounded by their size and the upload timeout).
 func isUpload(r *http.Request) bool {
-	return r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1/admin/campaigns/") &&
-		strings.HasSuffix(r.URL.Path, "/items")
+	return r.Method == http.MethodPost && (strings.HasPrefix(r.URL.Path, "/v1/admin/campaigns/") &&
+		strings.HasSuffix(r.URL.Path, "/items") || r.URL.Path == "/v1/admin/artifacts")
+}
+
+// isDownload reports whether r is a device's download of an artifact through the DDI
+// endpoint: it takes as long as the bytes do (its lookups are bounded on their own).
+func isDownload(r *http.Request) bool {
+	return (r.Method == http.MethodGet || r.Method == http.MethodHead) && strings.HasPrefix(r.URL.Path, "/ddi/") &&
+		strings.Contains(r.URL.Path, "/softwaremodules/")
 }
 
 // measure records each request's latency under its route pattern (never the raw path,
