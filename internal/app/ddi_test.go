@@ -323,3 +323,63 @@ func TestDDIConfirmedSuccess(t *testing.T) {
 		t.Fatalf("after the next poll: %v, want done success", recs)
 	}
 }
+
+// A deployment naming an uploaded artifact links it under the controller's path, and
+// the device downloads it there with its own token, by ranges too.
+func TestDDIArtifactDownload(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	e := newEnvWith(t, 1, func(c *app.Config) { c.ArtifactDir = dir })
+	blob := bytes.Repeat([]byte("swu!"), 1000)
+	code, up, _ := e.uploadArtifact("fw.swu", bytes.NewReader(blob), lengthOf(blob))
+	if code != 201 {
+		t.Fatalf("upload: %d %v", code, up)
+	}
+	tpl := e.ddiTemplate("fw")
+	e.admin("POST", "/v1/admin/tasks/once", map[string]any{"executor": "uid_dev01", "start_time": ts(t0), "template_id": tpl,
+		"params": map[string]any{"chunks": []any{map[string]any{"part": "os", "name": "fw", "version": "1",
+			"artifacts": []any{map[string]any{"artifact_id": up["id"]}}}}}})
+	target := "TargetToken " + e.key("dev01")
+	base := "/ddi/DEFAULT/controller/v1/dev01"
+	_, poll := e.ddi(0, "GET", base, target, nil)
+	_, dep := e.ddi(0, "GET", strings.TrimPrefix(link(poll, "deploymentBase"), e.urls[0]), target, nil)
+	art := dep["deployment"].(map[string]any)["chunks"].([]any)[0].(map[string]any)["artifacts"].([]any)[0].(map[string]any)
+	href := art["_links"].(map[string]any)["download"].(map[string]any)["href"].(string)
+	want := fmt.Sprintf("%s%s/softwaremodules/%v/artifacts/fw.swu", e.urls[0], base, up["id"])
+	if href != want || art["size"] != float64(len(blob)) || art["hashes"].(map[string]any)["sha256"] != up["hashes"].(map[string]any)["sha256"] {
+		t.Fatalf("artifact in the deployment: %v, want href %s", art, want)
+	}
+	get := func(auth, rng string) (*http.Response, []byte) {
+		req, _ := http.NewRequest("GET", href, nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		if rng != "" {
+			req.Header.Set("Range", rng)
+		}
+		resp, err := e.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, b
+	}
+	if resp, _ := get("", ""); resp.StatusCode != 401 {
+		t.Fatalf("download without a token: %d", resp.StatusCode)
+	}
+	if resp, b := get(target, ""); resp.StatusCode != 200 || !bytes.Equal(b, blob) {
+		t.Fatalf("download: %d, %d bytes", resp.StatusCode, len(b))
+	}
+	if resp, b := get(target, "bytes=4-11"); resp.StatusCode != 206 || string(b) != "swu!swu!" {
+		t.Fatalf("ranged download: %d %q", resp.StatusCode, b)
+	}
+	wrong := strings.Replace(href, "fw.swu", "other.swu", 1)
+	if code, _ := e.ddi(0, "GET", strings.TrimPrefix(wrong, e.urls[0]), target, nil); code != 404 {
+		t.Fatalf("download under another name: %d, want 404", code)
+	}
+	// In use by a live task: the artifact stays.
+	if code, _ := e.do(0, "DELETE", fmt.Sprintf("/v1/admin/artifacts/%v", up["id"]), adminToken, nil); code != 409 {
+		t.Fatalf("delete of an artifact in use: %d, want 409", code)
+	}
+}

@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -27,7 +28,8 @@ type swuEnv struct {
 func newSWUEnv(t *testing.T, instances int) *swuEnv {
 	t.Helper()
 	swutest.Require(t)
-	e := &swuEnv{env: newEnvWith(t, instances, func(c *app.Config) { c.DDISleep = time.Second }),
+	dir := t.TempDir()
+	e := &swuEnv{env: newEnvWith(t, instances, func(c *app.Config) { c.DDISleep, c.ArtifactDir = time.Second, dir }),
 		signer: swutest.NewSigner(t), served: map[string][]byte{}}
 	e.files = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, ok := e.served[strings.TrimPrefix(r.URL.Path, "/")]
@@ -47,6 +49,18 @@ func (e *swuEnv) deployment(name string, img *swutest.Image) map[string]any {
 	return map[string]any{"chunks": []any{map[string]any{"part": "os", "name": "app", "version": img.Version,
 		"artifacts": []any{map[string]any{"filename": name, "size": img.Size, "url": e.files.URL + "/" + name,
 			"hashes": map[string]any{"sha1": img.SHA1, "md5": img.MD5, "sha256": img.SHA256}}}}}}
+}
+
+// uploaded uploads img as name and returns the params of a deployment of it by its
+// artifact id: devices download it through the DDI endpoint, with their token.
+func (e *swuEnv) uploaded(name string, img *swutest.Image) map[string]any {
+	e.t.Helper()
+	code, out, _ := e.uploadArtifact(name, bytes.NewReader(img.Bytes), lengthOf(img.Bytes))
+	if code != 201 || out["hashes"].(map[string]any)["sha1"] != img.SHA1 {
+		e.t.Fatalf("upload: %d %v", code, out)
+	}
+	return map[string]any{"chunks": []any{map[string]any{"part": "os", "name": "app", "version": img.Version,
+		"artifacts": []any{map[string]any{"artifact_id": out["id"]}}}}}
 }
 
 // controller starts SWUpdate as controller uid with its own client key.
@@ -83,7 +97,8 @@ func finished(result string) func(map[string]any) bool {
 	return func(r map[string]any) bool { return r["result"] == result }
 }
 
-// A deployment installed, and confirmed by the client after its "reboot" (a restart
+// A deployment of an uploaded artifact (downloaded through the DDI endpoint with the
+// device's token) installed, and confirmed by the client after its "reboot" (a restart
 // with -c 2); the dispatch stays open, its lease renewed by each poll, until then.
 func TestSWUpdateInstallsAndConfirmsAfterRestart(t *testing.T) {
 	t.Parallel()
@@ -91,7 +106,7 @@ func TestSWUpdateInstallsAndConfirmsAfterRestart(t *testing.T) {
 	tpl := e.ddiTemplate("firmware")
 	img := e.signer.Build(t, swutest.ImageSpec{Version: "1.0.1"})
 	task := e.admin("POST", "/v1/admin/tasks/once", map[string]any{"executor": "uid_dev01", "start_time": ts(t0),
-		"template_id": tpl, "params": e.deployment("app.swu", img)})["task_id"].(string)
+		"template_id": tpl, "params": e.uploaded("app.swu", img)})["task_id"].(string)
 	c := e.controller("dev01", nil)
 	e.record("dev01", task, "All Chunks Installed.", installed)
 	if out, err := c.WaitFor("pending testing", 10*time.Second); err != nil {
