@@ -52,14 +52,30 @@ type recorder struct {
 	// sentItems are the campaign items' log ids whose success complete was sent,
 	// acknowledged or not; ackedItems the ones acknowledged.
 	sentItems, ackedItems []string
+	// The DDI workload's (its base polls count as fetches, its closing feedbacks as
+	// completes): deployments read, feedbacks acknowledged; for the checker, the
+	// actions the polls named (repeats too) and the feedbacks acknowledged; and the
+	// actions this agent saw, to tell a held one shown again (a redo).
+	deployments, feedbacks int64
+	actions                []ActionRef
+	acked                  []FeedbackRef
+	seenActions            map[int64]bool
 }
 
+// endpoints are those whose latency is recorded, in the report's order.
+var endpoints = []string{EndpointFetch, EndpointComplete, EndpointDDIPoll, EndpointDDIDeployment, EndpointDDIFeedback}
+
 func newRecorder() *recorder {
-	return &recorder{
-		hist:   map[string]*hdrhistogram.Histogram{EndpointFetch: newHistogram(), EndpointComplete: newHistogram()},
-		errs:   map[errKey]int64{},
-		itemOf: map[string]ItemRef{},
+	r := &recorder{
+		hist:        map[string]*hdrhistogram.Histogram{},
+		errs:        map[errKey]int64{},
+		itemOf:      map[string]ItemRef{},
+		seenActions: map[int64]bool{},
 	}
+	for _, ep := range endpoints {
+		r.hist[ep] = newHistogram()
+	}
+	return r
 }
 
 func (r *recorder) latency(endpoint string, d time.Duration) {
@@ -94,6 +110,10 @@ func (r *recorder) merge(o *recorder) {
 	r.doneLogIDs = append(r.doneLogIDs, o.doneLogIDs...)
 	r.sentItems = append(r.sentItems, o.sentItems...)
 	r.ackedItems = append(r.ackedItems, o.ackedItems...)
+	r.deployments += o.deployments
+	r.feedbacks += o.feedbacks
+	r.actions = append(r.actions, o.actions...)
+	r.acked = append(r.acked, o.acked...)
 }
 
 // received records a task an agent was handed.
@@ -140,18 +160,23 @@ type phaseOptions struct {
 	combine  bool // carry each complete on the next fetch as the same user
 	batch    int  // fetch up to this many tasks at once (0: single fetches)
 	sdk      bool // the agents are the Go SDK's (runSDKAgents)
+	// ddi: the users are DDI controllers (ddiCycle) of tenant.
+	ddi    bool
+	tenant string
 }
 
 // phaseResult is what a phase's agents did.
 type phaseResult struct {
 	rec     *recorder
 	elapsed time.Duration
+	ddi     bool // the agents were DDI controllers
 }
 
 // runAgents runs opts.agents agents over d's users until the deadline, the cycle
 // limit or (with once) one cycle per user. Agent a serves users a, a+agents, … in
 // turn (with opts.combine, an agent stays on a user while the user keeps getting tasks,
-// carrying each complete on the next fetch). A cycle in progress at the deadline is
+// carrying each complete on the next fetch; with opts.ddi, the users are DDI
+// controllers and a cycle is ddiCycle). A cycle in progress at the deadline is
 // finished (its complete is sent); only a dispatch whose reply was lost stays open
 // (the checker counts it live); ctx ends everything at once.
 func runAgents(ctx context.Context, c *Client, d *Deployed, opts phaseOptions, ctrs *counters) phaseResult {
@@ -205,7 +230,9 @@ func runAgents(ctx context.Context, c *Client, d *Deployed, opts phaseOptions, c
 						}
 					}
 				}
-				if pending = cycle(ctx, c, d.Keys[u], begin, opts, rng, rec, ctrs, pending); pending != nil {
+				if opts.ddi {
+					ddiCycle(ctx, c, d.Scenario.Users[u], d.Keys[u], begin, opts, rng, rec, ctrs)
+				} else if pending = cycle(ctx, c, d.Keys[u], begin, opts, rng, rec, ctrs, pending); pending != nil {
 					continue // the same user again, carrying the complete
 				}
 				u += opts.agents
@@ -220,7 +247,7 @@ func runAgents(ctx context.Context, c *Client, d *Deployed, opts phaseOptions, c
 	for _, r := range recs {
 		total.merge(r)
 	}
-	return phaseResult{rec: total, elapsed: time.Since(start)}
+	return phaseResult{rec: total, elapsed: time.Since(start), ddi: opts.ddi}
 }
 
 // carried is a complete an agent carries on its next fetch.

@@ -2,9 +2,11 @@ package loadtest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,6 +42,13 @@ const (
 	ViolationItemExtra = "campaign_done_extra"
 	// A campaign handing out more items than its rate allows (plus one bucket).
 	ViolationCampaignRate = "campaign_rate_exceeded"
+	// ViolationFeedbackLost: the server acknowledged a DDI controller's feedback on an
+	// action, and no dispatch record carries it.
+	ViolationFeedbackLost = "ddi_feedback_lost"
+	// ViolationFeedbackMisapplied: a DDI feedback carried by a record of another
+	// controller or by more than one record, or a closing feedback whose record did
+	// not end with the result the controller reported.
+	ViolationFeedbackMisapplied = "ddi_feedback_misapplied"
 )
 
 // maxListed bounds the violations a result lists one by one (all are counted).
@@ -58,6 +67,11 @@ type Observed struct {
 	// CampaignSeconds is how long the campaigns could hand items out: from just before
 	// their start was asked to the end of the run.
 	CampaignSeconds float64
+	// Actions are the DDI actions the controllers' base polls named (repeats too),
+	// Feedbacks the feedbacks on them the server acknowledged. A controller knows no
+	// log id: checkDDI finds them through the records its feedback landed in.
+	Actions   []ActionRef
+	Feedbacks []FeedbackRef
 }
 
 // ItemRef names one campaign item: its campaign, and its index or uid (as JSON).
@@ -112,6 +126,12 @@ type CheckResult struct {
 	// Rollouts are the rolled-out tasks checked, and where each stands at the end.
 	Rollouts      int      `json:"rollouts,omitempty"`
 	RolloutPhases []string `json:"rollout_phases,omitempty"`
+	// DDI: the distinct actions the controllers received and the feedbacks the server
+	// acknowledged, checked; of the actions, the untied ones: no record names them (no
+	// feedback on them was acknowledged), so they are not tied to a dispatch.
+	DDIActions   int `json:"ddi_actions,omitempty"`
+	DDIFeedbacks int `json:"ddi_feedbacks,omitempty"`
+	DDIUntied    int `json:"ddi_actions_untied,omitempty"`
 
 	ViolationCount int            `json:"violation_count"`
 	ByKind         map[string]int `json:"violations_by_kind"`
@@ -150,6 +170,9 @@ type CheckInput struct {
 	// task id.
 	Rollouts map[string]RolloutState
 	Records  map[string][]Record
+	// DDIRecords are the run's dispatch records, where the DDI controllers' feedback
+	// landed (read when they saw actions).
+	DDIRecords []Record
 }
 
 type occKey struct {
@@ -274,8 +297,14 @@ func Check(in CheckInput) *CheckResult {
 		for _, e := range in.Completes {
 			completed[e.LogID] = true
 		}
+		gotIDs, doneIDs := in.Observed.Got, in.Observed.Done
+		if obs := in.Observed; len(obs.Actions) > 0 || len(obs.Feedbacks) > 0 {
+			g, d := checkDDI(r, obs, in.DDIRecords)
+			gotIDs = append(slices.Clip(gotIDs), g...)
+			doneIDs = append(slices.Clip(doneIDs), d...)
+		}
 		got := map[string]bool{}
-		for _, id := range in.Observed.Got {
+		for _, id := range gotIDs {
 			if got[id] {
 				continue // a redo: the same dispatch again
 			}
@@ -289,7 +318,7 @@ func Check(in CheckInput) *CheckResult {
 			}
 		}
 		done := map[string]bool{}
-		for _, id := range in.Observed.Done {
+		for _, id := range doneIDs {
 			if done[id] {
 				continue
 			}
@@ -318,6 +347,95 @@ func Check(in CheckInput) *CheckResult {
 	checkCampaigns(r, in.Campaigns, in.Observed)
 	checkRollouts(r, in.Tasks, in.Rollouts, in.Records)
 	return r
+}
+
+// checkDDI ties what the DDI controllers saw to the dispatch records: a controller
+// knows its dispatch by action id alone, and names it in every feedback's details
+// (actionTag), which the server keeps on the record (a proceeding's as its checkpoint,
+// a closing's as its detail). Every feedback the server acknowledged must be carried
+// by exactly one record, of its controller's, and a closing one's record must have
+// ended with the result reported (closed with failure: a failure; else a success). It
+// returns the log ids of the actions received and of those closed, for the checks on
+// every dispatch an agent received and every complete it had acknowledged.
+func checkDDI(r *CheckResult, obs *Observed, records []Record) (got, done []string) {
+	byAction := map[int64][]int{} // action id -> indexes of the records naming it
+	for i, rec := range records {
+		for _, id := range actionTags(rec.Checkpoint, rec.Detail) {
+			byAction[id] = append(byAction[id], i)
+		}
+	}
+	seen := map[int64]bool{}
+	for _, a := range obs.Actions {
+		if seen[a.ID] {
+			continue // shown again while held
+		}
+		seen[a.ID] = true
+		r.DDIActions++
+		if recs := byAction[a.ID]; len(recs) > 0 {
+			got = append(got, records[recs[0]].LogID)
+		} else {
+			r.DDIUntied++
+		}
+	}
+	for _, f := range obs.Feedbacks {
+		r.DDIFeedbacks++
+		recs := byAction[f.ID]
+		bad := func(kind, format string, args ...any) {
+			r.add(Violation{Kind: kind, UID: f.UID, Detail: fmt.Sprintf("action %d, feedback %s/%s: ", f.ID, f.Execution, f.Finished) +
+				fmt.Sprintf(format, args...)})
+		}
+		if len(recs) == 0 {
+			bad(ViolationFeedbackLost, "acknowledged, and no dispatch record carries it")
+			continue
+		}
+		rec := records[recs[0]]
+		switch {
+		case len(recs) > 1:
+			bad(ViolationFeedbackMisapplied, "carried by %d dispatch records", len(recs))
+		case !strings.EqualFold(rec.UID, f.UID):
+			bad(ViolationFeedbackMisapplied, "carried by log id %s, a dispatch of %s", rec.LogID, rec.UID)
+		case f.Execution == "closed":
+			want := "success"
+			if f.Finished == "failure" {
+				want = "failure"
+			}
+			if rec.Result == nil || *rec.Result != want {
+				result := "none"
+				if rec.Result != nil {
+					result = *rec.Result
+				}
+				bad(ViolationFeedbackMisapplied, "log id %s has result %s, want %s", rec.LogID, result, want)
+			}
+			done = append(done, rec.LogID)
+		}
+	}
+	if r.DDIUntied > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d of the %d DDI actions the controllers received had no feedback acknowledged: no record names them, so they are not tied to a dispatch",
+			r.DDIUntied, r.DDIActions))
+	}
+	return got, done
+}
+
+// actionTags returns the action ids the feedback records (a record's checkpoint or
+// detail: {"details": [...]}) name by actionTag.
+func actionTags(raws ...json.RawMessage) []int64 {
+	var ids []int64
+	for _, raw := range raws {
+		var f struct {
+			Details []string `json:"details"`
+		}
+		if len(raw) == 0 || json.Unmarshal(raw, &f) != nil {
+			continue
+		}
+		for _, d := range f.Details {
+			if s, ok := strings.CutPrefix(d, actionTagPrefix); ok {
+				if id, err := strconv.ParseInt(s, 10, 64); err == nil && !slices.Contains(ids, id) {
+					ids = append(ids, id)
+				}
+			}
+		}
+	}
+	return ids
 }
 
 // checkSchedules checks each dispatch against its task's schedule: a cron task's due
@@ -480,6 +598,18 @@ func CheckServer(ctx context.Context, c *Client, target CheckTarget, obs *Observ
 	}
 	if in.Stats, err = c.Stats(ctx, target.ClaimsFrom, target.ClaimsTo); err != nil {
 		return nil, err
+	}
+	if obs != nil && (len(obs.Actions) > 0 || len(obs.Feedbacks) > 0) {
+		// Where the DDI controllers' feedback landed; bounded as the events are.
+		recs, err := c.RecordsSince(ctx, target.Since, int(max(budget, 0)/1000)+1)
+		if err != nil {
+			return nil, err
+		}
+		for _, rec := range recs {
+			if _, ok := in.Tasks[rec.TaskID]; ok {
+				in.DDIRecords = append(in.DDIRecords, rec)
+			}
+		}
 	}
 	r := Check(in)
 	if len(in.Tasks) == 0 && len(in.Campaigns) == 0 {

@@ -1,6 +1,7 @@
 package loadtest
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -207,5 +208,79 @@ func TestCheckSchedules(t *testing.T) {
 	}})
 	if r.ByKind[ViolationOutsideWindow] != 1 || r.ByKind[ViolationNotOccurrence] != 1 || r.ViolationCount != 2 {
 		t.Fatalf("violations: %v", r.Violations)
+	}
+}
+
+// ddiRecord is a DDI dispatch record whose feedback named actions ids: a proceeding's
+// checkpoint and, with a result, a closing's detail.
+func ddiRecord(logID, uid string, result string, ids ...int64) Record {
+	var tags []string
+	for _, id := range ids {
+		tags = append(tags, actionTag(id))
+	}
+	raw, _ := json.Marshal(map[string]any{"execution": "proceeding", "details": append(tags, "installing")})
+	r := Record{LogID: logID, UID: uid, TaskID: "once:1", Checkpoint: raw}
+	if result != "" {
+		r.Result = &result
+		r.Detail, _ = json.Marshal(map[string]any{"execution": "closed", "finished": result, "details": tags})
+	}
+	return r
+}
+
+// The DDI controllers' actions are tied to their records through the tag their
+// feedback carries: a clean run passes with its actions and closings cross-checked
+// like fetched dispatches; a feedback no record carries, one on another controller's
+// record or on two records, a closing whose record has another result, and an action
+// whose dispatch or complete event is missing are each found.
+func TestCheckDDI(t *testing.T) {
+	records := func() []Record {
+		return []Record{ddiRecord("a", "u1", "success", 1), ddiRecord("b", "u2", "failure", 2), ddiRecord("c", "u3", "", 3)}
+	}
+	fb := func(uid string, id int64, execution, finished string) FeedbackRef {
+		return FeedbackRef{ActionRef{uid, id}, execution, finished}
+	}
+	obs := func() *Observed {
+		return &Observed{
+			Actions: []ActionRef{{"u1", 1}, {"u1", 1}, {"u2", 2}, {"u3", 3}, {"u4", 4}}, // 1 shown again; 4 had no feedback
+			Feedbacks: []FeedbackRef{fb("u1", 1, "proceeding", "none"), fb("u1", 1, "closed", "success"),
+				fb("u2", 2, "proceeding", "none"), fb("u2", 2, "closed", "failure"), fb("u3", 3, "proceeding", "none")},
+		}
+	}
+	input := func() CheckInput {
+		return CheckInput{
+			Tasks:      map[string]Task{"once:1": {TaskID: "once:1", DispatchTimes: -1, Mode: "until_exhausted"}},
+			Dispatches: []Event{ev("dispatch", "a", "u1", "once:1", 1), ev("dispatch", "b", "u2", "once:1", 1), ev("dispatch", "c", "u3", "once:1", 1)},
+			Completes:  []Event{ev("complete", "a", "u1", "once:1", 1), failure(ev("complete", "b", "u2", "once:1", 1))},
+			Observed:   obs(),
+			DDIRecords: records(),
+		}
+	}
+	r := Check(input())
+	if !r.OK() || r.DDIActions != 4 || r.DDIUntied != 1 || r.DDIFeedbacks != 5 || r.AgentReceived != 3 || r.AgentCompleted != 2 ||
+		r.UnseenDispatches != 0 || r.UnseenCompletes != 0 || len(r.Notes) != 1 {
+		t.Fatalf("a clean DDI run: %+v", r)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(*CheckInput)
+		want string
+	}{
+		{"a feedback no record carries", func(in *CheckInput) {
+			in.Observed.Feedbacks = append(in.Observed.Feedbacks, fb("u5", 5, "closed", "success"))
+		}, ViolationFeedbackLost},
+		{"a closing on a record of another result", func(in *CheckInput) { in.DDIRecords[0] = ddiRecord("a", "u1", "failure", 1) }, ViolationFeedbackMisapplied},
+		{"a feedback on another controller's record", func(in *CheckInput) { in.DDIRecords[2].UID = "u9" }, ViolationFeedbackMisapplied},
+		{"an action on two records", func(in *CheckInput) {
+			in.DDIRecords = append(in.DDIRecords, ddiRecord("x", "u3", "", 3))
+		}, ViolationFeedbackMisapplied},
+		{"an action's dispatch not durable", func(in *CheckInput) { in.Dispatches = in.Dispatches[:2] }, ViolationNotDurable},
+		{"a closing without its complete event", func(in *CheckInput) { in.Completes = in.Completes[1:] }, ViolationCompleteMissing},
+	} {
+		in := input()
+		c.edit(&in)
+		r := Check(in)
+		if r.ViolationCount != 1 || r.ByKind[c.want] != 1 {
+			t.Errorf("%s: %v, want one %s", c.name, r.Violations, c.want)
+		}
 	}
 }

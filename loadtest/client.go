@@ -72,9 +72,18 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message)
 }
 
-// do sends one request and decodes a 2xx JSON reply into out (if not nil). Any other
-// outcome is an *APIError.
+// do sends one request with the bearer token ("" for none) and decodes a 2xx JSON
+// reply into out (if not nil). Any other outcome is an *APIError.
 func (c *Client) do(ctx context.Context, method, path, token string, body []byte, out any) error {
+	auth := ""
+	if token != "" {
+		auth = "Bearer " + token
+	}
+	return c.send(ctx, method, path, auth, body, out)
+}
+
+// send is do with the Authorization header's whole value ("" for none).
+func (c *Client) send(ctx context.Context, method, path, auth string, body []byte, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	var r io.Reader
@@ -88,8 +97,8 @@ func (c *Client) do(ctx context.Context, method, path, token string, body []byte
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -300,17 +309,32 @@ func (c *Client) Rollout(ctx context.Context, taskID string) (RolloutState, erro
 // Record is what the checker reads of a dispatch record (GET /v1/admin/dispatches).
 type Record struct {
 	LogID        string     `json:"log_id"`
+	UID          string     `json:"uid"`
 	TaskID       string     `json:"task_id"`
 	DueAt        time.Time  `json:"due_at"`
 	State        string     `json:"state"`
 	FinishedAt   *time.Time `json:"finished_at"`
 	Resumed      bool       `json:"resumed"`
 	RolloutPhase *int       `json:"rollout_phase"`
+	// Result, Detail and Checkpoint: a DDI action's feedback lands in them.
+	Result     *string         `json:"result"`
+	Detail     json.RawMessage `json:"detail"`
+	Checkpoint json.RawMessage `json:"checkpoint"`
 }
 
 // Records lists every dispatch record of task taskID (at most maxPages of 1000).
 func (c *Client) Records(ctx context.Context, taskID string, maxPages int) ([]Record, error) {
 	return listAll[Record](ctx, c, "/v1/admin/dispatches?task_id="+url.QueryEscape(taskID), "dispatches", maxPages)
+}
+
+// RecordsSince lists every dispatch record dispatched at or after from (at most
+// maxPages of 1000).
+func (c *Client) RecordsSince(ctx context.Context, from time.Time, maxPages int) ([]Record, error) {
+	path := "/v1/admin/dispatches"
+	if !from.IsZero() {
+		path += "?from=" + url.QueryEscape(from.UTC().Format(time.RFC3339Nano))
+	}
+	return listAll[Record](ctx, c, path, "dispatches", maxPages)
 }
 
 // Tasks lists every task (all pages, at most maxPages of 1000), deleted ones apart.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/taskpull/taskd"
 	"github.com/taskpull/taskd/internal/config"
 )
 
@@ -36,6 +37,13 @@ const (
 	// bake), so that claims meet phase caps and gates move; the check proves no cap was
 	// exceeded and no gate passed on too few finished dispatches.
 	WorkloadRollout Workload = "rollout"
+	// WorkloadDDI: the users are hawkBit DDI controllers (SWUpdate's suricatta and the
+	// like) polling the DDI endpoint for deployments: tasks of DDI templates, due as
+	// in cycles (once tasks in the past, rotations every minute since the backlog
+	// start, each group's first unlimited), limited quotas in both modes besides; a
+	// controller that finds a deployment reads it, sends a proceeding feedback, then
+	// closes it (a -fail-rate share as failures).
+	WorkloadDDI Workload = "ddi"
 )
 
 // maxCampaignRate is the most rate_per_second a campaign may ask (the server's limit).
@@ -75,6 +83,8 @@ type Config struct {
 	Preset   string
 	Size     Size
 	Workload Workload
+	// DDITenant is the tenant of the server's DDI paths (-workload ddi).
+	DDITenant string
 	// Backlog is how far in the past due tasks start. It must stay within the server's
 	// catch-up window (default 1h), or the oldest occurrences are never offered.
 	Backlog time.Duration
@@ -133,8 +143,10 @@ func (c *Config) table(dispatchToken *string) config.Table {
 			Value: config.String(&c.AdminToken, config.Required)},
 		{Flag: "preset", Default: "small", Usage: "size preset: small, medium or large (the size flags override it)",
 			Value: config.Func(c.setPreset, func() string { return c.Preset })},
-		{Flag: "workload", Default: string(WorkloadMixed), Usage: "mixed, empty (only future tasks: warm empty polls), cycles (a backlog of due work) or campaign (campaign items, one campaign per group, besides future tasks)",
-			Value: config.String(&c.Workload, config.OneOf(WorkloadMixed, WorkloadEmpty, WorkloadCycles, WorkloadCampaign, WorkloadRollout)), Skip: runOnly},
+		{Flag: "workload", Default: string(WorkloadMixed), Usage: "mixed, empty (only future tasks: warm empty polls), cycles (a backlog of due work), campaign (campaign items, one campaign per group, besides future tasks), rollout (the cycles tasks released through rollouts) or ddi (the users are hawkBit DDI controllers taking deployments: base poll, deploymentBase, feedback proceeding then closed)",
+			Value: config.String(&c.Workload, config.OneOf(WorkloadMixed, WorkloadEmpty, WorkloadCycles, WorkloadCampaign, WorkloadRollout, WorkloadDDI)), Skip: runOnly},
+		{Flag: "ddi-tenant", Default: "DEFAULT", Usage: "-workload ddi: the tenant of the server's DDI paths (its DISPATCH_DDI_TENANT)",
+			Value: config.String(&c.DDITenant, config.Required, validTenant), Skip: runOnly},
 		{Flag: "users", DefaultNote: presetNote(func(s Size) int { return s.Users }), Usage: "users, each with its own client key",
 			Value: config.Int(&c.Size.Users, config.Between(1, 10_000_000)), Skip: runOnly},
 		{Flag: "groups", DefaultNote: presetNote(func(s Size) int { return s.Groups }), Usage: "groups",
@@ -298,8 +310,12 @@ func (c Config) Validate() error {
 				s.Groups, maxCampaignRate, s.ItemRate))
 		}
 	}
-	if c.SDK && (c.Batch > 0 || c.Combine || c.Rate > 0 || c.Cycles > 0 || c.Workload == WorkloadCampaign) {
-		errs = append(errs, errors.New("-sdk: the SDK's agents run a closed loop of single fetches that carry their results: it does not go with -batch, -combine, -rate, -cycles or -workload campaign"))
+	if c.SDK && (c.Batch > 0 || c.Combine || c.Rate > 0 || c.Cycles > 0 || c.Workload == WorkloadCampaign || c.Workload == WorkloadDDI) {
+		errs = append(errs, errors.New("-sdk: the SDK's agents run a closed loop of single fetches that carry their results: it does not go with -batch, -combine, -rate, -cycles, -workload campaign or -workload ddi"))
+	}
+	if c.Workload == WorkloadDDI && (c.Batch > 0 || c.Combine) {
+		// A DDI controller holds one action at a time and reports on it by feedback.
+		errs = append(errs, src.Errorf("-workload", "ddi: a controller takes one deployment at a time and closes it by feedback: it does not go with -batch or -combine"))
 	}
 	if c.Batch > 0 && c.Combine {
 		errs = append(errs, src.Errorf("-batch", "does not go with -combine (a batch's completes are sent on their own), got %d", c.Batch))
@@ -317,6 +333,14 @@ func validURL(v string) error {
 		if u, err := url.Parse(s); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("want http://host:port (or several, comma-separated), got %q", s)
 		}
+	}
+	return nil
+}
+
+// validTenant refuses what the server refuses as its DDI tenant.
+func validTenant(s string) error {
+	if !taskd.ValidID(s) {
+		return fmt.Errorf("1..64 of A-Z a-z 0-9 _ -, as the server's DISPATCH_DDI_TENANT, got %q", s)
 	}
 	return nil
 }

@@ -56,6 +56,11 @@ func TestParseConfigRejects(t *testing.T) {
 		{[]string{"-workload", "campaign", "-item-rate", "0.002"}, "-item-rate"},
 		{[]string{"-workload", "campaign", "-item-rate", "1000000"}, "-item-rate"},
 		{[]string{"-workload", "campaign", "-item-rate", "0"}, "-item-rate"},
+		{[]string{"-workload", "ddi", "-batch", "5"}, "-workload"},
+		{[]string{"-workload", "ddi", "-combine"}, "-workload"},
+		{[]string{"-workload", "ddi", "-sdk"}, "-sdk"},
+		{[]string{"-workload", "ddi", "-ddi-tenant", "a/b"}, "-ddi-tenant"},
+		{[]string{"-workload", "ddi", "-ddi-tenant", ""}, "-ddi-tenant"},
 	} {
 		_, err := ParseConfig(c.args, func(string) string { return "" }, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -66,7 +71,7 @@ func TestParseConfigRejects(t *testing.T) {
 
 func TestPresetsValid(t *testing.T) {
 	for name, p := range Presets {
-		for _, w := range []Workload{WorkloadMixed, WorkloadEmpty, WorkloadCycles, WorkloadCampaign} {
+		for _, w := range []Workload{WorkloadMixed, WorkloadEmpty, WorkloadCycles, WorkloadCampaign, WorkloadRollout, WorkloadDDI} {
 			c := DefaultConfig()
 			c.Preset, c.Size, c.Workload = name, p, w
 			if err := c.Validate(); err != nil {
@@ -203,7 +208,7 @@ func TestDefaultConfig(t *testing.T) {
 	t.Parallel()
 	c := DefaultConfig()
 	want := Config{URL: "http://127.0.0.1:8080", AdminToken: "dev-admin-token", Preset: "small", Size: Presets["small"],
-		Workload: WorkloadMixed, Backlog: 50 * time.Minute, Seed: 1, FailRate: 0.05, Warmup: true, Timeout: 10 * time.Second,
+		Workload: WorkloadMixed, DDITenant: "DEFAULT", Backlog: 50 * time.Minute, Seed: 1, FailRate: 0.05, Warmup: true, Timeout: 10 * time.Second,
 		SetupConcurrency: 32, Progress: time.Second, Check: true, MaxEvents: 20_000_000}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("DefaultConfig %+v\nwant          %+v", c, want)

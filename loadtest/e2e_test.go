@@ -3,6 +3,7 @@ package loadtest
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -259,5 +260,141 @@ func TestEndToEndRollout(t *testing.T) {
 	}
 	if !moved {
 		t.Errorf("no rollout left its first phase: %v", c.RolloutPhases)
+	}
+}
+
+// A DDI run: the users are DDI controllers taking deployments of DDI tasks with quotas
+// (base poll, deploymentBase, proceeding, closed; a fifth closed as failures). The
+// report counts the polls, deployments and feedbacks; the check passes, every action
+// tied to its dispatch record and every closing to its complete event. Then the
+// checker is shown to fail where it should: an over-dispatch planted in MySQL (quota,
+// once_per_user, claimed counter), and a closing whose record lost it or says another
+// result.
+func TestEndToEndDDIThenPlantedViolations(t *testing.T) {
+	t.Parallel()
+	url, db := startServer(t)
+	cfg := tinyConfig(url)
+	cfg.Workload = WorkloadDDI
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+
+	rep, err := Run(ctx, cfg, Progress{})
+	if err != nil {
+		t.Fatalf("run: %v (check %+v)", err, rep)
+	}
+	w, r := rep.Warmup, rep.Run
+	if w == nil || w.DDI == nil || r.DDI == nil {
+		t.Fatalf("no DDI counts: warm-up %+v, run %+v", w, r)
+	}
+	if w.Fetches != int64(cfg.Size.Users) || w.DDI.Polls != w.Fetches {
+		t.Errorf("warm-up: %+v %+v, want one base poll per controller", w, w.DDI)
+	}
+	var deployments, feedbacks, closed, failures, dispatched int64
+	for _, p := range []*Phase{w, r} {
+		if p.Errors != 0 || p.Latency[EndpointDDIPoll].Count != p.Fetches || p.Latency[EndpointFetch].Count != 0 {
+			t.Errorf("phase: %+v", p)
+		}
+		// No step failed: every deployment read was reported on and closed.
+		if d := p.DDI; d.Deployments != p.Dispatched+p.Redos || d.Feedbacks != 2*d.Closed || d.Closed != d.Deployments || p.Cycles != d.Closed {
+			t.Errorf("phase: %+v, DDI %+v", p, d)
+		}
+		deployments, feedbacks, closed = deployments+p.DDI.Deployments, feedbacks+p.DDI.Feedbacks, closed+p.DDI.Closed
+		failures, dispatched = failures+p.Failures, dispatched+p.Dispatched
+	}
+	if deployments == 0 || failures == 0 || failures == closed {
+		t.Errorf("deployments %d, closed %d, of them failures %d: want both results", deployments, closed, failures)
+	}
+	c := rep.Check
+	if c == nil || !c.OK() || !rep.Passed() {
+		t.Fatalf("check of a clean DDI run: %+v", c)
+	}
+	if c.DDIActions != int(dispatched) || c.DDIUntied != 0 || c.DDIFeedbacks != int(feedbacks) ||
+		c.AgentReceived != c.DDIActions || c.AgentCompleted != int(closed) || c.UnseenDispatches != 0 || c.DispatchEvents != c.DDIActions {
+		t.Errorf("cross-check: %+v; the phases say %d actions, %d feedbacks, %d closed", c, dispatched, feedbacks, closed)
+	}
+	var actions, open int
+	if err := db.QueryRow("SELECT COUNT(*), COUNT(*) - COUNT(closed_at) FROM ddi_action").Scan(&actions, &open); err != nil ||
+		actions != c.DDIActions || open != 0 {
+		t.Errorf("ddi_action: %d actions, %d open (%v); the controllers received %d and closed them all", actions, open, err, c.DDIActions)
+	}
+	var table strings.Builder
+	if err := rep.WriteTable(&table); err != nil || !strings.Contains(table.String(), "deployments read") ||
+		!strings.Contains(table.String(), "and DDI: every feedback acknowledged") {
+		t.Errorf("table: %v\n%s", err, table.String())
+	}
+	var js strings.Builder
+	var back struct {
+		Run struct {
+			DDI DDIPhase `json:"ddi"`
+		} `json:"run"`
+		Check struct {
+			Actions int `json:"ddi_actions"`
+		} `json:"check"`
+	}
+	if err := rep.WriteJSON(&js); err != nil || json.Unmarshal([]byte(js.String()), &back) != nil ||
+		back.Run.DDI != *r.DDI || back.Check.Actions != c.DDIActions {
+		t.Errorf("json: %v\n%s", err, js.String())
+	}
+
+	// The controllers' observations rebuilt from ddi_action (every action was closed,
+	// with its record's result), then two closings undone in MySQL: one record's
+	// detail and checkpoint lose the action's tag, another's result flips.
+	obs := &Observed{}
+	rows, err := db.Query("SELECT a.action_id, a.uid, d.result FROM ddi_action a JOIN dispatch d ON d.log_id = a.log_id ORDER BY a.action_id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var a ActionRef
+		var result int
+		if err := rows.Scan(&a.ID, &a.UID, &result); err != nil {
+			t.Fatal(err)
+		}
+		obs.Actions = append(obs.Actions, a)
+		obs.Feedbacks = append(obs.Feedbacks, FeedbackRef{a, "closed", map[int]string{1: "success", 2: "failure"}[result]})
+	}
+	rows.Close()
+	if len(obs.Actions) < 2 {
+		t.Fatalf("%d actions: too few to plant on", len(obs.Actions))
+	}
+	first, second := obs.Actions[0].ID, obs.Actions[1].ID
+	for _, q := range []string{
+		"UPDATE dispatch SET detail = JSON_OBJECT('details', JSON_ARRAY('untagged')), checkpoint = NULL WHERE log_id = (SELECT log_id FROM ddi_action WHERE action_id = ?)",
+		"UPDATE dispatch SET result = 3 - result WHERE log_id = (SELECT log_id FROM ddi_action WHERE action_id = ?)",
+	} {
+		id := first
+		if strings.Contains(q, "result =") {
+			id = second
+		}
+		if _, err := db.Exec(q, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	task := testenv.PlantQuotaViolation(t, db)
+	cli := NewClient(url, testAdminToken, 4, 10*time.Second)
+	defer cli.Close()
+	now := time.Now()
+	res, err := CheckServer(ctx, cli, CheckTarget{RunID: rep.RunID, ClaimsFrom: now.Add(-3 * time.Hour),
+		ClaimsTo: now.Add(time.Minute), MaxEvents: 1_000_000}, obs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{ViolationQuota: 1, ViolationTwice: 1, ViolationClaimed: 1, ViolationFeedbackLost: 1, ViolationFeedbackMisapplied: 1}
+	for kind, n := range want {
+		if res.ByKind[kind] != n {
+			t.Errorf("%s: found %d, want %d (violations %v)", kind, res.ByKind[kind], n, res.Violations)
+		}
+	}
+	for _, v := range res.Violations {
+		if v.TaskID != "" && v.TaskID != task {
+			t.Errorf("violation on %s, planted on %s: %v", v.TaskID, task, v)
+		}
+	}
+	if res.ViolationCount != 5 {
+		t.Errorf("%d violations, want 5: %v", res.ViolationCount, res.Violations)
+	}
+	rep.Check = res
+	if err := rep.Verdict(); !errors.Is(err, ErrViolations) || rep.Passed() {
+		t.Errorf("verdict: %v passed %v, want ErrViolations", err, rep.Passed())
 	}
 }

@@ -101,6 +101,8 @@ func Run(ctx context.Context, cfg Config, prog Progress) (*Report, error) {
 		obs.Done = append(obs.Done, res.rec.doneLogIDs...)
 		obs.SentItems = append(obs.SentItems, res.rec.sentItems...)
 		obs.AckedItems = append(obs.AckedItems, res.rec.ackedItems...)
+		obs.Actions = append(obs.Actions, res.rec.actions...)
+		obs.Feedbacks = append(obs.Feedbacks, res.rec.acked...)
 		for id, it := range res.rec.itemOf {
 			obs.Items[id] = it
 		}
@@ -109,7 +111,8 @@ func Run(ctx context.Context, cfg Config, prog Progress) (*Report, error) {
 		}
 		return newPhase(res, s.Users)
 	}
-	base := phaseOptions{agents: s.Agents, think: cfg.Think, failRate: cfg.FailRate, seed: cfg.Seed}
+	base := phaseOptions{agents: s.Agents, think: cfg.Think, failRate: cfg.FailRate, seed: cfg.Seed,
+		ddi: cfg.Workload == WorkloadDDI, tenant: cfg.DDITenant}
 	if cfg.Warmup {
 		opts := base
 		opts.once, opts.deadline = true, time.Now().Add(warmupLimit)

@@ -157,6 +157,20 @@ type Phase struct {
 
 	Latency  map[string]Latency `json:"latency_ms"`
 	ErrorsBy []ErrorCount       `json:"errors_by_status"`
+
+	// DDI is the DDI workload's part (nil in the others): its base polls are the
+	// fetches above, its closing feedbacks the cycles.
+	DDI *DDIPhase `json:"ddi,omitempty"`
+}
+
+// DDIPhase is what the DDI controllers did in a phase: base polls answered,
+// deploymentBase reads answered, feedbacks acknowledged (proceeding and closing), and
+// of them the closing ones.
+type DDIPhase struct {
+	Polls       int64 `json:"polls"`
+	Deployments int64 `json:"deployments"`
+	Feedbacks   int64 `json:"feedbacks"`
+	Closed      int64 `json:"closed"`
 }
 
 // Latency summarises one endpoint's latencies, in milliseconds.
@@ -214,6 +228,9 @@ func newPhase(res phaseResult, users int) *Phase {
 	}
 	if p.FetchPerSec > 0 {
 		p.PollInterval = float64(users) / p.FetchPerSec
+	}
+	if res.ddi {
+		p.DDI = &DDIPhase{Polls: rec.fetches, Deployments: rec.deployments, Feedbacks: rec.feedbacks, Closed: rec.completed}
 	}
 	return p
 }
@@ -281,6 +298,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 			c.Took, c.Tasks, campaigns, c.Occurrences, c.DispatchEvents, c.ExpireEvents, c.CompleteEvents)
 		fmt.Fprintf(w, "  agents received %d dispatches and saw %d completes acknowledged; events no agent saw: %d dispatch, %d complete\n",
 			c.AgentReceived, c.AgentCompleted, c.UnseenDispatches, c.UnseenCompletes)
+		if c.DDIActions > 0 || c.DDIFeedbacks > 0 {
+			fmt.Fprintf(w, "  DDI controllers received %d actions (%d untied to a record) and had %d feedbacks acknowledged\n",
+				c.DDIActions, c.DDIUntied, c.DDIFeedbacks)
+		}
 		for _, n := range c.Notes {
 			fmt.Fprintf(w, "  note: %s\n", n)
 		}
@@ -294,6 +315,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 			}
 			if c.Rollouts > 0 {
 				fmt.Fprintf(w, "  and %d rollouts: no phase's cap exceeded, no gate passed on too few finished dispatches\n", c.Rollouts)
+			}
+			if c.DDIFeedbacks > 0 {
+				fmt.Fprintln(w, "  and DDI: every feedback acknowledged on its controller's dispatch, every closing one with the result reported")
 			}
 		} else {
 			kinds := make([]string, 0, len(c.ByKind))
@@ -331,9 +355,13 @@ func writePhase(w io.Writer, name string, p *Phase) {
 	if p.Items > 0 {
 		fmt.Fprintf(w, "  of the tasks fetched, %d were campaign items\n", p.Items)
 	}
+	if d := p.DDI; d != nil {
+		fmt.Fprintf(w, "  DDI: %d base polls (the fetches), %d deployments read, %d feedbacks acknowledged (%d closing: the cycles)\n",
+			d.Polls, d.Deployments, d.Feedbacks, d.Closed)
+	}
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "  latency (ms)\tcount\tp50\tp90\tp99\tmax\t\n")
-	for _, ep := range []string{EndpointFetch, EndpointComplete} {
+	for _, ep := range endpoints {
 		if l, ok := p.Latency[ep]; ok {
 			fmt.Fprintf(tw, "  %s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t\n", ep, l.Count, l.P50, l.P90, l.P99, l.Max)
 		}
@@ -342,7 +370,7 @@ func writePhase(w io.Writer, name string, p *Phase) {
 	if len(p.ErrorsBy) > 0 {
 		fmt.Fprintln(w, "  errors:")
 		for _, e := range p.ErrorsBy {
-			fmt.Fprintf(w, "    %-8s %3d %-24s %d\n", e.Endpoint, e.Status, e.Code, e.Count)
+			fmt.Fprintf(w, "    %-14s %3d %-24s %d\n", e.Endpoint, e.Status, e.Code, e.Count)
 		}
 	}
 }

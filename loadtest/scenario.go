@@ -2,6 +2,7 @@ package loadtest
 
 import (
 	"crypto/rand"
+	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
 	mrand "math/rand/v2"
@@ -25,10 +26,20 @@ type Scenario struct {
 	MaxInFlight int
 }
 
-// TemplateSpec is a parameter template to create.
+// TemplateSpec is a parameter template to create: with a schema, or a DDI template
+// (its schema, a deployment, is the server's).
 type TemplateSpec struct {
 	Name   string
 	Schema map[string]any
+	DDI    bool
+}
+
+// Body is the template's create request.
+func (t TemplateSpec) Body() map[string]any {
+	if t.DDI {
+		return map[string]any{"name": t.Name, "ddi": true}
+	}
+	return map[string]any{"name": t.Name, "schema": t.Schema}
 }
 
 // TaskSpec is a task to create: the body of POST /v1/admin/tasks/{kind}, with the
@@ -118,6 +129,17 @@ func rolloutFor(kind string, dispatchTimes int) map[string]any {
 		"gate": map[string]any{"min_finished": minFinished, "success_ratio": 0.8, "failure_ratio": 0.5}}
 }
 
+// deploymentFor is the DDI workload's params of task n of kind: a deployment of one
+// chunk with one artifact by URL, named after the task (its hash is the URL's).
+func deploymentFor(runID, kind string, n int) map[string]any {
+	url := fmt.Sprintf("https://example.com/%s/%s/%d/update.swu", runID, kind, n)
+	return map[string]any{"chunks": []any{map[string]any{
+		"part": "os", "name": fmt.Sprintf("%s-%s%d", runID, kind, n), "version": fmt.Sprintf("1.0.%d", n),
+		"artifacts": []any{map[string]any{"filename": "update.swu", "size": 1 << 20, "url": url,
+			"hashes": map[string]any{"sha1": fmt.Sprintf("%x", sha1.Sum([]byte(url)))}}},
+	}}}
+}
+
 // rolloutMinFinished is the rollout workload's gate's min_finished.
 const rolloutMinFinished = 20
 
@@ -169,7 +191,8 @@ func GroupID(runID string, j int) string { return fmt.Sprintf("%s-g%d", runID, j
 // every tenth once task a single user. Quotas cycle through limited and unlimited
 // ones, limited quotas sometimes in until_exhausted mode (never unlimited: that would
 // offer one occurrence to one user forever); every seventh task allows a retry, every
-// fifth has a lease.
+// fifth has a lease. In the DDI workload the templates are DDI templates and every
+// task's params a deployment of its own (deploymentFor).
 func NewScenario(cfg Config, runID string, now time.Time) *Scenario {
 	now = now.UTC().Truncate(time.Second)
 	rng := mrand.New(mrand.NewPCG(cfg.Seed, 0x10ad7e57))
@@ -191,6 +214,10 @@ func NewScenario(cfg Config, runID string, now time.Time) *Scenario {
 		}
 	}
 	for k := 0; k < size.Templates; k++ {
+		if cfg.Workload == WorkloadDDI {
+			s.Templates = append(s.Templates, TemplateSpec{Name: fmt.Sprintf("%s-t%d", runID, k), DDI: true})
+			continue
+		}
 		s.Templates = append(s.Templates, TemplateSpec{
 			Name: fmt.Sprintf("%s-t%d", runID, k),
 			Schema: map[string]any{
@@ -243,6 +270,9 @@ func NewScenario(cfg Config, runID string, now time.Time) *Scenario {
 			"depth": rng.IntN(11),
 			"tags":  []any{kind, fmt.Sprintf("p%d", t.Priority)},
 		}
+		if cfg.Workload == WorkloadDDI {
+			t.Params = deploymentFor(runID, kind, n)
+		}
 		return t
 	}
 
@@ -279,6 +309,12 @@ func NewScenario(cfg Config, runID string, now time.Time) *Scenario {
 			t = task("rotate", n, n, []int{-1, 5})
 			t.SpaceMinutes = 60
 			t.StartTime = future()
+		case WorkloadDDI:
+			// As cycles (work for every group's users: its first rotation unlimited),
+			// with limited quotas on the rotations on top, one in four until_exhausted.
+			t = task("rotate", n, n/len(s.GroupIDs), []int{-1, 20, 5, 50})
+			t.SpaceMinutes = 1
+			t.StartTime = now.Add(-backlog).Add(time.Duration(rng.IntN(60)) * time.Second)
 		case WorkloadCycles, WorkloadRollout:
 			// Task n goes to group n mod groups and takes its quota by n / groups: the
 			// first task of every group is unlimited (work for each of its users),

@@ -61,7 +61,7 @@ func Setup(ctx context.Context, c *Client, sc *Scenario, concurrency int, progre
 		var r struct {
 			ID int64 `json:"id"`
 		}
-		if err := call(ctx, http.MethodPost, "/v1/admin/templates", map[string]any{"name": t.Name, "schema": t.Schema}, &r); err != nil {
+		if err := call(ctx, http.MethodPost, "/v1/admin/templates", t.Body(), &r); err != nil {
 			return nil, fmt.Errorf("create template %s: %w", t.Name, err)
 		}
 		templateIDs[i] = r.ID
