@@ -92,6 +92,8 @@ type Cache interface {
 	// ClearOpen sets uid's open-dispatch hint to none if it still says seen: after an
 	// admin ended that dispatch.
 	ClearOpen(ctx context.Context, uid string, seen schedule.OpenHint) error
+	// ForgetOpen makes uid's open-dispatch hint unknown: the next poll asks MySQL.
+	ForgetOpen(ctx context.Context, uid string) error
 }
 
 // Keys issues and revokes client keys (package clientkey).

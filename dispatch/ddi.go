@@ -158,10 +158,15 @@ func (s *Service) pollDDI(ctx context.Context, uid string, c Credential) (DDIPol
 	if view, err = s.confirm(ctx, uid, view, s.confirming(), now, singlePeek); err != nil {
 		return DDIPoll{}, err
 	}
-	if poll, ok, err := s.heldAction(ctx, uid, now); err != nil || ok {
-		return poll, err
-	}
 	if view.Open.State != schedule.OpenNone {
+		// The controller may hold an action: MySQL says which. (A poll whose hint says
+		// none costs MySQL nothing; an admin's cancel makes the hint unknown.)
+		if poll, ok, err := s.heldAction(ctx, uid, now); err != nil || ok {
+			if ok && poll.Cancel {
+				s.forgetOpen(ctx, uid) // asked again until the controller acknowledges it
+			}
+			return poll, err
+		}
 		d, err := s.store.OpenDispatch(ctx, uid)
 		if err != nil {
 			return DDIPoll{}, err
@@ -189,12 +194,10 @@ func (s *Service) pollDDI(ctx context.Context, uid string, c Credential) (DDIPol
 	if err != nil || len(out.tasks) == 0 {
 		return DDIPoll{Sleep: s.ddiSleep(now, out.next)}, err
 	}
-	d, err := s.store.GetDispatch(ctx, out.tasks[0].LogID)
-	if err != nil {
-		return DDIPoll{}, err
-	}
+	t := out.tasks[0]
+	d := &taskd.Dispatch{LogID: t.LogID, UID: uid, TemplateID: t.TemplateID, Params: t.Params, LeaseExpiresAt: t.LeaseExpiresAt}
 	poll, err := s.numbered(ctx, d, now)
-	poll.fresh = !out.tasks[0].Redo
+	poll.fresh = !t.Redo
 	return poll, err
 }
 

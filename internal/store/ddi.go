@@ -61,12 +61,16 @@ func (s *Store) Action(ctx context.Context, id int64) (*taskd.DDIAction, error) 
 // NumberAction gives dispatch logID of uid its action id, once: a second call answers
 // the first's number.
 func (s *Store) NumberAction(ctx context.Context, uid, logID string, now time.Time) (int64, error) {
-	if _, err := s.db.ExecContext(ctx, "INSERT IGNORE INTO ddi_action (log_id, uid, created_at) VALUES (?, ?, ?)",
-		logID, uid, now); err != nil {
+	res, err := s.db.ExecContext(ctx, "INSERT IGNORE INTO ddi_action (log_id, uid, created_at) VALUES (?, ?, ?)",
+		logID, uid, now)
+	if err != nil {
 		return 0, mysqlErr("number action", err)
 	}
+	if n, _ := res.RowsAffected(); n == 1 {
+		return res.LastInsertId()
+	}
 	var id int64
-	err := s.db.QueryRowContext(ctx, "SELECT action_id FROM ddi_action WHERE log_id = ?", logID).Scan(&id)
+	err = s.db.QueryRowContext(ctx, "SELECT action_id FROM ddi_action WHERE log_id = ?", logID).Scan(&id)
 	return id, mysqlErr("number action", err)
 }
 
