@@ -186,6 +186,9 @@ func (s *Service) pollDDI(ctx context.Context, uid string, c Credential) (DDIPol
 			// A DDI dispatch without its number (its claim's poll ended before it).
 			return s.numbered(ctx, d, now)
 		}
+		// Nothing open: the hint says so from now on (if nothing changed it meanwhile),
+		// and the next polls ask MySQL nothing.
+		s.clearOpen(ctx, uid, view.Open)
 		if view, err = s.cache.PeekN(ctx, uid, "", now, singlePeek); err != nil {
 			return DDIPoll{}, err
 		}

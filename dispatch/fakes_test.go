@@ -28,6 +28,8 @@ type fakeStore struct {
 	NoteFn          func(ctx context.Context, now time.Time, targets ...string) error
 	SyncFn          func(ctx context.Context, uid string, agent taskd.AgentInfo, matches func(taskd.DynamicGroup, taskd.AgentInfo) bool, now time.Time) (bool, error)
 	ConfirmFn       func(ctx context.Context, uid string, began, now time.Time) ([]*taskd.Dispatch, []string, error)
+	OpenActionFn    func(ctx context.Context, uid string) (*taskd.DDIAction, error)
+	NumberActionFn  func(ctx context.Context, uid, logID string, now time.Time) (int64, error)
 }
 
 func (f *fakeStore) ConfirmSuccesses(ctx context.Context, uid string, began, now time.Time) ([]*taskd.Dispatch, []string, error) {
@@ -38,14 +40,20 @@ func (f *fakeStore) ConfirmSuccesses(ctx context.Context, uid string, began, now
 }
 
 func (f *fakeStore) TemplateDDI(context.Context, int64) (bool, error) { return false, nil }
-func (f *fakeStore) OpenAction(context.Context, string) (*taskd.DDIAction, error) {
-	return nil, unset("OpenAction")
+func (f *fakeStore) OpenAction(ctx context.Context, uid string) (*taskd.DDIAction, error) {
+	if f.OpenActionFn == nil {
+		return nil, unset("OpenAction")
+	}
+	return f.OpenActionFn(ctx, uid)
 }
 func (f *fakeStore) Action(context.Context, int64) (*taskd.DDIAction, error) {
 	return nil, unset("Action")
 }
-func (f *fakeStore) NumberAction(context.Context, string, string, time.Time) (int64, error) {
-	return 0, unset("NumberAction")
+func (f *fakeStore) NumberAction(ctx context.Context, uid, logID string, now time.Time) (int64, error) {
+	if f.NumberActionFn == nil {
+		return 0, unset("NumberAction")
+	}
+	return f.NumberActionFn(ctx, uid, logID, now)
 }
 func (f *fakeStore) CloseAction(context.Context, int64, time.Time) (bool, error) {
 	return false, unset("CloseAction")
