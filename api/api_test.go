@@ -31,6 +31,7 @@ const (
 	authNone auth = iota
 	authClient
 	authAdmin
+	authDDI
 )
 
 // endpoint is one route of the contract (../shared/API.md) and what the contract says
@@ -144,12 +145,25 @@ var artifacts = []endpoint{
 	{"DELETE", "/v1/admin/artifacts/{id}", authAdmin, false, true, []int{204, 409}},
 }
 
+// ddi are the hawkBit DDI paths (API.md's round 5 names them).
+var ddi = []endpoint{
+	{"GET", "/ddi/{tenant}/controller/v1/{controllerId}", authDDI, false, true, []int{200}},
+	{"GET", "/ddi/{tenant}/controller/v1/{controllerId}/deploymentBase/{actionId}", authDDI, false, true, []int{200, 410}},
+	{"POST", "/ddi/{tenant}/controller/v1/{controllerId}/deploymentBase/{actionId}/feedback", authDDI, true, true, []int{200, 410}},
+	{"GET", "/ddi/{tenant}/controller/v1/{controllerId}/cancelAction/{actionId}", authDDI, false, true, []int{200, 410}},
+	{"POST", "/ddi/{tenant}/controller/v1/{controllerId}/cancelAction/{actionId}/feedback", authDDI, true, true, []int{200, 410}},
+	{"PUT", "/ddi/{tenant}/controller/v1/{controllerId}/configData", authDDI, true, true, []int{200}},
+	{"GET", "/ddi/{tenant}/controller/v1/{controllerId}/installedBase/{actionId}", authDDI, false, true, []int{200}},
+	{"GET", "/ddi/{tenant}/controller/v1/{controllerId}/softwaremodules/{moduleId}/artifacts/{filename}", authDDI, false, true, []int{200, 206}},
+	{"HEAD", "/ddi/{tenant}/controller/v1/{controllerId}/softwaremodules/{moduleId}/artifacts/{filename}", authDDI, false, true, []int{200}},
+}
+
 func expectedCodes(e endpoint) []int {
 	codes := slices.Clone(e.codes)
 	switch e.auth {
 	case authClient:
 		codes = append(codes, 401)
-	case authAdmin:
+	case authAdmin, authDDI:
 		codes = append(codes, 401, 403)
 	}
 	if e.body {
@@ -373,7 +387,7 @@ func TestEveryContractRouteIsDocumented(t *testing.T) {
 	doc := load(t)
 	ops := operations(t, doc)
 	known := map[string]bool{}
-	for _, e := range slices.Concat(contract, additions, round2, round4, round5, artifacts) {
+	for _, e := range slices.Concat(contract, additions, round2, round4, round5, artifacts, ddi) {
 		key := e.method + " " + e.path
 		known[key] = true
 		op, ok := ops[key]
@@ -399,7 +413,7 @@ func TestEveryContractRouteIsDocumented(t *testing.T) {
 				schemes = append(schemes, name)
 			}
 		}
-		want := map[auth][]string{authNone: nil, authClient: {"clientKey"}, authAdmin: {"adminToken"}}[e.auth]
+		want := map[auth][]string{authNone: nil, authClient: {"clientKey"}, authAdmin: {"adminToken"}, authDDI: {"ddiToken"}}[e.auth]
 		if !slices.Equal(schemes, want) {
 			t.Errorf("%s: security %v, want %v", key, schemes, want)
 		}

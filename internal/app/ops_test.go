@@ -39,7 +39,7 @@ func TestOpenAPIDocumentCoversEveryRoute(t *testing.T) {
 	for path, ops := range doc.Paths {
 		for method := range ops {
 			switch method {
-			case "get", "put", "post", "delete", "patch":
+			case "get", "head", "put", "post", "delete", "patch":
 				documented = append(documented, strings.ToUpper(method)+" "+path)
 			}
 		}
