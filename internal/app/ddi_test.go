@@ -383,3 +383,15 @@ func TestDDIArtifactDownload(t *testing.T) {
 		t.Fatalf("delete of an artifact in use: %d, want 409", code)
 	}
 }
+
+// Behind a proxy, the links are written with DISPATCH_DDI_URL.
+func TestDDILinksUseTheConfiguredURL(t *testing.T) {
+	t.Parallel()
+	e := newEnvWith(t, 1, func(c *app.Config) { c.DDIURL = "https://updates.example.com/ddi/" })
+	e.admin("POST", "/v1/admin/tasks/once", map[string]any{"executor": "uid_dev01", "start_time": ts(t0),
+		"template_id": e.ddiTemplate("fw"), "params": deploymentParams("1")})
+	_, poll := e.ddi(0, "GET", "/ddi/DEFAULT/controller/v1/dev01", "TargetToken "+e.key("dev01"), nil)
+	if href := link(poll, "deploymentBase"); !strings.HasPrefix(href, "https://updates.example.com/ddi/DEFAULT/controller/v1/dev01/deploymentBase/") {
+		t.Fatalf("link: %q", href)
+	}
+}
