@@ -338,9 +338,14 @@ func (s *Service) FeedbackDDI(ctx context.Context, uid string, c Credential, id 
 		return err
 	}
 	_, _, err = s.complete(ctx, uid, d.LogID, result, f.record(now), true)
-	if taskd.ErrorCode(err) == taskd.CodeStaleLease {
+	switch {
+	case taskd.ErrorCode(err) == taskd.CodeStaleLease:
 		// Ended meanwhile (expired, cancelled): closed for the controller too.
 		err = taskd.Errorf(taskd.CodeGone, "action %d has ended", id)
+	case err != nil:
+		// Not recorded (MySQL away): the action stays the controller's, and its
+		// feedback is welcome again.
+		return err
 	}
 	if _, cerr := s.store.CloseAction(ctx, id, now); cerr != nil && err == nil {
 		err = cerr

@@ -2,6 +2,8 @@ package dispatch_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
@@ -64,5 +66,36 @@ func TestDDIEntriesAreTheControllers(t *testing.T) {
 	poll, err := svc.PollDDI(t.Context(), "dev", dispatch.Credential{UID: "dev", Hash: "h"})
 	if err != nil || poll.Action == nil || poll.Action.ID != 7 || !took.DDI {
 		t.Fatalf("poll: %+v, %v (take %+v), want action 7 by a DDI take", poll, err, took)
+	}
+}
+
+// A closing feedback whose complete MySQL did not record leaves the action the
+// controller's (its feedback is welcome again); one whose dispatch ended meanwhile
+// closes it, and answers gone.
+func TestDDIClosingFeedbackClosesOnlyWhatEnded(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		complete error
+		code     taskd.Code
+		closed   bool
+	}{
+		{"MySQL away", taskd.Unavailable("mysql", errors.New("down")), taskd.CodeUnavailable, false},
+		{"ended meanwhile", taskd.Errorf(taskd.CodeStaleLease, "not open"), taskd.CodeGone, true},
+	} {
+		closed := false
+		st := &fakeStore{
+			ActionFn: func(context.Context, int64) (*taskd.DDIAction, error) {
+				return &taskd.DDIAction{ID: 3, UID: "dev", Dispatch: open("dev", taskd.Occurrence{}, "L1")}, nil
+			},
+			CompleteFn: func(context.Context, string, string, taskd.Result, json.RawMessage, time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
+				return 0, nil, tc.complete
+			},
+			CloseActionFn: func(context.Context, int64, time.Time) (bool, error) { closed = true; return true, nil },
+		}
+		err := fakeService(st, &fakeCache{}).FeedbackDDI(t.Context(), "dev", dispatch.Credential{UID: "dev", Hash: "h"}, 3,
+			dispatch.DDIFeedback{Execution: "closed", Finished: "success"})
+		if taskd.ErrorCode(err) != tc.code || closed != tc.closed {
+			t.Errorf("%s: %v, closed %v; want %s, closed %v", tc.name, err, closed, tc.code, tc.closed)
+		}
 	}
 }

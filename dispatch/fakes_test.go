@@ -30,6 +30,9 @@ type fakeStore struct {
 	ConfirmFn       func(ctx context.Context, uid string, began, now time.Time) ([]*taskd.Dispatch, []string, error)
 	OpenActionFn    func(ctx context.Context, uid string) (*taskd.DDIAction, error)
 	NumberActionFn  func(ctx context.Context, uid, logID string, now time.Time) (int64, error)
+	ActionFn        func(ctx context.Context, id int64) (*taskd.DDIAction, error)
+	CloseActionFn   func(ctx context.Context, id int64, now time.Time) (bool, error)
+	CompleteFn      func(ctx context.Context, uid, logID string, result taskd.Result, detail json.RawMessage, now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error)
 }
 
 func (f *fakeStore) ConfirmSuccesses(ctx context.Context, uid string, began, now time.Time) ([]*taskd.Dispatch, []string, error) {
@@ -46,8 +49,11 @@ func (f *fakeStore) OpenAction(ctx context.Context, uid string) (*taskd.DDIActio
 	}
 	return f.OpenActionFn(ctx, uid)
 }
-func (f *fakeStore) Action(context.Context, int64) (*taskd.DDIAction, error) {
-	return nil, unset("Action")
+func (f *fakeStore) Action(ctx context.Context, id int64) (*taskd.DDIAction, error) {
+	if f.ActionFn == nil {
+		return nil, unset("Action")
+	}
+	return f.ActionFn(ctx, id)
 }
 func (f *fakeStore) NumberAction(ctx context.Context, uid, logID string, now time.Time) (int64, error) {
 	if f.NumberActionFn == nil {
@@ -55,8 +61,11 @@ func (f *fakeStore) NumberAction(ctx context.Context, uid, logID string, now tim
 	}
 	return f.NumberActionFn(ctx, uid, logID, now)
 }
-func (f *fakeStore) CloseAction(context.Context, int64, time.Time) (bool, error) {
-	return false, unset("CloseAction")
+func (f *fakeStore) CloseAction(ctx context.Context, id int64, now time.Time) (bool, error) {
+	if f.CloseActionFn == nil {
+		return false, unset("CloseAction")
+	}
+	return f.CloseActionFn(ctx, id, now)
 }
 
 func (f *fakeStore) LapsedConfirms(context.Context, time.Time, int, int, []int) ([]string, error) {
@@ -154,8 +163,11 @@ func (f *fakeStore) CompleteStage(context.Context, string, string, json.RawMessa
 	return 0, nil, unset("CompleteStage")
 }
 
-func (f *fakeStore) Complete(context.Context, string, string, taskd.Result, json.RawMessage, time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
-	return 0, nil, unset("Complete")
+func (f *fakeStore) Complete(ctx context.Context, uid, logID string, result taskd.Result, detail json.RawMessage, now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
+	if f.CompleteFn == nil {
+		return 0, nil, unset("Complete")
+	}
+	return f.CompleteFn(ctx, uid, logID, result, detail, now)
 }
 
 func (f *fakeStore) RecordMissed(context.Context, []taskd.Missed, time.Time) error {
