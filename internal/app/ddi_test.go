@@ -395,3 +395,23 @@ func TestDDILinksUseTheConfiguredURL(t *testing.T) {
 		t.Fatalf("link: %q", href)
 	}
 }
+
+// A revoked key is refused on the DDI paths as on fetch, at once, on every node.
+func TestDDIRevokedKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2)
+	target := "TargetToken " + e.key("dev01")
+	base := "/ddi/DEFAULT/controller/v1/dev01"
+	if code, out := e.ddi(1, "GET", base, target, nil); code != 200 {
+		t.Fatalf("poll: %d %v", code, out)
+	}
+	e.admin("DELETE", "/v1/admin/clients/dev01/keys", nil)
+	for i := range 2 {
+		if code, out := e.ddi(i, "GET", base, target, nil); code != 401 {
+			t.Fatalf("poll with a revoked key on node %d: %d %v", i, code, out)
+		}
+		if code, out := e.ddi(i, "PUT", base+"/configData", target, map[string]any{"data": map[string]any{"a": "b"}}); code != 401 {
+			t.Fatalf("configData with a revoked key on node %d: %d %v", i, code, out)
+		}
+	}
+}
