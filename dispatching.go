@@ -60,8 +60,11 @@ func (r Result) String() string {
 // failed attempt waiting out its backoff also waits beside it. Waiting dispatches are
 // in the user's heap (schedule.Entry.LogID) and come back through Resume when due.
 type Dispatch struct {
-	LogID          string
-	UID            string
+	LogID string
+	UID   string
+	// ActionID is a DDI controller's number for it, when the claim that made it gave
+	// one (DDIAction); 0 otherwise. It is not a column of the record.
+	ActionID       int64
 	Occurrence     Occurrence
 	Mode           Mode
 	Attempt        int

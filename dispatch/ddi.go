@@ -199,6 +199,11 @@ func (s *Service) pollDDI(ctx context.Context, uid string, c Credential) (DDIPol
 	}
 	t := out.tasks[0]
 	d := &taskd.Dispatch{LogID: t.LogID, UID: uid, TemplateID: t.TemplateID, Params: t.Params, LeaseExpiresAt: t.LeaseExpiresAt}
+	if t.ActionID != 0 {
+		// Numbered in the claim's transaction.
+		return DDIPoll{Action: &taskd.DDIAction{ID: t.ActionID, UID: uid, Dispatch: d}, Sleep: s.actionSleep(now, d.LeaseExpiresAt), fresh: true}, nil
+	}
+	// A resumed attempt (a retry): numbered now.
 	poll, err := s.numbered(ctx, d, now)
 	poll.fresh = !t.Redo
 	return poll, err
@@ -337,20 +342,20 @@ func (s *Service) FeedbackDDI(ctx context.Context, uid string, c Credential, id 
 		}
 		return err
 	}
-	_, _, err = s.complete(ctx, uid, d.LogID, result, f.record(now), true)
-	switch {
-	case taskd.ErrorCode(err) == taskd.CodeStaleLease:
-		// Ended meanwhile (expired, cancelled): closed for the controller too.
-		err = taskd.Errorf(taskd.CodeGone, "action %d has ended", id)
-	case err != nil:
-		// Not recorded (MySQL away): the action stays the controller's, and its
-		// feedback is welcome again.
+	// The complete closes the action in its transaction.
+	_, _, err = s.finish(ctx, uid, d.LogID, true, func(now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
+		return s.store.CompleteAction(ctx, uid, d.LogID, id, result, f.record(now), now)
+	})
+	if taskd.ErrorCode(err) != taskd.CodeStaleLease {
+		// Done, or not recorded (MySQL away: the action stays the controller's, and its
+		// feedback is welcome again).
 		return err
 	}
-	if _, cerr := s.store.CloseAction(ctx, id, now); cerr != nil && err == nil {
-		err = cerr
+	// Ended meanwhile (expired, cancelled): closed for the controller too.
+	if _, err := s.store.CloseAction(ctx, id, now); err != nil {
+		return err
 	}
-	return err
+	return taskd.Errorf(taskd.CodeGone, "action %d has ended", id)
 }
 
 // CancelFeedbackDDI applies a controller's feedback on its cancel action id: closed

@@ -75,6 +75,9 @@ type Store interface {
 	Action(ctx context.Context, id int64) (*taskd.DDIAction, error)
 	// NumberAction gives dispatch logID of uid its DDI action id, once.
 	NumberAction(ctx context.Context, uid, logID string, now time.Time) (int64, error)
+	// CompleteAction is Complete of the dispatch of DDI action id, closing the action
+	// in the same transaction when it finishes the record.
+	CompleteAction(ctx context.Context, uid, logID string, id int64, result taskd.Result, detail json.RawMessage, now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error)
 	// CloseAction closes DDI action id; it reports whether this call closed it.
 	CloseAction(ctx context.Context, id int64, now time.Time) (bool, error)
 }

@@ -35,6 +35,11 @@ type fakeStore struct {
 	CompleteFn      func(ctx context.Context, uid, logID string, result taskd.Result, detail json.RawMessage, now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error)
 }
 
+// CompleteAction is CompleteFn's (the action's close is the store's part).
+func (f *fakeStore) CompleteAction(ctx context.Context, uid, logID string, _ int64, result taskd.Result, detail json.RawMessage, now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
+	return f.Complete(ctx, uid, logID, result, detail, now)
+}
+
 func (f *fakeStore) ConfirmSuccesses(ctx context.Context, uid string, began, now time.Time) ([]*taskd.Dispatch, []string, error) {
 	if f.ConfirmFn == nil {
 		return nil, nil, unset("ConfirmSuccesses")

@@ -98,6 +98,8 @@ type Assignment struct {
 	// its uid.
 	CampaignID *int64 `json:"campaign_id,omitempty"`
 	Item       any    `json:"item,omitempty"`
+	// ActionID is the DDI action id the claim gave it (a DDI take's), not sent.
+	ActionID int64 `json:"-"`
 }
 
 // FetchResult is a fetch's answer: a task or none, and when the next one is due.
@@ -123,6 +125,7 @@ func assignment(d *taskd.Dispatch, redo bool) *Assignment {
 		Checkpoint:     d.Checkpoint,
 		Stage:          d.Stage,
 		Context:        d.Context,
+		ActionID:       d.ActionID,
 	}
 }
 

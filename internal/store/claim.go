@@ -396,6 +396,9 @@ func (s *Store) claimAll(ctx context.Context, c *claimRun) error {
 	if err := c.writeRates(ctx); err != nil {
 		return err
 	}
+	if err := c.numberActions(ctx); err != nil {
+		return err
+	}
 	var evs []taskd.Event
 	for i, o := range c.outcomes {
 		if o == taskd.Claimed {
@@ -403,6 +406,46 @@ func (s *Store) claimAll(ctx context.Context, c *claimRun) error {
 		}
 	}
 	return s.emitAll(ctx, c.tx, evs)
+}
+
+// numberActions gives the dispatches granted to DDI takes their action ids, in the
+// claim's transaction (ddi_action): the controller's poll writes nothing after it.
+func (c *claimRun) numberActions(ctx context.Context) error {
+	var args, logIDs []any
+	for i, o := range c.outcomes {
+		if o == taskd.Claimed && c.jobs[i].in.take.DDI {
+			d := c.ds[i]
+			args = append(args, d.LogID, d.UID, c.jobs[i].in.now)
+			logIDs = append(logIDs, d.LogID)
+		}
+	}
+	if len(logIDs) == 0 {
+		return nil
+	}
+	if _, err := c.tx.ExecContext(ctx, "INSERT INTO ddi_action (log_id, uid, created_at) VALUES "+
+		tuples(len(logIDs), 3), args...); err != nil {
+		return err
+	}
+	rows, err := c.tx.QueryContext(ctx, "SELECT log_id, action_id FROM ddi_action WHERE log_id IN ("+marks(len(logIDs))+")", logIDs...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	ids := map[string]int64{}
+	for rows.Next() {
+		var logID string
+		var id int64
+		if err := rows.Scan(&logID, &id); err != nil {
+			return err
+		}
+		ids[logID] = id
+	}
+	for i, o := range c.outcomes {
+		if o == taskd.Claimed && c.jobs[i].in.take.DDI {
+			c.ds[i].ActionID = ids[c.ds[i].LogID]
+		}
+	}
+	return rows.Err()
 }
 
 // takeHolds takes the once_per_user holds of the open claims and sets their priors:

@@ -30,7 +30,17 @@ import (
 // writes nothing for it, the detail is judged (judgeResult), and the complete comes
 // again with the verdict. Other completes pay nothing for it.
 func (s *Store) Complete(ctx context.Context, uid, logID string, result taskd.Result, detail json.RawMessage, now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
-	in := completeIn{uid: uid, logID: logID, result: result, detail: detail, now: now}
+	return s.completeIn(ctx, completeIn{uid: uid, logID: logID, result: result, detail: detail, now: now})
+}
+
+// CompleteAction is Complete of the dispatch of DDI action, which the complete's
+// transaction closes when it finishes the record.
+func (s *Store) CompleteAction(ctx context.Context, uid, logID string, action int64, result taskd.Result, detail json.RawMessage, now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
+	return s.completeIn(ctx, completeIn{uid: uid, logID: logID, action: action, result: result, detail: detail, now: now})
+}
+
+func (s *Store) completeIn(ctx context.Context, in completeIn) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
+	detail := in.detail
 	for {
 		out, err := s.complete(ctx, in)
 		if err != nil || !out.judge || in.verdict != nil {
@@ -54,6 +64,7 @@ func (s *Store) complete(ctx context.Context, in completeIn) (completeOut, error
 type completeIn struct {
 	uid    string
 	logID  string
+	action int64 // the DDI action to close with the record; 0: none
 	result taskd.Result
 	detail json.RawMessage
 	// verdict is why a success's detail fails its record's result schema ("" when it
@@ -123,6 +134,7 @@ func (s *Store) completeBatch(ctx context.Context, jobs []*completeJob) ([]compl
 			return err
 		}
 		var done []finishing
+		var actions []any
 		for i, j := range jobs {
 			if alone[i] {
 				continue
@@ -142,15 +154,31 @@ func (s *Store) completeBatch(ctx context.Context, jobs []*completeJob) ([]compl
 			case ok:
 				outcome = d.Finish(judged(j.in, d), j.in.now)
 				done = append(done, finishing{d, j.in.detail})
+				if j.in.action != 0 {
+					actions = append(actions, j.in.action)
+				}
 			}
 			outs[i] = completeOut{outcome: outcome, d: d}
 		}
-		return s.finish(ctx, tx, done)
+		if err := s.finish(ctx, tx, done); err != nil {
+			return err
+		}
+		return closeActions(ctx, tx, actions, jobs[0].in.now)
 	})
 	if err != nil {
 		return nil, mysqlErr("complete", err)
 	}
 	return outs, nil
+}
+
+// closeActions closes the DDI actions whose records a complete finished.
+func closeActions(ctx context.Context, tx *sql.Tx, ids []any, now time.Time) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, "UPDATE ddi_action SET closed_at = ? WHERE action_id IN ("+marks(len(ids))+") AND closed_at IS NULL",
+		append([]any{now}, ids...)...)
+	return err
 }
 
 // lockDispatches reads the records of ids FOR UPDATE, each with its HeldFrom (a probe
@@ -348,7 +376,13 @@ func (s *Store) completeOne(ctx context.Context, in completeIn) (completeOut, er
 			return 0, errAbort
 		}
 		outcome := d.Finish(judged(in, d), now)
-		return outcome, s.finish(ctx, tx, []finishing{{d, detail}})
+		if err := s.finish(ctx, tx, []finishing{{d, detail}}); err != nil {
+			return 0, err
+		}
+		if in.action == 0 {
+			return outcome, nil
+		}
+		return outcome, closeActions(ctx, tx, []any{in.action}, now)
 	})
 	return completeOut{outcome: outcome, d: d, judge: judge}, err
 }
