@@ -16,6 +16,8 @@ type Store interface {
 	CreateTemplate(ctx context.Context, actor string, t taskd.Template, now time.Time) (taskd.Template, error)
 	UpdateTemplate(ctx context.Context, actor string, id int64, ifMatch taskd.IfMatch, edit func(*taskd.Template) error, now time.Time) (before, after taskd.Template, err error)
 	GetTemplate(ctx context.Context, id int64) (taskd.Template, error)
+	// GetArtifact returns artifact id (not_found for none).
+	GetArtifact(ctx context.Context, id int64) (taskd.Artifact, error)
 	// WindowTakers returns the executors of the live tasks of template id that take
 	// its windows.
 	WindowTakers(ctx context.Context, id int64) ([]string, error)

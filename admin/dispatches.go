@@ -52,14 +52,16 @@ func (s *Service) CancelDispatch(ctx context.Context, logID string) (taskd.Dispa
 	if err != nil {
 		return taskd.DispatchRecord{}, err
 	}
-	s.afterChange(ctx, c)
 	if c.WasOpen {
 		// A DDI controller's poll asks MySQL only while the hint says a dispatch may be
-		// open: unknown, it finds the cancel to show (a fetch finds nothing open).
+		// open: unknown (not none), it finds the cancel to show (a fetch finds nothing
+		// open, and says none).
+		c.WasOpen = false
 		if err := s.cache.ForgetOpen(ctx, c.Record.UID); err != nil {
 			s.log.WarnContext(ctx, "cache update after a cancel failed", "log_id", c.Record.LogID, "err", err)
 		}
 	}
+	s.afterChange(ctx, c)
 	return c.Record, nil
 }
 

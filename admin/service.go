@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -27,6 +28,8 @@ type Service struct {
 	// what it compiled.
 	compile func(json.RawMessage) (*jsonschema.Schema, error)
 	schemas schemaCache
+	// ddi remembers which templates are DDI templates (a template's never changes).
+	ddi sync.Map // int64 -> bool
 	// catchUp is how far behind now a user's offer starts (DISPATCH_CATCH_UP); 0 gives
 	// no warning about it.
 	catchUp time.Duration
@@ -83,7 +86,16 @@ func (s *Service) CreateTemplate(ctx context.Context, t taskd.Template) (taskd.T
 // them; its windows are also in the heaps of its tasks' users, which a change of them
 // makes stale.
 func (s *Service) UpdateTemplate(ctx context.Context, id int64, ifMatch taskd.IfMatch, edit func(*taskd.Template) error) (taskd.Template, error) {
-	before, after, err := s.store.UpdateTemplate(ctx, ActorFrom(ctx), id, ifMatch, edit, s.now())
+	checked := func(t *taskd.Template) error {
+		if err := edit(t); err != nil {
+			return err
+		}
+		if t.DDI && len(t.Stages) > 0 {
+			return taskd.Errorf(taskd.CodeInvalid, "stages: a ddi template has none (a controller's closing feedback ends its action)")
+		}
+		return nil
+	}
+	before, after, err := s.store.UpdateTemplate(ctx, ActorFrom(ctx), id, ifMatch, checked, s.now())
 	if err != nil || before.Windows.Key() == after.Windows.Key() {
 		return after, err
 	}
@@ -121,6 +133,72 @@ func (s *Service) templateSchema(ctx context.Context, templateID int64) (*jsonsc
 	return sch, nil
 }
 
+// templateDDI reports whether template id is a DDI template, asking MySQL once per
+// template (false for none: the params check says it does not exist).
+func (s *Service) templateDDI(ctx context.Context, id int64) (bool, error) {
+	if v, ok := s.ddi.Load(id); ok {
+		return v.(bool), nil
+	}
+	tpl, err := s.store.GetTemplate(ctx, id)
+	if taskd.ErrorCode(err) == taskd.CodeNotFound {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	s.ddi.Store(id, tpl.DDI)
+	return tpl.DDI, nil
+}
+
+// sameAudience refuses a task's move between a DDI template and another: its
+// dispatches are a DDI controller's or a fetch agent's, and one of the other kind
+// must never reach the first (a parked dispatch comes back with its old template).
+func (s *Service) sameAudience(ctx context.Context, from, to int64) error {
+	if from == to {
+		return nil
+	}
+	a, err := s.templateDDI(ctx, from)
+	if err != nil {
+		return err
+	}
+	b, err := s.templateDDI(ctx, to)
+	if err != nil {
+		return err
+	}
+	if a != b {
+		return taskd.Errorf(taskd.CodeInvalid, "template_id: a task cannot move between a DDI template and another (its dispatches are for DDI controllers or for fetch agents); create a new task")
+	}
+	return nil
+}
+
+// checkDeployment checks a DDI template's task: each artifact it names by id is one
+// uploaded (a deployment naming none would be shown to devices that can never get it).
+func (s *Service) checkDeployment(ctx context.Context, t taskd.Task) error {
+	ddi, err := s.templateDDI(ctx, t.TemplateID)
+	if err != nil || !ddi {
+		return err
+	}
+	dep, err := taskd.ParseDeployment(t.Params)
+	if err != nil {
+		return taskd.Errorf(taskd.CodeParamsInvalid, "params: %v", err)
+	}
+	for i, c := range dep.Chunks {
+		for j, a := range c.Artifacts {
+			if a.ArtifactID == 0 {
+				continue
+			}
+			_, err := s.store.GetArtifact(ctx, a.ArtifactID)
+			if taskd.ErrorCode(err) == taskd.CodeNotFound {
+				return taskd.Errorf(taskd.CodeParamsInvalid, "params.chunks[%d].artifacts[%d].artifact_id: artifact %d does not exist (POST /v1/admin/artifacts uploads one)", i, j, a.ArtifactID)
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // validateParams checks params against the task's template schema (422 otherwise).
 func (s *Service) validateParams(ctx context.Context, templateID int64, params json.RawMessage) error {
 	sch, err := s.templateSchema(ctx, templateID)
@@ -150,6 +228,9 @@ func (s *Service) CreateTask(ctx context.Context, t taskd.Task) (taskd.Task, err
 		return taskd.Task{}, err
 	}
 	if err := s.validateParams(ctx, t.TemplateID, t.Params); err != nil {
+		return taskd.Task{}, err
+	}
+	if err := s.checkDeployment(ctx, t); err != nil {
 		return taskd.Task{}, err
 	}
 	t, err := s.store.CreateTask(ctx, ActorFrom(ctx), t, s.now())
@@ -195,14 +276,22 @@ func (s *Service) editTask(ctx context.Context, action string, key taskd.TaskKey
 		if err := t.RolloutRefusal(&cur); err != nil {
 			return t, err
 		}
+		if err := s.sameAudience(ctx, cur.TemplateID, t.TemplateID); err != nil {
+			return t, err
+		}
 		return t, s.validateParams(ctx, t.TemplateID, t.Params)
 	}
 	// The params are checked in the transaction, against the template's compiled
 	// schema: compiled here first, from the task as it is now, so that the check in the
-	// transaction finds it cached and the transaction waits on no other connection.
+	// transaction finds it cached and the transaction waits on no other connection (so
+	// are the templates' DDI marks). A deployment's artifacts are checked here too.
 	if cur, err := s.store.GetTask(ctx, key); err == nil {
 		if t, err := edit(cur); err == nil {
 			s.templateSchema(ctx, t.TemplateID)
+			s.templateDDI(ctx, cur.TemplateID)
+			if err := s.checkDeployment(ctx, t); err != nil {
+				return t, err
+			}
 		}
 	}
 	before, after, err := s.store.ReplaceTask(ctx, ActorFrom(ctx), action, key, ifMatch, checked, s.now())

@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -30,6 +31,10 @@ import (
 
 // bodyLimit bounds a feedback's or configData's body.
 const bodyLimit = 64 << 10
+
+// attributesAge is how long a node has a controller's attributes before its polls ask
+// for them again.
+const attributesAge = time.Hour
 
 // Artifacts are the server's uploaded artifacts, as a deployment names them.
 type Artifacts interface {
@@ -44,6 +49,8 @@ type Artifacts interface {
 type Config struct {
 	// Tenant is the one tenant the paths name (hawkBit's are case-insensitive).
 	Tenant string
+	// Timeout bounds a download's lookups (the bytes take as long as they take).
+	Timeout time.Duration
 	// BaseURL, when set, is the server's URL as devices reach it, for the links of
 	// replies; "": the request's own scheme and host.
 	BaseURL string
@@ -55,10 +62,11 @@ type Handlers struct {
 	artifacts Artifacts
 	log       *slog.Logger
 	cfg       Config
-	// attributed are the controllers whose configData this node has: its polls stop
-	// asking for it (the configData link), as hawkBit's do once it has the attributes.
-	// A client sends its attributes on start either way (SWUpdate does).
-	attributed sync.Map // lower-case uid -> struct{}
+	// attributed are the controllers whose configData this node has, and when: its
+	// polls stop asking for it (the configData link) for attributesAge, as hawkBit's
+	// do once it has the attributes. A client sends them on start either way
+	// (SWUpdate does).
+	attributed sync.Map // uid -> time.Time
 }
 
 // NewHandlers returns the DDI handlers over svc; artifacts may be nil (deployments
@@ -66,6 +74,9 @@ type Handlers struct {
 func NewHandlers(svc *dispatch.Service, artifacts Artifacts, log *slog.Logger, cfg Config) *Handlers {
 	if cfg.Tenant == "" {
 		cfg.Tenant = "DEFAULT"
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 5 * time.Second
 	}
 	cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
 	return &Handlers{svc: svc, artifacts: artifacts, log: log.With("component", "ddi"), cfg: cfg}
@@ -137,10 +148,10 @@ func (h *Handlers) request(r *http.Request) (request, error) {
 	if !ok {
 		return request{}, taskd.Errorf(taskd.CodeUnauthenticated, "malformed %s: a client key \"<uid>.<secret>\" as POST /v1/admin/clients/{uid}/keys issues it", scheme)
 	}
-	if scheme == "TargetToken" && !strings.EqualFold(keyUID, uid) {
-		return request{}, taskd.Errorf(taskd.CodePermission, "the TargetToken is a key of %s, not of controller %s", keyUID, uid)
+	if scheme == "TargetToken" && keyUID != uid {
+		return request{}, taskd.Errorf(taskd.CodePermission, "the TargetToken is a key of %s, not of controller %s (ids are compared as spelled)", keyUID, uid)
 	}
-	if scheme == "GatewayToken" && strings.EqualFold(keyUID, uid) {
+	if scheme == "GatewayToken" && keyUID == uid {
 		// The controller's own key sent as a gateway token: it is checked as its own.
 		scheme = "TargetToken"
 	}
@@ -167,7 +178,7 @@ func (h *Handlers) base(w http.ResponseWriter, r *http.Request, q request) (int,
 		return 0, nil, err
 	}
 	links := map[string]link{}
-	if _, ok := h.attributed.Load(strings.ToLower(q.uid)); !ok {
+	if at, ok := h.attributed.Load(q.uid); !ok || time.Since(at.(time.Time)) > attributesAge {
 		links["configData"] = link{q.base + "/configData"}
 	}
 	if a := poll.Action; a != nil {
@@ -211,6 +222,17 @@ func (h *Handlers) deployment(w http.ResponseWriter, r *http.Request, q request)
 		return 0, nil, taskd.Errorf(taskd.CodeGone, "action %d was cancelled: see its cancelAction", id)
 	}
 	body, err := h.deploymentBody(r.Context(), q, a)
+	if taskd.ErrorCode(err) == taskd.CodeGone {
+		// An artifact it names is gone: the device can never take it. The action
+		// fails (its task's retries come back to it if the task is mended), rather
+		// than being shown for ever.
+		var te *taskd.Error
+		errors.As(err, &te)
+		if ferr := h.svc.FeedbackDDI(r.Context(), q.uid, q.cred, id, dispatch.DDIFeedback{Execution: "closed", Finished: "failure",
+			Details: []string{te.Message}}); ferr != nil {
+			h.log.WarnContext(r.Context(), "a deployment naming a deleted artifact could not be failed", "action", id, "err", ferr)
+		}
+	}
 	return http.StatusOK, body, err
 }
 
@@ -426,7 +448,7 @@ func (h *Handlers) configData(w http.ResponseWriter, r *http.Request, q request)
 	if err := h.svc.ConfigDDI(r.Context(), q.uid, q.cred, body.Data); err != nil {
 		return 0, nil, err
 	}
-	h.attributed.Store(strings.ToLower(q.uid), struct{}{})
+	h.attributed.Store(q.uid, time.Now())
 	return http.StatusOK, nil, nil
 }
 
@@ -434,12 +456,6 @@ func (h *Handlers) configData(w http.ResponseWriter, r *http.Request, q request)
 // artifact's bytes, to a controller that holds an action naming it.
 func (h *Handlers) download(w http.ResponseWriter, r *http.Request) {
 	q, err := h.request(r)
-	if err == nil {
-		err = h.svc.AuthorizeDDI(r.Context(), q.uid, q.cred)
-	}
-	if err == nil && h.artifacts == nil {
-		err = taskd.Errorf(taskd.CodeNotFound, "this server keeps no artifacts")
-	}
 	var id int64
 	if err == nil {
 		id, err = strconv.ParseInt(chi.URLParam(r, "moduleId"), 10, 64)
@@ -448,10 +464,20 @@ func (h *Handlers) download(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err == nil {
+		err = h.svc.HoldsArtifact(r.Context(), q.uid, q.cred, id)
+	}
+	if err == nil && h.artifacts == nil {
+		err = taskd.Errorf(taskd.CodeNotFound, "this server keeps no artifacts")
+	}
+	if err == nil {
+		// Routing matched the escaped path: the name compares unescaped.
+		name, uerr := url.PathUnescape(chi.URLParam(r, "filename"))
+		lookup, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
 		var a taskd.Artifact
-		a, err = h.artifacts.Lookup(r.Context(), id)
-		if taskd.ErrorCode(err) == taskd.CodeNotFound || (err == nil && a.Filename != chi.URLParam(r, "filename")) {
-			err = taskd.Errorf(taskd.CodeNotFound, "artifact %d/%s not found", id, chi.URLParam(r, "filename"))
+		a, err = h.artifacts.Lookup(lookup, id)
+		cancel()
+		if taskd.ErrorCode(err) == taskd.CodeNotFound || (err == nil && (uerr != nil || a.Filename != name)) {
+			err = taskd.Errorf(taskd.CodeNotFound, "artifact %d/%s not found", id, name)
 		}
 	}
 	if err == nil {

@@ -103,11 +103,11 @@ func (s *Service) verifyDDI(ctx context.Context, uid string, c Credential) (stri
 	if c.Hash == "" {
 		return "", taskd.Errorf(taskd.CodeUnauthenticated, "missing client key")
 	}
-	if strings.EqualFold(c.UID, uid) {
+	if c.UID == uid {
 		return c.Hash, nil
 	}
-	if c.UID == "" || !strings.EqualFold(c.UID, s.cfg.DDIGateway) {
-		return "", taskd.Errorf(taskd.CodePermission, "the key of %s is not controller %s's: a TargetToken is the controller's own client key", c.UID, uid)
+	if c.UID == "" || c.UID != s.cfg.DDIGateway {
+		return "", taskd.Errorf(taskd.CodePermission, "the key of %s is not controller %s's: a TargetToken is the controller's own client key (ids are compared as spelled)", c.UID, uid)
 	}
 	return "", s.cache.VerifyKey(ctx, c.UID, c.Hash)
 }
@@ -180,8 +180,8 @@ func (s *Service) pollDDI(ctx context.Context, uid string, c Credential) (DDIPol
 		if d != nil {
 			if ddi, err := s.templateDDI(ctx, d.TemplateID); err != nil || !ddi {
 				// The slot holds a fetch agent's dispatch: nothing for the controller
-				// until it ends.
-				return DDIPoll{Sleep: s.ddiSleep(now, nextDue(nil, view.Due, view.Next))}, err
+				// until it ends, at its lease's end at the latest.
+				return DDIPoll{Sleep: s.ddiSleep(now, d.LeaseExpiresAt)}, err
 			}
 			// A DDI dispatch without its number (its claim's poll ended before it).
 			return s.numbered(ctx, d, now)
@@ -194,14 +194,21 @@ func (s *Service) pollDDI(ctx context.Context, uid string, c Credential) (DDIPol
 		}
 	}
 	out, err := s.takeInto(ctx, uid, view, singlePeek, []int{1}, taskd.Take{Slot: 1, DDI: true}, now)
+	if err == nil && len(out.tasks) == 0 && out.busy {
+		// Another poll of the controller took the slot meanwhile: its action.
+		if poll, ok, err := s.heldAction(ctx, uid, now); err != nil || ok {
+			return poll, err
+		}
+	}
 	if err != nil || len(out.tasks) == 0 {
 		return DDIPoll{Sleep: s.ddiSleep(now, out.next)}, err
 	}
 	t := out.tasks[0]
-	d := &taskd.Dispatch{LogID: t.LogID, UID: uid, TemplateID: t.TemplateID, Params: t.Params, LeaseExpiresAt: t.LeaseExpiresAt}
+	d := &taskd.Dispatch{LogID: t.LogID, UID: uid, TemplateID: t.TemplateID, Params: t.Params, LeaseExpiresAt: t.LeaseExpiresAt,
+		ConfirmSeconds: t.confirmSeconds}
 	if t.ActionID != 0 {
 		// Numbered in the claim's transaction.
-		return DDIPoll{Action: &taskd.DDIAction{ID: t.ActionID, UID: uid, Dispatch: d}, Sleep: s.actionSleep(now, d.LeaseExpiresAt), fresh: true}, nil
+		return DDIPoll{Action: &taskd.DDIAction{ID: t.ActionID, UID: uid, Dispatch: d}, Sleep: s.actionSleep(now, d), fresh: true}, nil
 	}
 	// A resumed attempt (a retry): numbered now.
 	poll, err := s.numbered(ctx, d, now)
@@ -232,7 +239,7 @@ func (s *Service) heldAction(ctx context.Context, uid string, now time.Time) (DD
 				return DDIPoll{}, false, err
 			}
 			d.LeaseExpiresAt = lease
-			return DDIPoll{Action: a, Sleep: s.actionSleep(now, lease)}, true, nil
+			return DDIPoll{Action: a, Sleep: s.actionSleep(now, d)}, true, nil
 		case d.State == taskd.StateOpen:
 			if err := s.expired(ctx, d.LogID, now); err != nil {
 				return DDIPoll{}, false, err
@@ -255,7 +262,7 @@ func (s *Service) numbered(ctx context.Context, d *taskd.Dispatch, now time.Time
 	if id > taskd.MaxActionID {
 		return DDIPoll{}, taskd.Errorf(taskd.CodeInternal, "DDI action ids are used up (%d > %d)", id, taskd.MaxActionID)
 	}
-	return DDIPoll{Action: &taskd.DDIAction{ID: id, UID: d.UID, Dispatch: d}, Sleep: s.actionSleep(now, d.LeaseExpiresAt)}, nil
+	return DDIPoll{Action: &taskd.DDIAction{ID: id, UID: d.UID, Dispatch: d}, Sleep: s.actionSleep(now, d)}, nil
 }
 
 // ddiSleep is how long a controller with nothing to do sleeps: until next, at most the
@@ -267,14 +274,19 @@ func (s *Service) ddiSleep(now time.Time, next *time.Time) time.Duration {
 	return min(max(next.Sub(now), time.Second), s.cfg.DDISleep)
 }
 
-// actionSleep is how long a controller holding an action sleeps: a third of what is
-// left of its lease at most, so that its polls keep the lease while it installs and
-// reboots.
-func (s *Service) actionSleep(now time.Time, lease *time.Time) time.Duration {
-	if lease == nil {
-		return s.cfg.DDISleep
+// actionSleep is how long a controller holding the action of d sleeps: a third of
+// what is left of its lease at most, so that its polls keep the lease while it installs
+// and reboots; and a third of its confirm_seconds at most, so that the poll after its
+// closing feedback comes in time to confirm its success.
+func (s *Service) actionSleep(now time.Time, d *taskd.Dispatch) time.Duration {
+	sleep := s.cfg.DDISleep
+	if d.LeaseExpiresAt != nil {
+		sleep = min(sleep, d.LeaseExpiresAt.Sub(now)/3)
 	}
-	return min(max(lease.Sub(now)/3, time.Second), s.cfg.DDISleep)
+	if d.ConfirmSeconds > 0 {
+		sleep = min(sleep, time.Duration(d.ConfirmSeconds)*time.Second/3)
+	}
+	return max(sleep, time.Second)
 }
 
 // templateDDI reports whether template id is a DDI template, asking MySQL once per
@@ -311,10 +323,45 @@ func (s *Service) action(ctx context.Context, uid string, id int64) (*taskd.DDIA
 	if err != nil {
 		return nil, err
 	}
+	if !a.Closed && !a.Dispatch.Cancelled && a.Dispatch.State != taskd.StateOpen {
+		// Its dispatch ended otherwise (its lease expired, an admin ended it): closed
+		// for the controller too.
+		if _, err := s.store.CloseAction(ctx, id, s.now()); err != nil {
+			return nil, err
+		}
+		a.Closed = true
+	}
 	if a.Closed {
 		return a, taskd.Errorf(taskd.CodeGone, "action %d is closed", id)
 	}
 	return a, nil
+}
+
+// HoldsArtifact checks that controller uid may download artifact id: its credential,
+// and an action it holds naming the artifact (any other is not found, as an artifact
+// that does not exist: ids are not secrets, the bytes are the deployment's).
+func (s *Service) HoldsArtifact(ctx context.Context, uid string, c Credential, id int64) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	if err := s.AuthorizeDDI(ctx, uid, c); err != nil {
+		return err
+	}
+	a, err := s.store.OpenAction(ctx, uid)
+	if err != nil {
+		return err
+	}
+	if a != nil && a.Dispatch.State == taskd.StateOpen && !a.Dispatch.Cancelled {
+		if dep, err := taskd.ParseDeployment(a.Dispatch.Params); err == nil {
+			for _, c := range dep.Chunks {
+				for _, x := range c.Artifacts {
+					if x.ArtifactID == id {
+						return nil
+					}
+				}
+			}
+		}
+	}
+	return taskd.Errorf(taskd.CodeNotFound, "artifact %d is not in a deployment controller %s holds", id, uid)
 }
 
 // FeedbackDDI applies a controller's feedback on its deployment action id: proceeding
@@ -330,6 +377,10 @@ func (s *Service) FeedbackDDI(ctx context.Context, uid string, c Credential, id 
 		return err
 	}
 	now := s.now()
+	// Each feedback is a MySQL write: it counts against the uid's poll limit.
+	if err := s.cache.CountPoll(uid, now); err != nil {
+		return err
+	}
 	d := a.Dispatch
 	if d.Cancelled {
 		return taskd.Errorf(taskd.CodeGone, "action %d was cancelled: acknowledge its cancelAction", id)
@@ -371,6 +422,9 @@ func (s *Service) CancelFeedbackDDI(ctx context.Context, uid string, c Credentia
 	if !a.Dispatch.Cancelled {
 		return taskd.Errorf(taskd.CodeNotFound, "action %d has no cancel", id)
 	}
+	if err := s.cache.CountPoll(uid, s.now()); err != nil {
+		return err
+	}
 	if _, ends := f.ends(); !ends {
 		return nil
 	}
@@ -388,6 +442,9 @@ func (s *Service) ConfigDDI(ctx context.Context, uid string, c Credential, label
 	}
 	agent := taskd.AgentInfo{Labels: labels}
 	if err := agent.Check(); err != nil {
+		return err
+	}
+	if err := s.cache.CountPoll(uid, s.now()); err != nil {
 		return err
 	}
 	if err := s.report(ctx, uid, agent); err != nil {

@@ -98,8 +98,10 @@ type Assignment struct {
 	// its uid.
 	CampaignID *int64 `json:"campaign_id,omitempty"`
 	Item       any    `json:"item,omitempty"`
-	// ActionID is the DDI action id the claim gave it (a DDI take's), not sent.
-	ActionID int64 `json:"-"`
+	// ActionID is the DDI action id the claim gave it (a DDI take's), and
+	// confirmSeconds its confirm_seconds; not sent.
+	ActionID       int64 `json:"-"`
+	confirmSeconds int
 }
 
 // FetchResult is a fetch's answer: a task or none, and when the next one is due.
@@ -126,6 +128,7 @@ func assignment(d *taskd.Dispatch, redo bool) *Assignment {
 		Stage:          d.Stage,
 		Context:        d.Context,
 		ActionID:       d.ActionID,
+		confirmSeconds: d.ConfirmSeconds,
 	}
 }
 
@@ -364,8 +367,9 @@ func (s *Service) resumeOpen(ctx context.Context, uid string, seen schedule.Open
 		default:
 			if ddi, err := s.templateDDI(ctx, d.TemplateID); err != nil || ddi {
 				// A DDI controller's deployment holds the slot: nothing for a fetch
-				// until it ends.
-				return FetchResult{NextDueAt: nextDue(nil, view.Due, view.Next)}, true, err
+				// until it ends, at its lease's end at the latest (the due entries wait
+				// for the slot: not a time to come back).
+				return FetchResult{NextDueAt: d.LeaseExpiresAt}, true, err
 			}
 			redone, err := s.store.Redo(ctx, d, now)
 			if err != nil {

@@ -118,8 +118,8 @@ func TestDDIDeploymentThroughTheHawkBitPaths(t *testing.T) {
 	if _, again := e.ddi(1, "GET", base, target, nil); link(again, "deploymentBase") != strings.Replace(href, e.urls[0], e.urls[1], 1) {
 		t.Fatalf("second poll: %v, want the same action", again)
 	}
-	if r := e.fetch(1, key); r.Task != nil {
-		t.Fatalf("fetch while the controller holds its deployment: %+v, want nothing", r.Task)
+	if r := e.fetch(1, key); r.Task != nil || r.NextDueAt == nil || !r.NextDueAt.Equal(t0.Add(11*time.Minute)) {
+		t.Fatalf("fetch while the controller holds its deployment: %+v next %v, want nothing until its lease's end", r.Task, r.NextDueAt)
 	}
 	recs, _ := e.records(adminToken, "/v1/admin/dispatches?uid=dev01&state=open")
 	if len(recs) != 1 || recs[0]["task_id"] != dep["task_id"] || recs[0]["lease_expires_at"] != ts(t0.Add(11*time.Minute)) {
@@ -145,6 +145,7 @@ func TestDDIDeploymentThroughTheHawkBitPaths(t *testing.T) {
 		{base, "Bearer " + key, 401},
 		{base, "TargetToken " + e.key("dev02"), 403},
 		{"/ddi/OTHER/controller/v1/dev01", target, 404},
+		{"/ddi/DEFAULT/controller/v1/DEV01", target, 403}, // ids are compared as spelled
 		{base + "/deploymentBase/999999", target, 404},
 		{"/ddi/DEFAULT/controller/v1/dev02/deploymentBase/" + id, "TargetToken " + e.key("dev02"), 404},
 		{base + "/deploymentBase/abc", target, 404},
@@ -309,6 +310,9 @@ func TestDDIConfirmedSuccess(t *testing.T) {
 	_, poll := e.ddi(0, "GET", base, target, nil)
 	href := link(poll, "deploymentBase")
 	id := href[strings.LastIndex(href, "/")+1:]
+	if sleep := poll["config"].(map[string]any)["polling"].(map[string]any)["sleep"]; sleep != "00:00:40" {
+		t.Fatalf("sleep of a controller holding a deployment with confirm_seconds 120: %v, want a third of it", sleep)
+	}
 	if code, out := e.ddi(0, "POST", base+"/deploymentBase/"+id+"/feedback", target, feedback(0, "closed", "success")); code != 200 {
 		t.Fatalf("closed: %d %v", code, out)
 	}
@@ -374,6 +378,11 @@ func TestDDIArtifactDownload(t *testing.T) {
 	if resp, b := get(target, "bytes=4-11"); resp.StatusCode != 206 || string(b) != "swu!swu!" {
 		t.Fatalf("ranged download: %d %q", resp.StatusCode, b)
 	}
+	// Another controller, with a valid key but no deployment naming it: not found.
+	if code, _ := e.ddi(0, "GET", strings.Replace(strings.TrimPrefix(href, e.urls[0]), "/dev01/", "/dev02/", 1),
+		"TargetToken "+e.key("dev02"), nil); code != 404 {
+		t.Fatalf("download by a controller that holds no deployment naming it: %d, want 404", code)
+	}
 	wrong := strings.Replace(href, "fw.swu", "other.swu", 1)
 	if code, _ := e.ddi(0, "GET", strings.TrimPrefix(wrong, e.urls[0]), target, nil); code != 404 {
 		t.Fatalf("download under another name: %d, want 404", code)
@@ -413,5 +422,68 @@ func TestDDIRevokedKey(t *testing.T) {
 		if code, out := e.ddi(i, "PUT", base+"/configData", target, map[string]any{"data": map[string]any{"a": "b"}}); code != 401 {
 			t.Fatalf("configData with a revoked key on node %d: %d %v", i, code, out)
 		}
+	}
+}
+
+// What a DDI task may be: its artifacts uploaded ones, its template a DDI one for good;
+// and a DDI template takes no stages, by PATCH either.
+func TestDDITaskEdits(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	e := newEnvWith(t, 1, func(c *app.Config) { c.ArtifactDir = dir })
+	tpl := e.ddiTemplate("fw")
+	byID := func(id any) map[string]any {
+		return map[string]any{"chunks": []any{map[string]any{"part": "os", "name": "fw", "version": "1",
+			"artifacts": []any{map[string]any{"artifact_id": id}}}}}
+	}
+	e.expectMsg("POST", "/v1/admin/tasks/once", map[string]any{"executor": "uid_dev01", "start_time": ts(t0), "template_id": tpl,
+		"params": byID(999)}, 422, "params_invalid", "artifact 999 does not exist")
+	code, up, _ := e.uploadArtifact("fw;v2.swu", strings.NewReader("payload"), nil)
+	if code != 201 {
+		t.Fatalf("upload: %d %v", code, up)
+	}
+	task := e.admin("POST", "/v1/admin/tasks/once", map[string]any{"executor": "uid_dev01", "start_time": ts(t0), "template_id": tpl,
+		"params": byID(up["id"])})
+	path := "/v1/admin/tasks/once/" + fmt.Sprint(task["id"])
+	e.expectMsg("PATCH", path, map[string]any{"params": byID(998)}, 422, "params_invalid", "artifact 998")
+	e.expectMsg("PATCH", path, map[string]any{"template_id": e.template(), "params": map[string]any{}}, 400, "invalid_argument", "DDI template")
+	e.expectMsg("PATCH", fmt.Sprintf("/v1/admin/templates/%d", tpl), map[string]any{"stages": []any{"a", "b"}}, 400, "invalid_argument", "stages")
+
+	// A name with ; downloads under the link the deployment gives.
+	target := "TargetToken " + e.key("dev01")
+	_, poll := e.ddi(0, "GET", "/ddi/DEFAULT/controller/v1/dev01", target, nil)
+	_, dep := e.ddi(0, "GET", strings.TrimPrefix(link(poll, "deploymentBase"), e.urls[0]), target, nil)
+	art := dep["deployment"].(map[string]any)["chunks"].([]any)[0].(map[string]any)["artifacts"].([]any)[0].(map[string]any)
+	href := art["_links"].(map[string]any)["download"].(map[string]any)["href"].(string)
+	req, _ := http.NewRequest("GET", href, nil)
+	req.Header.Set("Authorization", target)
+	resp, err := e.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(b) != "payload" {
+		t.Fatalf("download of %s: %d %q", href, resp.StatusCode, b)
+	}
+}
+
+// An action whose dispatch ended otherwise (an admin expired it) is gone, and closed.
+func TestDDIEndedActionIsGone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	e.admin("POST", "/v1/admin/tasks/once", map[string]any{"executor": "uid_dev01", "start_time": ts(t0),
+		"template_id": e.ddiTemplate("fw"), "params": deploymentParams("1")})
+	target := "TargetToken " + e.key("dev01")
+	base := "/ddi/DEFAULT/controller/v1/dev01"
+	_, poll := e.ddi(0, "GET", base, target, nil)
+	href := strings.TrimPrefix(link(poll, "deploymentBase"), e.urls[0])
+	recs, _ := e.records(adminToken, "/v1/admin/dispatches?uid=dev01&state=open")
+	e.admin("POST", "/v1/admin/dispatches/"+recs[0]["log_id"].(string)+"/expire", nil)
+	if code, out := e.ddi(0, "GET", href, target, nil); code != 410 {
+		t.Fatalf("deploymentBase of an expired action: %d %v, want 410", code, out)
+	}
+	if n := e.count("SELECT COUNT(*) FROM ddi_action WHERE closed_at IS NULL"); n != 0 {
+		t.Fatalf("open actions after the expiry: %d", n)
 	}
 }

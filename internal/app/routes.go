@@ -69,7 +69,8 @@ func (a *App) routes() http.Handler {
 	r.Method(http.MethodPost, "/v1/fetch", client.Fetch())
 	r.Method(http.MethodPost, "/v1/complete", client.Complete())
 	r.Method(http.MethodPost, "/v1/progress", client.Progress())
-	r.Route("/ddi", ddi.NewHandlers(a.Dispatch, a.Artifacts, log, ddi.Config{Tenant: a.cfg.DDITenant, BaseURL: a.cfg.DDIURL}).Routes)
+	r.Route("/ddi", ddi.NewHandlers(a.Dispatch, a.Artifacts, log, ddi.Config{Tenant: a.cfg.DDITenant, BaseURL: a.cfg.DDIURL,
+		Timeout: a.cfg.RequestTimeout}).Routes)
 	r.Method(http.MethodGet, "/v1/dispatches", dispatch.NewRecords(a.deps.Store, a.Cache, log).RecognizeAdminTokens(isAdminToken).List())
 
 	isClientKey := func(ctx context.Context, key string) bool {
@@ -195,8 +196,10 @@ func isUpload(r *http.Request) bool {
 // isDownload reports whether r is a device's download of an artifact through the DDI
 // endpoint: it takes as long as the bytes do (its lookups are bounded on their own).
 func isDownload(r *http.Request) bool {
-	return (r.Method == http.MethodGet || r.Method == http.MethodHead) && strings.HasPrefix(r.URL.Path, "/ddi/") &&
-		strings.Contains(r.URL.Path, "/softwaremodules/")
+	// /ddi/{tenant}/controller/v1/{controllerId}/softwaremodules/{id}/artifacts/{name}
+	parts := strings.Split(r.URL.Path, "/")
+	return (r.Method == http.MethodGet || r.Method == http.MethodHead) && len(parts) == 10 && parts[1] == "ddi" &&
+		parts[3] == "controller" && parts[6] == "softwaremodules" && parts[8] == "artifacts"
 }
 
 // measure records each request's latency under its route pattern (never the raw path,

@@ -411,16 +411,20 @@ func (s *Store) claimAll(ctx context.Context, c *claimRun) error {
 // numberActions gives the dispatches granted to DDI takes their action ids, in the
 // claim's transaction (ddi_action): the controller's poll writes nothing after it.
 func (c *claimRun) numberActions(ctx context.Context) error {
-	var args, logIDs []any
+	var args, logIDs, uids []any
 	for i, o := range c.outcomes {
 		if o == taskd.Claimed && c.jobs[i].in.take.DDI {
 			d := c.ds[i]
 			args = append(args, d.LogID, d.UID, c.jobs[i].in.now)
 			logIDs = append(logIDs, d.LogID)
+			uids = append(uids, d.UID)
 		}
 	}
 	if len(logIDs) == 0 {
 		return nil
+	}
+	if err := supersede(ctx, c.tx, uids, c.now); err != nil {
+		return err
 	}
 	if _, err := c.tx.ExecContext(ctx, "INSERT INTO ddi_action (log_id, uid, created_at) VALUES "+
 		tuples(len(logIDs), 3), args...); err != nil {

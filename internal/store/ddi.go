@@ -41,8 +41,9 @@ func (s *Store) TemplateDDI(ctx context.Context, id int64) (bool, error) {
 // OpenAction returns uid's latest action its controller has not closed, with its
 // dispatch, or nil.
 func (s *Store) OpenAction(ctx context.Context, uid string) (*taskd.DDIAction, error) {
+	// The newest with its dispatch (one the janitor deleted is passed by).
 	a, err := scanAction(s.db.QueryRowContext(ctx, fmt.Sprintf(actionsSQL,
-		"WHERE uid = ? AND closed_at IS NULL ORDER BY action_id DESC LIMIT 1"), uid))
+		"WHERE uid = ? AND closed_at IS NULL")+" ORDER BY a.id DESC LIMIT 1", uid))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -59,19 +60,48 @@ func (s *Store) Action(ctx context.Context, id int64) (*taskd.DDIAction, error) 
 }
 
 // NumberAction gives dispatch logID of uid its action id, once: a second call answers
-// the first's number.
+// the first's number. uid's older actions still open are closed: the controller holds
+// one at a time, and this one took its slot.
+// An action closed because another took the slot (superseded) is opened again: its
+// dispatch is handed out again (a parked one, back after its task's resume).
 func (s *Store) NumberAction(ctx context.Context, uid, logID string, now time.Time) (int64, error) {
-	res, err := s.db.ExecContext(ctx, "INSERT IGNORE INTO ddi_action (log_id, uid, created_at) VALUES (?, ?, ?)",
-		logID, uid, now)
-	if err != nil {
-		return 0, mysqlErr("number action", err)
-	}
-	if n, _ := res.RowsAffected(); n == 1 {
-		return res.LastInsertId()
-	}
 	var id int64
-	err = s.db.QueryRowContext(ctx, "SELECT action_id FROM ddi_action WHERE log_id = ?", logID).Scan(&id)
+	number := func(tx *sql.Tx) error {
+		var closed bool
+		err := tx.QueryRowContext(ctx, "SELECT action_id, closed_at IS NOT NULL FROM ddi_action WHERE log_id = ? FOR UPDATE",
+			logID).Scan(&id, &closed)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if err == nil && !closed {
+			return nil
+		}
+		if err := supersede(ctx, tx, []any{uid}, now); err != nil {
+			return err
+		}
+		if err == nil {
+			_, err := tx.ExecContext(ctx, "UPDATE ddi_action SET closed_at = NULL WHERE action_id = ?", id)
+			return err
+		}
+		res, err := tx.ExecContext(ctx, "INSERT INTO ddi_action (log_id, uid, created_at) VALUES (?, ?, ?)", logID, uid, now)
+		if err != nil {
+			return err
+		}
+		id, err = res.LastInsertId()
+		return err
+	}
+	err := s.inTx(ctx, number)
+	if isDuplicate(err) {
+		err = s.inTx(ctx, number) // numbered meanwhile: read it
+	}
 	return id, mysqlErr("number action", err)
+}
+
+// supersede closes the open actions of uids, whose slot a new action takes.
+func supersede(ctx context.Context, tx *sql.Tx, uids []any, now time.Time) error {
+	_, err := tx.ExecContext(ctx, "UPDATE ddi_action SET closed_at = ? WHERE uid IN ("+marks(len(uids))+") AND closed_at IS NULL",
+		append([]any{now}, uids...)...)
+	return err
 }
 
 // CloseAction records that action id is closed, if it is not yet; it reports whether
