@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"path"
 	"reflect"
 	"slices"
 	"sort"
@@ -92,24 +93,33 @@ func (c *Console) templatesPage(w http.ResponseWriter, r *http.Request, status i
 	c.render(w, r, status, "templates", "Templates", data)
 }
 
+// createTemplate creates a template from the form: a name and a JSON Schema, or a
+// DDI template, whose schema (a deployment) is the server's.
 func (c *Console) createTemplate(w http.ResponseWriter, r *http.Request) {
-	name, schema := strings.TrimSpace(r.PostFormValue("name")), r.PostFormValue("schema")
-	form := map[string]any{"Name": name, "Schema": schema}
-	var parsed json.RawMessage
-	if err := json.Unmarshal([]byte(schema), &parsed); err != nil {
-		form["SchemaError"] = "Not JSON: " + err.Error()
-		c.templatesPage(w, r, http.StatusBadRequest, form)
-		return
+	name, schema, ddi := strings.TrimSpace(r.PostFormValue("name")), r.PostFormValue("schema"), r.PostFormValue("ddi") == "1"
+	form := map[string]any{"Name": name, "Schema": schema, "DDI": ddi}
+	body := map[string]any{"name": name, "ddi": true}
+	if !ddi {
+		var parsed json.RawMessage
+		if err := json.Unmarshal([]byte(schema), &parsed); err != nil {
+			form["SchemaError"] = "Not JSON: " + err.Error()
+			c.templatesPage(w, r, http.StatusBadRequest, form)
+			return
+		}
+		body = map[string]any{"name": name, "schema": parsed}
 	}
-	res, ok := c.api(w, r, http.MethodPost, "/v1/admin/templates", map[string]any{"name": name, "schema": parsed})
+	res, ok := c.api(w, r, http.MethodPost, "/v1/admin/templates", body)
 	if !ok {
 		return
 	}
 	if !res.ok() {
 		msg := res.message()
-		if strings.HasPrefix(msg, "name") {
+		switch {
+		case strings.HasPrefix(msg, "name"):
 			form["NameError"] = msg
-		} else {
+		case ddi: // the schema field is hidden
+			form["Error"] = msg
+		default:
 			form["SchemaError"] = msg
 		}
 		c.templatesPage(w, r, res.status, form)
@@ -329,7 +339,17 @@ func (c *Console) renderTaskForm(w http.ResponseWriter, r *http.Request, status 
 	}
 	data := map[string]any{"Templates": body.Templates, "Task": tf}
 	schema, _ := tf.Template["schema"].(map[string]any)
-	if !tf.Raw && formable(schema) {
+	if tf.Template["ddi"] == true {
+		data["DDI"] = true
+		if tf.Editing == "" && strings.TrimSpace(tf.Form["params"]) == "{}" {
+			example, ok := c.exampleDeployment(w, r)
+			if !ok {
+				return
+			}
+			tf.Form["params"] = example
+		}
+	}
+	if !tf.Raw && byField(tf.Template) {
 		perrs := map[string]string{}
 		for k, v := range tf.Errors {
 			if p, ok := strings.CutPrefix(k, "p:"); ok {
@@ -343,6 +363,33 @@ func (c *Console) renderTaskForm(w http.ResponseWriter, r *http.Request, status 
 		title = "Edit task " + tf.Editing
 	}
 	c.render(w, r, status, "newtask", title, data)
+}
+
+// byField reports whether the params of template tpl's tasks are edited field by
+// field: its schema allows it, and it is not a DDI template (whose deployment, chunks
+// of artifacts, reads best as JSON).
+func byField(tpl map[string]any) bool {
+	schema, _ := tpl["schema"].(map[string]any)
+	return formable(schema) && tpl["ddi"] != true
+}
+
+// exampleDeployment is the params a new DDI task's form offers: one chunk of the
+// newest artifact uploaded, or of a file elsewhere when there is none.
+func (c *Console) exampleDeployment(w http.ResponseWriter, r *http.Request) (string, bool) {
+	var list artifactList
+	if !c.fetch(w, r, "/v1/admin/artifacts?limit=1", &list) {
+		return "", false
+	}
+	artifact := map[string]any{"filename": "update.swu", "size": 0, "url": "https://files.example.com/update.swu",
+		"hashes": map[string]any{"sha1": strings.Repeat("0", 40)}}
+	name := "update"
+	if len(list.Artifacts) > 0 {
+		artifact = map[string]any{"artifact_id": list.Artifacts[0].ID}
+		name = strings.TrimSuffix(list.Artifacts[0].Filename, path.Ext(list.Artifacts[0].Filename))
+	}
+	b, _ := json.MarshalIndent(map[string]any{"chunks": []any{map[string]any{"part": "os", "name": name, "version": "1.0",
+		"artifacts": []any{artifact}}}}, "", "  ")
+	return string(b), true
 }
 
 // taskFields are the form fields of a task, in the API's names.
@@ -439,7 +486,7 @@ func (c *Console) submitTask(w http.ResponseWriter, r *http.Request, tf taskForm
 			schema, _ = tf.Template["schema"].(map[string]any)
 		}
 	}
-	if !tf.Raw && formable(schema) {
+	if !tf.Raw && byField(tf.Template) {
 		perrs := map[string]string{}
 		tf.Params = readParams(schema, "", r.PostForm, perrs)
 		for p, msg := range perrs {
