@@ -165,7 +165,7 @@ func (c *Console) tasks(w http.ResponseWriter, r *http.Request) {
 		NextCursor string `json:"next_cursor"`
 	}
 	res.decode(&body)
-	names, ok := c.templateNames(w, r)
+	names, _, ok := c.templateNames(w, r)
 	if !ok {
 		return
 	}
@@ -182,7 +182,7 @@ func (c *Console) task(w http.ResponseWriter, r *http.Request) {
 	if !c.fetch(w, r, taskPath(r), &t) {
 		return
 	}
-	names, ok := c.templateNames(w, r)
+	names, ddi, ok := c.templateNames(w, r)
 	if !ok {
 		return
 	}
@@ -190,12 +190,18 @@ func (c *Console) task(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	var deployment *deploymentView
+	if ddi[fmt.Sprint(t["template_id"])] {
+		if deployment, ok = c.taskDeployment(w, r, t); !ok {
+			return
+		}
+	}
 	rollout := exampleRollout
 	if t["rollout"] != nil {
 		b, _ := json.MarshalIndent(t["rollout"], "", "  ")
 		rollout = string(b)
 	}
-	data := map[string]any{"Task": t, "TemplateNames": names, "Rollout": ro, "RolloutJSON": rollout}
+	data := map[string]any{"Task": t, "TemplateNames": names, "Rollout": ro, "RolloutJSON": rollout, "Deployment": deployment}
 	if r.URL.Query().Get("saved") == "1" {
 		// Just created or saved: the write's warnings, worked out again by a dry run of
 		// the task as stored (the redirect carries no text a link could forge).
@@ -233,18 +239,22 @@ func previewBody(t map[string]any) map[string]any {
 }
 
 // templateNames are the templates' names by id (as text, the way a task's template_id
-// prints), so task lists name the template rather than show a number.
-func (c *Console) templateNames(w http.ResponseWriter, r *http.Request) (map[string]string, bool) {
+// prints), so task lists name the template rather than show a number; and the ids of
+// the DDI templates.
+func (c *Console) templateNames(w http.ResponseWriter, r *http.Request) (names map[string]string, ddi map[string]bool, ok bool) {
 	var body struct{ Templates []map[string]any }
 	if !c.fetch(w, r, "/v1/admin/templates", &body) {
-		return nil, false
+		return nil, nil, false
 	}
-	names := make(map[string]string, len(body.Templates))
+	names, ddi = make(map[string]string, len(body.Templates)), map[string]bool{}
 	for _, t := range body.Templates {
 		name, _ := t["name"].(string)
 		names[fmt.Sprint(t["id"])] = name
+		if t["ddi"] == true {
+			ddi[fmt.Sprint(t["id"])] = true
+		}
 	}
-	return names, true
+	return names, ddi, true
 }
 
 // taskForm is the state of the task form: the task's fields (the API's names, as
