@@ -84,6 +84,10 @@ func (c *Console) uploadArtifact(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !res.ok() {
+		// The rest of a refused upload is not read: net/http reads at most 256 KiB
+		// more after this reply, then closes the connection, and the browser shows the
+		// reply though its upload was cut short (the browser test's upload over the
+		// limit).
 		fail(res.status, "Not uploaded: "+res.message())
 		return
 	}
