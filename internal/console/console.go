@@ -5,7 +5,8 @@
 //
 // The session is a random id in an HttpOnly, SameSite=Strict cookie scoped to
 // /console/, kept in Redis with idle and absolute expiry (sessions.go); every form that
-// changes something carries a CSRF token of the session. A session whose admin token
+// changes something carries a CSRF token of the session (an upload's multipart form as
+// its first part, checked before the file is read). A session whose admin token
 // the server no longer accepts ends, with a message. The pages send a
 // Content-Security-Policy that allows scripts from the console's own files only;
 // html/template escapes every value that came from users, and JSON from agents and

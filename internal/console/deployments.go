@@ -42,8 +42,9 @@ type artifactView struct {
 	Filename string
 	Size     int64
 	URL      string
-	// Missing says the server no longer has the artifact ID names.
-	Missing bool
+	// Unread says why the artifact ID names was not read: the server no longer has
+	// it, say.
+	Unread string
 }
 
 // deviceView is one device's place in the deployment.
@@ -207,10 +208,15 @@ func (c *Console) taskDeployment(w http.ResponseWriter, r *http.Request, t map[s
 					return nil, false
 				}
 				var up taskd.Artifact
-				if res.ok() && res.decode(&up) == nil {
+				switch {
+				case res.status == http.StatusNotFound:
+					av.Unread = "no longer on the server"
+				case !res.ok():
+					av.Unread = "not read: " + res.message()
+				case res.decode(&up) != nil:
+					av.Unread = "not read: the server's reply could not be read"
+				default:
 					av.Filename, av.Size = up.Filename, up.Size
-				} else {
-					av.Missing = true
 				}
 				known[a.ArtifactID] = av
 			}
