@@ -187,10 +187,11 @@ func (a *App) boundWork(next http.Handler) http.Handler {
 
 // isUpload reports whether r uploads a campaign's uids (it takes as long as the body
 // does, in one transaction, bounded by the upload's size) or an artifact's bytes
-// (streamed to the artifact storage, bounded by their size and the upload timeout).
+// (streamed to the artifact storage, bounded by their size and the upload timeout),
+// through the API or the console's form (which calls the API with the same body).
 func isUpload(r *http.Request) bool {
 	return r.Method == http.MethodPost && (strings.HasPrefix(r.URL.Path, "/v1/admin/campaigns/") &&
-		strings.HasSuffix(r.URL.Path, "/items") || r.URL.Path == "/v1/admin/artifacts")
+		strings.HasSuffix(r.URL.Path, "/items") || r.URL.Path == "/v1/admin/artifacts" || r.URL.Path == "/console/artifacts")
 }
 
 // isDownload reports whether r is a device's download of an artifact through the DDI

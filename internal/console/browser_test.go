@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -20,11 +21,16 @@ import (
 // through the form with a 422 at its field and <script> params shown as text, an
 // agent's dispatch in the events, pause and its audit entry, a campaign created, started,
 // worked by an agent and paused, one paused by its error budget on the dashboard and its
-// page with the failures, CSRF, paging through 250
+// page with the failures, an artifact uploaded (and one over the limit refused), a DDI
+// template and task, a fake DDI controller's feedback on the task's page, the artifact's
+// delete refused while the task names it, CSRF, paging through 250
 // tasks, 390 px, an unknown session, sign out and the old cookie refused). It fails, never skips, when the browser,
 // node or playwright-core is missing: make test installs playwright-core (npm ci),
 // .ci/run installs chromium and node. TASKD_CONSOLE_SHOTS=<dir> keeps the screenshots
 // (docs/console holds the README's).
+// artifactMaxBytes is the test server's largest artifact: the browser uploads one over it.
+const artifactMaxBytes = 1 << 20
+
 func TestConsoleInChromium(t *testing.T) {
 	t.Parallel()
 	chromium := os.Getenv("CHROMIUM")
@@ -46,7 +52,8 @@ func TestConsoleInChromium(t *testing.T) {
 	const token = "console-test-token"
 	cfg := app.Config{RedisPrefix: prefix, CatchUp: time.Hour, AdminTokens: []string{"ops=" + token},
 		MaxWait: time.Second, SweepInterval: time.Second, Node: "console-test", RequestTimeout: time.Minute,
-		NodeTimeout: time.Hour} // one beat keeps the node on the dashboard for the whole run
+		NodeTimeout: time.Hour, // one beat keeps the node on the dashboard for the whole run
+		ArtifactDir: t.TempDir(), ArtifactMaxBytes: artifactMaxBytes}
 	a := app.New(cfg, app.Deps{Store: testenv.Store(t), Redis: rdb, Clock: clock.Real{},
 		Log: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError}))})
 	srv := httptest.NewServer(a.Handler())
@@ -68,7 +75,8 @@ func TestConsoleInChromium(t *testing.T) {
 	}
 	cmd := exec.CommandContext(t.Context(), node, "console.test.mjs")
 	cmd.Dir = "e2e"
-	cmd.Env = append(os.Environ(), "BASE_URL="+srv.URL, "TOKEN="+token, "SHOTS="+shots, "CHROMIUM="+chromium)
+	cmd.Env = append(os.Environ(), "BASE_URL="+srv.URL, "TOKEN="+token, "SHOTS="+shots, "CHROMIUM="+chromium,
+		"ARTIFACT_MAX_BYTES="+strconv.Itoa(artifactMaxBytes))
 	out, err := cmd.CombinedOutput()
 	t.Logf("console.test.mjs:\n%s", out)
 	if err != nil {

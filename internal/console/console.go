@@ -5,7 +5,8 @@
 //
 // The session is a random id in an HttpOnly, SameSite=Strict cookie scoped to
 // /console/, kept in Redis with idle and absolute expiry (sessions.go); every form that
-// changes something carries a CSRF token of the session. A session whose admin token
+// changes something carries a CSRF token of the session (an upload's multipart form as
+// its first part, checked before the file is read). A session whose admin token
 // the server no longer accepts ends, with a message. The pages send a
 // Content-Security-Policy that allows scripts from the console's own files only;
 // html/template escapes every value that came from users, and JSON from agents and
@@ -25,6 +26,8 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"mime"
+	"mime/multipart"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -116,6 +119,9 @@ func New(api http.Handler, log *slog.Logger, cfg Config) *Console {
 		"nonzero":      func(v any) bool { return num(v) != 0 },
 		"split":        func(taskID string) []string { k, id, _ := strings.Cut(taskID, ":"); return []string{k, id} },
 		"rolloutMoves": rolloutMoves,
+		"size":         humanSize,
+		"shortHash":    shortHash,
+		"taskLink":     taskLink,
 		"templateName": func(names map[string]string, id any) string {
 			if name := names[fmt.Sprint(id)]; name != "" {
 				return name + " (" + fmt.Sprint(id) + ")"
@@ -178,6 +184,11 @@ func (c *Console) Routes() http.Handler {
 		r.Get("/campaigns/{id}", c.campaign)
 		r.Post("/campaigns", c.createCampaign)
 		r.Post("/campaigns/{id}/{move}", c.moveCampaign)
+		r.Get("/artifacts", c.artifacts)
+		r.Post("/artifacts", c.uploadArtifact)
+		r.Get("/artifacts/{id}", c.artifact)
+		r.Get("/artifacts/{id}/delete", c.confirmDeleteArtifact)
+		r.Post("/artifacts/{id}/delete", c.deleteArtifact)
 		r.Get("/stats", c.stats)
 		r.Get("/audit", c.audit)
 		r.Get("/events", c.events)
@@ -236,13 +247,58 @@ func (c *Console) session(next http.Handler) http.Handler {
 			http.Redirect(w, r, "/console/signin?m=refused", http.StatusSeeOther)
 			return
 		}
-		if r.Method == http.MethodPost && !hmac.Equal([]byte(r.PostFormValue("csrf")), []byte(s.csrf)) {
-			c.render(w, r, http.StatusForbidden, "error", "Refused", map[string]any{
-				"Error": "This form is out of date or did not come from the console (CSRF check). Go back, reload the page and try again."})
-			return
+		ctx := context.WithValue(r.Context(), sessionKey{}, s)
+		if r.Method == http.MethodPost {
+			token, parts := formCSRF(r)
+			if !hmac.Equal([]byte(token), []byte(s.csrf)) {
+				c.render(w, r, http.StatusForbidden, "error", "Refused", map[string]any{
+					"Error": "This form is out of date or did not come from the console (CSRF check). Go back, reload the page and try again."})
+				return
+			}
+			if parts != nil {
+				ctx = context.WithValue(ctx, partsKey{}, parts)
+			}
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, s)))
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// partsKey holds, in a request's context, the rest of a multipart form whose CSRF
+// token was checked (formParts).
+type partsKey struct{}
+
+// maxCSRFBytes bounds the CSRF part read from a multipart form (a token is 64 bytes).
+const maxCSRFBytes = 256
+
+// formCSRF is the CSRF token a POST carries: a urlencoded form's csrf field, or the
+// first part of a multipart form, which must be it. A multipart form (an artifact's
+// upload) is not parsed whole, which would keep a file of any size in memory or a
+// temporary file before the check: its parts after the token are returned, unread,
+// for the handler to stream on.
+func formCSRF(r *http.Request) (string, *multipart.Reader) {
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "multipart/form-data" {
+		return r.PostFormValue("csrf"), nil
+	}
+	parts, err := r.MultipartReader()
+	if err != nil {
+		return "", nil
+	}
+	p, err := parts.NextPart()
+	if err != nil || p.FormName() != "csrf" || p.FileName() != "" {
+		return "", nil
+	}
+	token, err := io.ReadAll(io.LimitReader(p, maxCSRFBytes))
+	if err != nil {
+		return "", nil
+	}
+	return string(token), parts
+}
+
+// formParts is the rest of r's multipart form after its CSRF token; nil for a request
+// of another kind.
+func formParts(r *http.Request) *multipart.Reader {
+	parts, _ := r.Context().Value(partsKey{}).(*multipart.Reader)
+	return parts
 }
 
 // sessionsUnavailable answers a request the session store (Redis) failed.
@@ -408,21 +464,41 @@ func (c *Console) callIfMatch(r *http.Request, token, method, path, ifMatch stri
 		}
 		rd = bytes.NewReader(buf)
 	}
-	// A context without the console's route: the API's router routes the call afresh.
-	ctx := context.WithValue(r.Context(), chi.RouteCtxKey, nil)
-	req, err := http.NewRequestWithContext(ctx, method, path, rd)
-	if err != nil {
+	req, ok := c.newCall(r, token, method, path, rd)
+	if !ok {
 		return result{status: http.StatusBadRequest}
 	}
-	req.RemoteAddr = r.RemoteAddr
-	req.Header.Set("Authorization", "Bearer "+token)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if ifMatch != "" {
 		req.Header.Set("If-Match", ifMatch)
 	}
+	return c.roundTrip(req, nil)
+}
+
+// newCall is a request to the admin API with token, as the browser's address (so a
+// wrong token counts against it like any other).
+func (c *Console) newCall(r *http.Request, token, method, path string, body io.Reader) (*http.Request, bool) {
+	// A context without the console's route: the API's router routes the call afresh.
+	ctx := context.WithValue(r.Context(), chi.RouteCtxKey, nil)
+	req, err := http.NewRequestWithContext(ctx, method, path, body)
+	if err != nil {
+		return nil, false
+	}
+	req.RemoteAddr = r.RemoteAddr
+	req.Header.Set("Authorization", "Bearer "+token)
+	return req, true
+}
+
+// roundTrip sends req through the admin API in process. conn, when not nil, is the
+// browser's response: the read deadlines the API sets on an upload go to the
+// browser's connection, whose bytes the upload's body streams on.
+func (c *Console) roundTrip(req *http.Request, conn http.ResponseWriter) result {
 	rec := &recorder{header: http.Header{}}
+	if conn != nil {
+		rec.conn = http.NewResponseController(conn)
+	}
 	c.admin.ServeHTTP(rec, req)
 	return result{status: rec.status, body: rec.body.Bytes()}
 }
@@ -437,15 +513,21 @@ func (c *Console) api(w http.ResponseWriter, r *http.Request, method, path strin
 func (c *Console) apiIfMatch(w http.ResponseWriter, r *http.Request, method, path, ifMatch string, body any) (result, bool) {
 	s := currentSession(r)
 	res := c.callIfMatch(r, s.token, method, path, ifMatch, body)
-	if res.status == http.StatusUnauthorized {
-		if err := c.sessions.end(r.Context(), s.id); err != nil {
-			c.log.Warn("console: end a refused session", "err", err)
-		}
-		setCookie(w, r, cookieName, "", "/console/", -1)
-		http.Redirect(w, r, "/console/signin?m=refused", http.StatusSeeOther)
-		return res, false
+	return res, c.accepted(w, r, res)
+}
+
+// accepted reports whether the API took the session's token for res; a token refused
+// ends the session and sends the browser to sign in (the reply is written).
+func (c *Console) accepted(w http.ResponseWriter, r *http.Request, res result) bool {
+	if res.status != http.StatusUnauthorized {
+		return true
 	}
-	return res, true
+	if err := c.sessions.end(r.Context(), currentSession(r).id); err != nil {
+		c.log.Warn("console: end a refused session", "err", err)
+	}
+	setCookie(w, r, cookieName, "", "/console/", -1)
+	http.Redirect(w, r, "/console/signin?m=refused", http.StatusSeeOther)
+	return false
 }
 
 // change sends a call that changes something; on an error reply it shows page with
@@ -488,6 +570,17 @@ type recorder struct {
 	header http.Header
 	status int
 	body   bytes.Buffer
+	conn   *http.ResponseController // the browser's, on an upload
+}
+
+// SetReadDeadline sets the browser's connection's read deadline, on an upload whose
+// body is that connection's (http.ResponseController finds it): the API's bounds on an
+// upload's pace apply to the browser that sends it.
+func (r *recorder) SetReadDeadline(t time.Time) error {
+	if r.conn == nil {
+		return http.ErrNotSupported
+	}
+	return r.conn.SetReadDeadline(t)
 }
 
 func (r *recorder) Header() http.Header { return r.header }
@@ -560,12 +653,16 @@ func showJSON(v any) string {
 	return string(out[:cut]) + "… (truncated, " + strconv.Itoa(len(out)) + " bytes)"
 }
 
-// showTime shows an RFC 3339 time of the API as UTC, minutes and seconds.
+// showTime shows an RFC 3339 time of the API (or a time.Time) as UTC, minutes and
+// seconds.
 func showTime(s any) string {
-	str, _ := s.(string)
-	t, err := time.Parse(time.RFC3339Nano, str)
-	if err != nil {
-		return str
+	t, ok := s.(time.Time)
+	if !ok {
+		str, _ := s.(string)
+		var err error
+		if t, err = time.Parse(time.RFC3339Nano, str); err != nil {
+			return str
+		}
 	}
 	return t.UTC().Format("2006-01-02 15:04:05") + " UTC"
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"path"
 	"reflect"
 	"slices"
 	"sort"
@@ -92,24 +93,33 @@ func (c *Console) templatesPage(w http.ResponseWriter, r *http.Request, status i
 	c.render(w, r, status, "templates", "Templates", data)
 }
 
+// createTemplate creates a template from the form: a name and a JSON Schema, or a
+// DDI template, whose schema (a deployment) is the server's.
 func (c *Console) createTemplate(w http.ResponseWriter, r *http.Request) {
-	name, schema := strings.TrimSpace(r.PostFormValue("name")), r.PostFormValue("schema")
-	form := map[string]any{"Name": name, "Schema": schema}
-	var parsed json.RawMessage
-	if err := json.Unmarshal([]byte(schema), &parsed); err != nil {
-		form["SchemaError"] = "Not JSON: " + err.Error()
-		c.templatesPage(w, r, http.StatusBadRequest, form)
-		return
+	name, schema, ddi := strings.TrimSpace(r.PostFormValue("name")), r.PostFormValue("schema"), r.PostFormValue("ddi") == "1"
+	form := map[string]any{"Name": name, "Schema": schema, "DDI": ddi}
+	body := map[string]any{"name": name, "ddi": true}
+	if !ddi {
+		var parsed json.RawMessage
+		if err := json.Unmarshal([]byte(schema), &parsed); err != nil {
+			form["SchemaError"] = "Not JSON: " + err.Error()
+			c.templatesPage(w, r, http.StatusBadRequest, form)
+			return
+		}
+		body = map[string]any{"name": name, "schema": parsed}
 	}
-	res, ok := c.api(w, r, http.MethodPost, "/v1/admin/templates", map[string]any{"name": name, "schema": parsed})
+	res, ok := c.api(w, r, http.MethodPost, "/v1/admin/templates", body)
 	if !ok {
 		return
 	}
 	if !res.ok() {
 		msg := res.message()
-		if strings.HasPrefix(msg, "name") {
+		switch {
+		case strings.HasPrefix(msg, "name"):
 			form["NameError"] = msg
-		} else {
+		case ddi: // the schema field is hidden
+			form["Error"] = msg
+		default:
 			form["SchemaError"] = msg
 		}
 		c.templatesPage(w, r, res.status, form)
@@ -155,7 +165,7 @@ func (c *Console) tasks(w http.ResponseWriter, r *http.Request) {
 		NextCursor string `json:"next_cursor"`
 	}
 	res.decode(&body)
-	names, ok := c.templateNames(w, r)
+	names, _, ok := c.templateNames(w, r)
 	if !ok {
 		return
 	}
@@ -172,7 +182,7 @@ func (c *Console) task(w http.ResponseWriter, r *http.Request) {
 	if !c.fetch(w, r, taskPath(r), &t) {
 		return
 	}
-	names, ok := c.templateNames(w, r)
+	names, ddi, ok := c.templateNames(w, r)
 	if !ok {
 		return
 	}
@@ -180,12 +190,18 @@ func (c *Console) task(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	var deployment *deploymentView
+	if ddi[fmt.Sprint(t["template_id"])] {
+		if deployment, ok = c.taskDeployment(w, r, t); !ok {
+			return
+		}
+	}
 	rollout := exampleRollout
 	if t["rollout"] != nil {
 		b, _ := json.MarshalIndent(t["rollout"], "", "  ")
 		rollout = string(b)
 	}
-	data := map[string]any{"Task": t, "TemplateNames": names, "Rollout": ro, "RolloutJSON": rollout}
+	data := map[string]any{"Task": t, "TemplateNames": names, "Rollout": ro, "RolloutJSON": rollout, "Deployment": deployment}
 	if r.URL.Query().Get("saved") == "1" {
 		// Just created or saved: the write's warnings, worked out again by a dry run of
 		// the task as stored (the redirect carries no text a link could forge).
@@ -223,18 +239,22 @@ func previewBody(t map[string]any) map[string]any {
 }
 
 // templateNames are the templates' names by id (as text, the way a task's template_id
-// prints), so task lists name the template rather than show a number.
-func (c *Console) templateNames(w http.ResponseWriter, r *http.Request) (map[string]string, bool) {
+// prints), so task lists name the template rather than show a number; and the ids of
+// the DDI templates.
+func (c *Console) templateNames(w http.ResponseWriter, r *http.Request) (names map[string]string, ddi map[string]bool, ok bool) {
 	var body struct{ Templates []map[string]any }
 	if !c.fetch(w, r, "/v1/admin/templates", &body) {
-		return nil, false
+		return nil, nil, false
 	}
-	names := make(map[string]string, len(body.Templates))
+	names, ddi = make(map[string]string, len(body.Templates)), map[string]bool{}
 	for _, t := range body.Templates {
 		name, _ := t["name"].(string)
 		names[fmt.Sprint(t["id"])] = name
+		if t["ddi"] == true {
+			ddi[fmt.Sprint(t["id"])] = true
+		}
 	}
-	return names, true
+	return names, ddi, true
 }
 
 // taskForm is the state of the task form: the task's fields (the API's names, as
@@ -329,7 +349,17 @@ func (c *Console) renderTaskForm(w http.ResponseWriter, r *http.Request, status 
 	}
 	data := map[string]any{"Templates": body.Templates, "Task": tf}
 	schema, _ := tf.Template["schema"].(map[string]any)
-	if !tf.Raw && formable(schema) {
+	if tf.Template["ddi"] == true {
+		data["DDI"] = true
+		if tf.Editing == "" && strings.TrimSpace(tf.Form["params"]) == "{}" {
+			example, ok := c.exampleDeployment(w, r)
+			if !ok {
+				return
+			}
+			tf.Form["params"] = example
+		}
+	}
+	if !tf.Raw && byField(tf.Template) {
 		perrs := map[string]string{}
 		for k, v := range tf.Errors {
 			if p, ok := strings.CutPrefix(k, "p:"); ok {
@@ -343,6 +373,33 @@ func (c *Console) renderTaskForm(w http.ResponseWriter, r *http.Request, status 
 		title = "Edit task " + tf.Editing
 	}
 	c.render(w, r, status, "newtask", title, data)
+}
+
+// byField reports whether the params of template tpl's tasks are edited field by
+// field: its schema allows it, and it is not a DDI template (whose deployment, chunks
+// of artifacts, reads best as JSON).
+func byField(tpl map[string]any) bool {
+	schema, _ := tpl["schema"].(map[string]any)
+	return formable(schema) && tpl["ddi"] != true
+}
+
+// exampleDeployment is the params a new DDI task's form offers: one chunk of the
+// newest artifact uploaded, or of a file elsewhere when there is none.
+func (c *Console) exampleDeployment(w http.ResponseWriter, r *http.Request) (string, bool) {
+	var list artifactList
+	if !c.fetch(w, r, "/v1/admin/artifacts?limit=1", &list) {
+		return "", false
+	}
+	artifact := map[string]any{"filename": "update.swu", "size": 0, "url": "https://files.example.com/update.swu",
+		"hashes": map[string]any{"sha1": strings.Repeat("0", 40)}}
+	name := "update"
+	if len(list.Artifacts) > 0 {
+		artifact = map[string]any{"artifact_id": list.Artifacts[0].ID}
+		name = strings.TrimSuffix(list.Artifacts[0].Filename, path.Ext(list.Artifacts[0].Filename))
+	}
+	b, _ := json.MarshalIndent(map[string]any{"chunks": []any{map[string]any{"part": "os", "name": name, "version": "1.0",
+		"artifacts": []any{artifact}}}}, "", "  ")
+	return string(b), true
 }
 
 // taskFields are the form fields of a task, in the API's names.
@@ -439,7 +496,7 @@ func (c *Console) submitTask(w http.ResponseWriter, r *http.Request, tf taskForm
 			schema, _ = tf.Template["schema"].(map[string]any)
 		}
 	}
-	if !tf.Raw && formable(schema) {
+	if !tf.Raw && byField(tf.Template) {
 		perrs := map[string]string{}
 		tf.Params = readParams(schema, "", r.PostForm, perrs)
 		for p, msg := range perrs {

@@ -43,8 +43,19 @@ func newShared(t *testing.T) shared {
 // and clk, and returns its base URL.
 func startNode(t *testing.T, sh shared, clk clock.Clock, tokens ...string) string {
 	t.Helper()
+	return startNodeWith(t, sh, clk, nil, tokens...)
+}
+
+// startNodeWith is startNode with the config changed by tweak (nil: as it is). Its
+// artifacts go to a directory of the test's.
+func startNodeWith(t *testing.T, sh shared, clk clock.Clock, tweak func(*app.Config), tokens ...string) string {
+	t.Helper()
 	cfg := app.Config{RedisPrefix: sh.prefix, CatchUp: time.Hour, AdminTokens: tokens,
-		MaxWait: time.Second, SweepInterval: time.Second, Node: "console-" + testenv.Suffix(), RequestTimeout: time.Minute}
+		MaxWait: time.Second, SweepInterval: time.Second, Node: "console-" + testenv.Suffix(), RequestTimeout: time.Minute,
+		ArtifactDir: t.TempDir()}
+	if tweak != nil {
+		tweak(&cfg)
+	}
 	a := app.New(cfg, app.Deps{Store: sh.store, Redis: sh.rdb, Clock: clk,
 		Log: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError}))})
 	srv := httptest.NewServer(a.Handler())
