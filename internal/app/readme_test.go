@@ -98,6 +98,8 @@ func TestREADMEWalkthroughs(t *testing.T) {
 		"Operations": {`"nodes"`},
 		"Rollouts": {`"task":null`, `{"state":"waiting","phase":1,"cap":1,"claimed":1,"finished":1,"succeeded":1,"gate":"passed"}`,
 			`{"state":"running","phase":2,"cap":2}`, `"rotate:`},
+		"Devices over hawkBit DDI, and software artifacts": {`{"filename":"rootfs-2.4.1.swu","size":4096}`,
+			`{"state":"done","result":"success"}`},
 	}
 	for _, s := range sections {
 		if _, ok := want[s.title]; !ok {
@@ -125,7 +127,11 @@ func TestREADMEWalkthroughs(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.RedisPrefix = prefix
+	cfg.ArtifactDir = t.TempDir() // make run's is ./artifacts
 	a := app.New(cfg, app.Deps{Store: st, Redis: rdb, Clock: clock.Real{}, Log: log})
+	if err := a.PrepareArtifacts(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); a.RunBackground(ctx) }()
