@@ -77,6 +77,14 @@ func TestIdempotentCreates(t *testing.T) {
 	if code, out, h := e.idem(0, adminToken, "POST", "/v1/admin/tasks/once", "k-2", good); code != 201 || out["id"] == task["id"] || h.Get("Idempotent-Replayed") != "" {
 		t.Fatalf("the key after 24 h: %d %v, want a new task", code, out)
 	}
+	// The janitor prunes the keys past 24 h.
+	e.clock.Advance(24*time.Hour + time.Second)
+	if p, err := e.apps[0].Prune(t.Context()); err != nil || p.IdempotencyKeys == 0 {
+		t.Fatalf("prune: %+v %v, want the old keys deleted", p, err)
+	}
+	if n := e.count("SELECT COUNT(*) FROM idempotency_key"); n != 0 {
+		t.Fatalf("keys after the prune: %d", n)
+	}
 	// Keys: 1..255 printable characters.
 	if code, out, _ := e.idem(0, adminToken, "POST", "/v1/admin/templates", strings.Repeat("x", 256), tpl); code != 400 ||
 		!strings.Contains(errMessage(out), "Idempotency-Key") {
