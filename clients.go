@@ -83,3 +83,13 @@ type HeapChange struct {
 	Target string
 	At     time.Time
 }
+
+// IdempotentReply is an admin request kept under its Idempotency-Key: its hash, and
+// its reply once it succeeded (Status 0: under way).
+type IdempotentReply struct {
+	RequestHash string
+	Status      int
+	Header      map[string][]string
+	Body        []byte
+	CreatedAt   time.Time
+}

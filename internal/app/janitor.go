@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"github.com/taskpull/taskd/admin"
 	"time"
 
 	"github.com/taskpull/taskd/internal/store"
@@ -45,8 +46,8 @@ func (a *App) runJanitor(ctx context.Context) {
 
 // Pruned is what one Prune deleted; Skipped says another node holds the janitor lease.
 type Pruned struct {
-	Dispatches, Outbox, Agents, HeapChanges int64
-	Skipped                                 bool
+	Dispatches, Outbox, Agents, HeapChanges, IdempotencyKeys int64
+	Skipped                                                  bool
 }
 
 // Prune deletes what is past its retention now, if this node gets the janitor lease.
@@ -91,6 +92,9 @@ func (a *App) Prune(ctx context.Context) (Pruned, error) {
 		}
 	}
 	if err := a.pruneHeapChanges(ctx, now.Add(-heapChangeRetention), &p); err != nil {
+		return p, err
+	}
+	if err := a.pruneRows(ctx, "idempotency_key", a.deps.Store.PruneIdempotency, now.Add(-admin.IdempotencyWindow), &p.IdempotencyKeys); err != nil {
 		return p, err
 	}
 	if p.Outbox > 0 {
