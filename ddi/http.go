@@ -87,9 +87,9 @@ func (h *Handlers) Routes(r chi.Router) {
 	r.Route("/{tenant}/controller/v1/{controllerId}", func(r chi.Router) {
 		r.Get("/", h.serve(h.base))
 		r.Get("/deploymentBase/{actionId}", h.serve(h.deployment))
-		r.Post("/deploymentBase/{actionId}/feedback", h.serve(h.feedback))
+		r.Post("/deploymentBase/{actionId}/feedback", h.serve(h.feedbackOn(h.svc.FeedbackDDI)))
 		r.Get("/cancelAction/{actionId}", h.serve(h.cancelAction))
-		r.Post("/cancelAction/{actionId}/feedback", h.serve(h.cancelFeedback))
+		r.Post("/cancelAction/{actionId}/feedback", h.serve(h.feedbackOn(h.svc.CancelFeedbackDDI)))
 		r.Put("/configData", h.serve(h.configData))
 		r.Get("/installedBase/{actionId}", h.serve(h.installed))
 		r.Get("/softwaremodules/{moduleId}/artifacts/{filename}", h.download)
@@ -381,17 +381,20 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 	return nil
 }
 
-// feedback is POST .../deploymentBase/{actionId}/feedback.
-func (h *Handlers) feedback(w http.ResponseWriter, r *http.Request, q request) (int, any, error) {
-	id, err := actionID(r)
-	if err != nil {
-		return 0, nil, err
+// feedbackOn is a POST of a controller's feedback on an action (.../feedback), which
+// apply applies.
+func (h *Handlers) feedbackOn(apply func(ctx context.Context, uid string, c dispatch.Credential, id int64, f dispatch.DDIFeedback) error) endpoint {
+	return func(w http.ResponseWriter, r *http.Request, q request) (int, any, error) {
+		id, err := actionID(r)
+		if err != nil {
+			return 0, nil, err
+		}
+		f, err := readFeedback(w, r)
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, nil, apply(r.Context(), q.uid, q.cred, id, f)
 	}
-	f, err := readFeedback(w, r)
-	if err != nil {
-		return 0, nil, err
-	}
-	return http.StatusOK, nil, h.svc.FeedbackDDI(r.Context(), q.uid, q.cred, id, f)
 }
 
 // cancelAction is GET .../cancelAction/{actionId}.
@@ -409,19 +412,6 @@ func (h *Handlers) cancelAction(w http.ResponseWriter, r *http.Request, q reques
 	}
 	s := strconv.FormatInt(id, 10)
 	return http.StatusOK, map[string]any{"id": s, "cancelAction": map[string]string{"stopId": s}}, nil
-}
-
-// cancelFeedback is POST .../cancelAction/{actionId}/feedback.
-func (h *Handlers) cancelFeedback(w http.ResponseWriter, r *http.Request, q request) (int, any, error) {
-	id, err := actionID(r)
-	if err != nil {
-		return 0, nil, err
-	}
-	f, err := readFeedback(w, r)
-	if err != nil {
-		return 0, nil, err
-	}
-	return http.StatusOK, nil, h.svc.CancelFeedbackDDI(r.Context(), q.uid, q.cred, id, f)
 }
 
 // configData is PUT .../configData: the controller's attributes, as its uid's labels.
