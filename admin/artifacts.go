@@ -89,15 +89,9 @@ func (as *Artifacts) ListArtifacts() http.Handler {
 		if err != nil {
 			return 0, nil, err
 		}
-		cursor, err := decodeCursor(q)
+		before, err := idCursor(q)
 		if err != nil {
 			return 0, nil, err
-		}
-		var before int64
-		if cursor != "" {
-			if before, err = strconv.ParseInt(cursor, 10, 64); err != nil || before <= 0 {
-				return 0, nil, taskd.Errorf(taskd.CodeInvalid, "cursor: not a cursor this server gave out")
-			}
 		}
 		list, err := as.svc.List(r.Context(), before, limit+1)
 		if err != nil {

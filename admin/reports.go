@@ -165,6 +165,20 @@ func known(q url.Values, names ...string) error {
 
 func encodeCursor(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
 
+// idCursor is the cursor of a list by descending id: the id the next page is below,
+// 0 for the first page.
+func idCursor(q url.Values) (int64, error) {
+	cursor, err := decodeCursor(q)
+	if err != nil || cursor == "" {
+		return 0, err
+	}
+	before, err := strconv.ParseInt(cursor, 10, 64)
+	if err != nil || before <= 0 {
+		return 0, taskd.Errorf(taskd.CodeInvalid, "cursor: not a cursor this server gave out")
+	}
+	return before, nil
+}
+
 func decodeCursor(q url.Values) (string, error) {
 	v := q.Get("cursor")
 	if v == "" {
