@@ -242,7 +242,7 @@ func (cs *Campaigns) CreateCampaign() http.Handler {
 		rand.Read(salt)
 		c.Salt = hex.EncodeToString(salt)
 		c, err = cs.store.CreateCampaign(r.Context(), ActorFrom(r.Context()), c, uids, cs.svc.now())
-		return http.StatusCreated, c, err
+		return http.StatusCreated, c, tagged(w, c.Version(), err)
 	})
 }
 
@@ -329,7 +329,7 @@ func (cs *Campaigns) UploadItems() http.Handler {
 		ctx, cancel := context.WithTimeout(r.Context(), uploadCommit)
 		defer cancel()
 		c, err = cs.store.AddCampaignUIDs(ctx, ActorFrom(ctx), id, spooled.next, cs.svc.now())
-		return http.StatusOK, c, err
+		return http.StatusOK, c, tagged(w, c.Version(), err)
 	})
 }
 
