@@ -116,6 +116,14 @@ func TestImportRules(t *testing.T) {
 		}
 		mustNot(sdk, clients...)
 	}
+	// The admin API's Go client is one too: it speaks the HTTP API alone, and depends
+	// on no package of the module.
+	for _, dep := range p("client").Deps {
+		if strings.HasPrefix(dep, module) {
+			t.Errorf("%s depends on the server's %s", p("client").ImportPath, dep)
+		}
+	}
+	mustNot("client", clients...)
 	for _, shared := range sdkShared {
 		for _, dep := range p(shared).Deps {
 			if first, _, _ := strings.Cut(dep, "/"); strings.Contains(first, ".") {
