@@ -43,7 +43,7 @@ func TestRollout(t *testing.T) {
 	}
 
 	advanced := fields(s.ok(t, "rollout", "advance", task.TaskID, "-if-match", string(st.Version)))
-	if advanced["phase"] != "2 of 2" && advanced["state"] != "completed" {
+	if advanced["phase"] != "2 of 2" || advanced["state"] != "running" || advanced["cap"] != "2" {
 		t.Errorf("rollout advance: %v", advanced)
 	}
 	if !strings.Contains(advanced["history"], "by operator") {
@@ -53,7 +53,7 @@ func TestRollout(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "412 precondition_failed") || !strings.Contains(r.stderr, "at version "+advanced["version"]) {
 		t.Errorf("rollout pause with the version before the advance: exit %d, stderr %q (now at %s)", r.code, r.stderr, advanced["version"])
 	}
-	if got, err := s.c.Rollout(ctx, task.TaskID); err != nil || got.Phase != 2 && got.State != "completed" {
+	if got, err := s.c.Rollout(ctx, task.TaskID); err != nil || got.Phase != 2 || got.State != "running" {
 		t.Errorf("the rollout after the advance: %+v, %v", got, err)
 	}
 }
