@@ -139,7 +139,7 @@ var round5 = []endpoint{
 // artifacts are the admin routes of software artifacts (API.md's DDI addition names
 // the upload), and the additions that came with them.
 var artifacts = []endpoint{
-	{"POST", "/v1/admin/artifacts", authAdmin, true, false, []int{201, 503}},
+	{"POST", "/v1/admin/artifacts", authAdmin, true, false, []int{201, 409, 422, 503}},
 	{"GET", "/v1/admin/artifacts", authAdmin, false, false, []int{200}},
 	{"GET", "/v1/admin/artifacts/{id}", authAdmin, false, true, []int{200}},
 	{"DELETE", "/v1/admin/artifacts/{id}", authAdmin, false, true, []int{204, 409}},

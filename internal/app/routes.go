@@ -129,7 +129,8 @@ func (a *App) routes() http.Handler {
 		r.Method(http.MethodGet, "/campaigns/{id}/failures", campaigns.CampaignFailures())
 		r.Method(http.MethodPost, "/campaigns/{id}/items", campaigns.UploadItems())
 		r.Method(http.MethodPost, "/campaigns/{id}/{move}", campaigns.MoveCampaign())
-		artifacts := admin.NewArtifacts(a.Artifacts, h, a.cfg.ArtifactUploadTimeout)
+		// An upload takes an Idempotency-Key too, its body hashed as it streams.
+		artifacts := admin.NewArtifacts(a.Artifacts, h, a.cfg.ArtifactUploadTimeout).WithIdempotency(a.deps.Store, a.deps.Clock)
 		r.Method(http.MethodPost, "/artifacts", artifacts.UploadArtifact())
 		r.Method(http.MethodGet, "/artifacts", artifacts.ListArtifacts())
 		r.Method(http.MethodGet, "/artifacts/{id}", artifacts.GetArtifact())
