@@ -37,8 +37,11 @@ type waiters struct {
 	bound time.Duration // bounds one look
 	log   *slog.Logger
 
-	// waiting counts the waiters whose read found nothing new and who wait.
+	// waiting counts the waiters whose read found nothing new and who wait; watched
+	// the tasks waited on (len(tasks)), read without the lock by Finished, which every
+	// complete calls, so that a node nobody waits on takes no lock for it.
 	waiting atomic.Int64
+	watched atomic.Int64
 
 	mu    sync.Mutex
 	tasks map[taskd.TaskKey]*watched
@@ -72,6 +75,7 @@ func (w *waiters) add(ctx context.Context, task taskd.TaskKey) (wake <-chan stru
 	if t == nil {
 		t = &watched{wake: map[chan struct{}]struct{}{}}
 		w.tasks[task] = t
+		w.watched.Store(int64(len(w.tasks)))
 	}
 	t.wake[ch] = struct{}{}
 	if !w.looking {
@@ -86,12 +90,16 @@ func (w *waiters) add(ctx context.Context, task taskd.TaskKey) (wake <-chan stru
 		delete(t.wake, ch)
 		if len(t.wake) == 0 && w.tasks[task] == t {
 			delete(w.tasks, task)
+			w.watched.Store(int64(len(w.tasks)))
 		}
 	}
 }
 
 // Finished wakes this node's waiters for task's results.
 func (w *waiters) Finished(task taskd.TaskKey) {
+	if w.watched.Load() == 0 {
+		return
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if t := w.tasks[task]; t != nil {
