@@ -51,3 +51,13 @@ func (t Task) Outcome(f OutcomeFigures, floor time.Time) string {
 	}
 	return ""
 }
+
+// Over reports whether no more dispatch of t can finish, given its figures f and the
+// floor of users' offers (as Outcome): nothing of it is unfinished, and it is deleted
+// (its open and waiting dispatches were cancelled) or has an outcome (a once task's
+// quota used up, or no occurrence on anyone's offer any more). It holds as things
+// stand: an admin's later change (a higher dispatch_times, a retry of a dead dispatch)
+// may bring more.
+func (t Task) Over(f OutcomeFigures, floor time.Time) bool {
+	return f.Unfinished == 0 && (t.Status == StatusDeleted || t.Outcome(f, floor) != "")
+}

@@ -31,6 +31,16 @@ type Store interface {
 	ListTasks(ctx context.Context, f taskd.TaskFilter, after taskd.TaskKey, limit int) ([]taskd.Task, bool, error)
 	OutcomeFigures(ctx context.Context, tasks []taskd.TaskKey) (map[taskd.TaskKey]taskd.OutcomeFigures, error)
 
+	// A task's results (taskresults.go). LookupTask returns a task, deleted or not
+	// (not_found for an id that never named one); NumberResults numbers up to limit of
+	// its finished records that have no number yet and says how many; ResultsAfter
+	// returns up to limit of its results numbered above after, in order; ResultsMarks
+	// returns the marks of tasks that exist.
+	LookupTask(ctx context.Context, key taskd.TaskKey) (taskd.Task, error)
+	NumberResults(ctx context.Context, task taskd.TaskKey, limit int) (int, error)
+	ResultsAfter(ctx context.Context, task taskd.TaskKey, after int64, limit int) ([]taskd.NumberedRecord, error)
+	ResultsMarks(ctx context.Context, tasks []taskd.TaskKey) (map[taskd.TaskKey]taskd.ResultsMark, error)
+
 	AddMembers(ctx context.Context, actor, gid string, uids []string, now time.Time) ([]string, error)
 	RemoveMember(ctx context.Context, actor, gid, uid string, now time.Time) (bool, error)
 	ReplaceMembers(ctx context.Context, actor, gid string, uids []string, now time.Time) ([]string, error)

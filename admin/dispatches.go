@@ -73,9 +73,12 @@ func (s *Service) CancelDispatch(ctx context.Context, logID string) (taskd.Dispa
 // the user's heap is rebuilt (it offers the waiting record, or no longer offers the
 // occurrence), and when the change gave a slot back to an occurrence whose quota was
 // used up, the heaps of everyone its group task targets (they dropped it as
-// exhausted).
+// exhausted). The waiters for the task's results on this node look again.
 func (s *Service) afterChange(ctx context.Context, c taskd.DispatchChange) {
 	uid := c.Record.UID
+	if key, err := taskd.ParseTaskKey(c.Record.TaskID); err == nil {
+		s.Finished(key) // an expiry or a cancel finished the record
+	}
 	var errs []error
 	if c.WasOpen {
 		errs = append(errs, s.cache.ClearOpen(ctx, uid, schedule.OpenIs(c.Record.LogID)))

@@ -23,7 +23,8 @@ import (
 // 422. A second request while the first is under way waits for it (a few seconds) and
 // then answers its reply, or 409. Keys are per admin token, kept in MySQL, so that a
 // retry reaching another node is recognized. Only a success spends a key: a refused
-// create may be corrected and sent again under the same key.
+// create may be corrected and sent again under the same key. An artifact upload takes a
+// key too, its body compared by hash rather than kept (artifacts.go).
 
 // IdempotencyWindow is how long a key's reply is kept.
 const IdempotencyWindow = 24 * time.Hour
@@ -41,6 +42,9 @@ const abandonAfter = 2 * time.Minute
 // IdempotencyStore keeps the keys (internal/store).
 type IdempotencyStore interface {
 	BeginIdempotent(ctx context.Context, actor, key, hash string, now time.Time, expiry, abandon time.Duration) (*taskd.IdempotentReply, bool, error)
+	// KeptReply returns the reply kept under actor's key within expiry of now (nil for
+	// none: never used, expired, or a request under way), without deciding anything.
+	KeptReply(ctx context.Context, actor, key string, now time.Time, expiry time.Duration) (*taskd.IdempotentReply, error)
 	FinishIdempotent(ctx context.Context, actor, key string, status int, header map[string][]string, body []byte) error
 	DropIdempotent(ctx context.Context, actor, key string) error
 }
@@ -52,12 +56,12 @@ var replayedHeaders = []string{"Content-Type", "ETag", "Location"}
 func Idempotent(st IdempotencyStore, clk clock.Clock, log *slog.Logger) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			key, given := r.Header.Get("Idempotency-Key"), len(r.Header.Values("Idempotency-Key")) > 0
-			if !given {
+			key, given, err := requestKey(r)
+			switch {
+			case !given:
 				next.ServeHTTP(w, r)
 				return
-			}
-			if err := checkIdempotencyKey(key); err != nil {
+			case err != nil:
 				web.Error(w, r, log, err)
 				return
 			}
@@ -73,49 +77,78 @@ func Idempotent(st IdempotencyStore, clk clock.Clock, log *slog.Logger) func(htt
 				return
 			}
 			r.Body = io.NopCloser(bytes.NewReader(body))
-			actor := ActorFrom(r.Context())
-			hash := requestHash(r, body)
-			for wait := time.Duration(0); ; {
-				prev, began, err := st.BeginIdempotent(r.Context(), actor, key, hash, clk.Now().UTC(), IdempotencyWindow, abandonAfter)
-				switch {
-				case err != nil:
-					web.Error(w, r, log, err)
-					return
-				case began:
-					serveRecorded(w, r, next, st, actor, key, log)
-					return
-				case prev.RequestHash != hash:
-					web.Error(w, r, log, taskd.Errorf(taskd.CodeParamsInvalid,
-						"Idempotency-Key %q was used within 24 h for another request (another body, path or query); use a new key for a new request", key))
-					return
-				case prev.Status != 0:
-					for _, h := range replayedHeaders {
-						if v := prev.Header[h]; len(v) > 0 {
-							w.Header()[h] = v
-						}
-					}
-					w.Header().Set("Idempotent-Replayed", "true")
-					w.WriteHeader(prev.Status)
-					w.Write(prev.Body)
-					return
-				}
-				// Under way: wait for it a little.
-				if wait >= 5*time.Second {
-					e := taskd.Errorf(taskd.CodeConflict, "a request with Idempotency-Key %q is under way; send it again later", key)
-					e.RetryAfter = time.Second
-					web.Error(w, r, log, e)
-					return
-				}
-				t := time.NewTimer(100 * time.Millisecond)
-				select {
-				case <-r.Context().Done():
-					t.Stop()
-					return
-				case <-t.C:
-				}
-				wait += 100 * time.Millisecond
-			}
+			idempotently(w, r, st, clk, log, key, requestHash(r, body), next, nil)
 		})
+	}
+}
+
+// requestKey is r's Idempotency-Key, whether it has one, and why the key is refused.
+func requestKey(r *http.Request) (key string, given bool, err error) {
+	key, given = r.Header.Get("Idempotency-Key"), len(r.Header.Values("Idempotency-Key")) > 0
+	if given {
+		err = checkIdempotencyKey(key)
+	}
+	return key, given, err
+}
+
+// idempotently answers r, a request with Idempotency-Key key whose hash is hash (what
+// another request under the key must share to be the same). When the key is r's to
+// use (never used by its admin token, or its last use expired, or under way so long it
+// was abandoned), it serves r with serve and keeps serve's reply under the key if it is
+// a success (else frees the key). Otherwise it answers: the reply kept under the key
+// again (the same request: Idempotent-Replayed: true), a 422 (the key was used for
+// another request), or, when a request with the key is under way for 5 s more, a 409;
+// and first calls release, if not nil, to let go of what r holds (an upload's bytes).
+func idempotently(w http.ResponseWriter, r *http.Request, st IdempotencyStore, clk clock.Clock, log *slog.Logger,
+	key, hash string, serve http.Handler, release func()) {
+	if release == nil {
+		release = func() {}
+	}
+	actor := ActorFrom(r.Context())
+	for wait := time.Duration(0); ; {
+		prev, began, err := st.BeginIdempotent(r.Context(), actor, key, hash, clk.Now().UTC(), IdempotencyWindow, abandonAfter)
+		switch {
+		case err != nil:
+			release()
+			web.Error(w, r, log, err)
+			return
+		case began:
+			serveRecorded(w, r, serve, st, actor, key, log)
+			return
+		case prev.RequestHash != hash:
+			release()
+			web.Error(w, r, log, taskd.Errorf(taskd.CodeParamsInvalid,
+				"Idempotency-Key %q was used within 24 h for another request (another body, path or query); use a new key for a new request", key))
+			return
+		case prev.Status != 0:
+			release()
+			for _, h := range replayedHeaders {
+				if v := prev.Header[h]; len(v) > 0 {
+					w.Header()[h] = v
+				}
+			}
+			w.Header().Set("Idempotent-Replayed", "true")
+			w.WriteHeader(prev.Status)
+			w.Write(prev.Body)
+			return
+		}
+		// Under way: wait for it a little.
+		if wait >= 5*time.Second {
+			release()
+			e := taskd.Errorf(taskd.CodeConflict, "a request with Idempotency-Key %q is under way; send it again later", key)
+			e.RetryAfter = time.Second
+			web.Error(w, r, log, e)
+			return
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-r.Context().Done():
+			t.Stop()
+			release()
+			return
+		case <-t.C:
+		}
+		wait += 100 * time.Millisecond
 	}
 }
 
@@ -141,6 +174,17 @@ func requestHash(r *http.Request, body []byte) string {
 		h.Write([]byte{0})
 	}
 	h.Write(body)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// uploadHash is what two uploads under one key must share: method, path, query, and
+// the bytes' SHA-256 and length (the body is hashed as it streams, not kept).
+func uploadHash(r *http.Request, sha256Hex string, size int64) string {
+	h := sha256.New()
+	for _, s := range []string{r.Method, r.URL.Path, r.URL.RawQuery, "sha256:" + sha256Hex, strconv.FormatInt(size, 10)} {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 

@@ -33,6 +33,11 @@ type Service struct {
 	// catchUp is how far behind now a user's offer starts (DISPATCH_CATCH_UP); 0 gives
 	// no warning about it.
 	catchUp time.Duration
+	// waiters are the requests of this node waiting for tasks' results (waiters.go);
+	// maxWait caps a wait, roundTimeout bounds each of its reads (WithLongPoll).
+	waiters      *waiters
+	maxWait      time.Duration
+	roundTimeout time.Duration
 }
 
 // WithCatchUp tells the service the deployment's catch-up window, so that a task
@@ -42,9 +47,27 @@ func (s *Service) WithCatchUp(d time.Duration) *Service {
 	return s
 }
 
+// WithLongPoll tells the service the bounds of a wait for a task's results: maxWait
+// caps it (DISPATCH_MAX_WAIT, as a fetch's), roundTimeout bounds each of its reads of
+// MySQL (DISPATCH_REQUEST_TIMEOUT: the wait itself is not dependency work). Zero keeps
+// the defaults, 30 s and 5 s.
+func (s *Service) WithLongPoll(maxWait, roundTimeout time.Duration) *Service {
+	if maxWait > 0 {
+		s.maxWait = maxWait
+	}
+	if roundTimeout > 0 {
+		s.roundTimeout = roundTimeout
+		s.waiters.bound = roundTimeout
+	}
+	return s
+}
+
 // NewService wires the admin service.
 func NewService(st Store, cache Cache, keys Keys, clk clock.Clock, log *slog.Logger) *Service {
-	return &Service{store: st, cache: cache, keys: keys, clock: clk, log: log.With("component", "admin"), compile: compileSchema}
+	log = log.With("component", "admin")
+	return &Service{store: st, cache: cache, keys: keys, clock: clk, log: log, compile: compileSchema,
+		waiters: newWaiters(st.ResultsMarks, resultsRecheck, 5*time.Second, log), maxWait: 30 * time.Second,
+		roundTimeout: 5 * time.Second}
 }
 
 // now is the time of a change, at the precision MySQL keeps (microseconds).
@@ -310,6 +333,8 @@ func (s *Service) DeleteTask(ctx context.Context, key taskd.TaskKey, ifMatch tas
 	if err != nil {
 		return err
 	}
+	// Its open and waiting dispatches were cancelled: results, and perhaps its last.
+	s.Finished(key)
 	return s.invalidate(ctx, before.Executor)
 }
 
@@ -498,10 +523,7 @@ func (s *Service) TaskOutcomes(ctx context.Context, tasks []taskd.Task) (map[tas
 	if err != nil {
 		return nil, err
 	}
-	var floor time.Time
-	if s.catchUp > 0 {
-		floor = s.now().Add(-s.catchUp).Truncate(time.Second)
-	}
+	floor := s.offerFloor()
 	out := make(map[taskd.TaskKey]string)
 	for _, t := range tasks {
 		if o := t.Outcome(figures[t.Key], floor); o != "" {
@@ -509,6 +531,16 @@ func (s *Service) TaskOutcomes(ctx context.Context, tasks []taskd.Task) (map[tas
 		}
 	}
 	return out, nil
+}
+
+// offerFloor is where users' offers start at the earliest, as outcomes judge it: the
+// catch-up window back; without one known (zero), nothing is taken to have ended by
+// it.
+func (s *Service) offerFloor() time.Time {
+	if s.catchUp <= 0 {
+		return time.Time{}
+	}
+	return s.now().Add(-s.catchUp).Truncate(time.Second)
 }
 
 // ListTasks returns up to limit tasks matching f after the key after, and whether more

@@ -139,10 +139,15 @@ var round5 = []endpoint{
 // artifacts are the admin routes of software artifacts (API.md's DDI addition names
 // the upload), and the additions that came with them.
 var artifacts = []endpoint{
-	{"POST", "/v1/admin/artifacts", authAdmin, true, false, []int{201, 503}},
+	{"POST", "/v1/admin/artifacts", authAdmin, true, false, []int{201, 409, 422, 503}},
 	{"GET", "/v1/admin/artifacts", authAdmin, false, false, []int{200}},
 	{"GET", "/v1/admin/artifacts/{id}", authAdmin, false, true, []int{200}},
 	{"DELETE", "/v1/admin/artifacts/{id}", authAdmin, false, true, []int{204, 409}},
+}
+
+// producers are the routes a producer's client (issue 39) needs beyond the others.
+var producers = []endpoint{
+	{"GET", "/v1/admin/tasks/{kind}/{id}/results", authAdmin, false, true, []int{200, 400, 503}},
 }
 
 // ddi are the hawkBit DDI paths (API.md's round 5 names them).
@@ -222,6 +227,7 @@ var contractFields = map[string][]string{
 		"status", "lease_seconds", "max_attempts", "retry_backoff_seconds", "space_minutes", "end_time", "confirm_seconds"},
 	"AuditList":            {"entries", "next_cursor"},
 	"DispatchList":         {"dispatches", "next_cursor"},
+	"TaskResults":          {"task_id", "results", "next_cursor", "done"},
 	"ClientSettingRequest": {"max_in_flight"},
 	"NodeList":             {"nodes"},
 	"Node":                 {"node", "started_at", "last_seen", "roles"},
@@ -274,23 +280,25 @@ var contractBodies = map[string]struct{ request, response string }{
 	"POST /v1/admin/artifacts":                    {"", "Artifact"}, // the body is the file's bytes
 	"GET /v1/admin/artifacts":                     {"", "ArtifactList"},
 	"GET /v1/admin/artifacts/{id}":                {"", "Artifact"},
+	"GET /v1/admin/tasks/{kind}/{id}/results":     {"", "TaskResults"},
 	"DELETE /v1/admin/artifacts/{id}":             {"", ""},
 }
 
 // contractQuery is the query parameters API.md lists for each list route.
 var contractQuery = map[string][]string{
-	"GET /v1/admin/tasks":        {"executor", "kind", "status", "limit", "cursor", "template_id" /* an addition */},
-	"GET /v1/admin/schedule":     {"executor", "from", "to"},
-	"GET /v1/admin/events":       {"uid", "task_id", "type", "from", "to", "limit", "cursor"},
-	"GET /v1/admin/stats":        {"from", "to"},
-	"GET /v1/admin/audit":        {"from", "to", "limit", "cursor"},
-	"GET /v1/dispatches":         {"state", "limit", "cursor"},
-	"GET /v1/admin/dispatches":   {"uid", "task_id", "state", "from", "to", "limit", "cursor"},
-	"GET /v1/admin/clients":      {"group", "label", "selector", "agent_version", "seen_before", "seen_after", "limit", "cursor"},
-	"GET /v1/admin/groups":       {"limit", "cursor"},
-	"GET /v1/admin/stats/agents": {"from", "to"},
-	"POST /v1/admin/artifacts":   {"filename"},
-	"GET /v1/admin/artifacts":    {"limit", "cursor"},
+	"GET /v1/admin/tasks":                     {"executor", "kind", "status", "limit", "cursor", "template_id" /* an addition */},
+	"GET /v1/admin/schedule":                  {"executor", "from", "to"},
+	"GET /v1/admin/events":                    {"uid", "task_id", "type", "from", "to", "limit", "cursor"},
+	"GET /v1/admin/stats":                     {"from", "to"},
+	"GET /v1/admin/audit":                     {"from", "to", "limit", "cursor"},
+	"GET /v1/dispatches":                      {"state", "limit", "cursor"},
+	"GET /v1/admin/dispatches":                {"uid", "task_id", "state", "from", "to", "limit", "cursor"},
+	"GET /v1/admin/clients":                   {"group", "label", "selector", "agent_version", "seen_before", "seen_after", "limit", "cursor"},
+	"GET /v1/admin/groups":                    {"limit", "cursor"},
+	"GET /v1/admin/stats/agents":              {"from", "to"},
+	"POST /v1/admin/artifacts":                {"filename"},
+	"GET /v1/admin/artifacts":                 {"limit", "cursor"},
+	"GET /v1/admin/tasks/{kind}/{id}/results": {"wait", "cursor", "limit"},
 }
 
 var methods = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
@@ -387,7 +395,7 @@ func TestEveryContractRouteIsDocumented(t *testing.T) {
 	doc := load(t)
 	ops := operations(t, doc)
 	known := map[string]bool{}
-	for _, e := range slices.Concat(contract, additions, round2, round4, round5, artifacts, ddi) {
+	for _, e := range slices.Concat(contract, additions, round2, round4, round5, artifacts, producers, ddi) {
 		key := e.method + " " + e.path
 		known[key] = true
 		op, ok := ops[key]
@@ -749,6 +757,13 @@ func TestCodeOutputMatchesSchemas(t *testing.T) {
 	valid("Artifact", taskd.Artifact{ID: 12, Filename: "rootfs.swu", Size: 3, CreatedAt: now, Backend: "dir", Key: "k",
 		Hashes: taskd.Hashes{SHA1: strings.Repeat("a", 40), MD5: strings.Repeat("b", 32), SHA256: strings.Repeat("c", 64)}})
 	valid("ArtifactList", map[string]any{"next_cursor": "", "artifacts": []taskd.Artifact{}})
+	result := "failure"
+	valid("TaskResults", map[string]any{"task_id": "once:12", "done": false,
+		"next_cursor": taskd.ResultsCursor{Task: taskd.TaskKey{Kind: taskd.KindOnce, ID: 12}, Seq: 3}.Encode(),
+		"results": []taskd.DispatchRecord{{LogID: "l1", UID: "42", TaskID: "once:12", DueAt: now, Attempt: 1, State: "retry_wait",
+			Result: &result, DispatchedAt: now, RetryAt: &later, FinishedAt: &later}}})
+	valid("TaskResults", map[string]any{"task_id": "rotate:3", "done": true, "results": []taskd.DispatchRecord{},
+		"next_cursor": taskd.ResultsCursor{Task: taskd.TaskKey{Kind: taskd.KindRotate, ID: 3}}.Encode()})
 	valid("AuditEntry", taskd.AuditEntry{At: now, Actor: "admin", Action: "task.create", Target: "once:12",
 		Before: json.RawMessage("null"), After: json.RawMessage(`{"priority":5}`)})
 

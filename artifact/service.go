@@ -121,8 +121,20 @@ func (s *Service) now() time.Time { return s.clock.Now().UTC().Truncate(time.Mic
 // written once the backend holds them. An upload over the size limit is too_large; a
 // body that fails to read is invalid_argument, its cause kept (a read deadline's
 // os.ErrDeadlineExceeded among them); either way, and whenever the record cannot be
-// written, nothing is left behind.
+// written, nothing is left behind. It is Receive, then Keep.
 func (s *Service) Upload(ctx context.Context, actor, filename string, body io.Reader, size int64) (taskd.Artifact, error) {
+	a, err := s.Receive(ctx, filename, body, size)
+	if err != nil {
+		return taskd.Artifact{}, err
+	}
+	return s.Keep(ctx, actor, a)
+}
+
+// Receive stores body's bytes for an artifact named filename and hashes them, as
+// Upload does, without writing the record: the artifact it returns has no id, and
+// Keep makes it one (or Discard removes its bytes). Refusals as Upload's, with nothing
+// left behind.
+func (s *Service) Receive(ctx context.Context, filename string, body io.Reader, size int64) (taskd.Artifact, error) {
 	if err := CheckFilename(filename); err != nil {
 		return taskd.Artifact{}, err
 	}
@@ -130,7 +142,7 @@ func (s *Service) Upload(ctx context.Context, actor, filename string, body io.Re
 		return taskd.Artifact{}, s.tooLarge()
 	}
 	key := newKey()
-	m := &measured{r: body, max: s.max, sha1: sha1.New(), md5: md5.New(), sha256: sha256.New(), tooLarge: s.tooLarge}
+	m := s.measure(body)
 	if err := s.blobs.put(ctx, key, m, size); err != nil {
 		if m.err != nil { // the body's fault, not the backend's
 			return taskd.Artifact{}, m.err
@@ -141,16 +153,49 @@ func (s *Service) Upload(ctx context.Context, actor, filename string, body io.Re
 		s.discard(ctx, key)
 		return taskd.Artifact{}, err
 	}
-	a := taskd.Artifact{Filename: filename, Size: m.n, CreatedAt: s.now(), Backend: s.blobs.name(), Key: key,
-		Hashes: taskd.Hashes{SHA1: hex.EncodeToString(m.sha1.Sum(nil)), MD5: hex.EncodeToString(m.md5.Sum(nil)),
-			SHA256: hex.EncodeToString(m.sha256.Sum(nil))}}
-	a, err := s.store.CreateArtifact(ctx, actor, a)
+	return taskd.Artifact{Filename: filename, Size: m.n, Backend: s.blobs.name(), Key: key, Hashes: m.hashes()}, nil
+}
+
+// Keep writes the record of artifact a, received (Receive) and not kept yet, audited as
+// actor's (artifact.create), and returns it with its id. When the record cannot be
+// written, the bytes are removed.
+func (s *Service) Keep(ctx context.Context, actor string, a taskd.Artifact) (taskd.Artifact, error) {
+	a.CreatedAt = s.now()
+	kept, err := s.store.CreateArtifact(ctx, actor, a)
 	if err != nil {
-		s.discard(ctx, key)
+		s.discard(ctx, a.Key)
 		return taskd.Artifact{}, err
 	}
-	s.log.InfoContext(ctx, "artifact uploaded", "artifact_id", a.ID, "filename", a.Filename, "size", a.Size, "actor", actor)
-	return a, nil
+	s.log.InfoContext(ctx, "artifact uploaded", "artifact_id", kept.ID, "filename", kept.Filename, "size", kept.Size, "actor", actor)
+	return kept, nil
+}
+
+// Discard removes the bytes of artifact a, received (Receive) and not kept.
+func (s *Service) Discard(ctx context.Context, a taskd.Artifact) { s.discard(ctx, a.Key) }
+
+// Digest reads body, an upload of filename, as Upload would, within the same limits
+// and with the same refusals, and returns its hashes and length, storing nothing: what
+// an upload sent again is told from the first by.
+func (s *Service) Digest(ctx context.Context, filename string, body io.Reader, size int64) (taskd.Hashes, int64, error) {
+	if err := CheckFilename(filename); err != nil {
+		return taskd.Hashes{}, 0, err
+	}
+	if size > s.max {
+		return taskd.Hashes{}, 0, s.tooLarge()
+	}
+	m := s.measure(body)
+	if _, err := io.Copy(io.Discard, m); err != nil {
+		return taskd.Hashes{}, 0, err // m's own error: the body's
+	}
+	if err := m.whole(size); err != nil {
+		return taskd.Hashes{}, 0, err
+	}
+	return m.hashes(), m.n, nil
+}
+
+// measure wraps an upload's body to count and hash it within the size limit.
+func (s *Service) measure(body io.Reader) *measured {
+	return &measured{r: body, max: s.max, sha1: sha1.New(), md5: md5.New(), sha256: sha256.New(), tooLarge: s.tooLarge}
 }
 
 func (s *Service) tooLarge() error {
@@ -329,6 +374,12 @@ func (m *measured) Read(p []byte) (int, error) {
 		return n, m.err
 	}
 	return n, err
+}
+
+// hashes are the hashes of what was read.
+func (m *measured) hashes() taskd.Hashes {
+	return taskd.Hashes{SHA1: hex.EncodeToString(m.sha1.Sum(nil)), MD5: hex.EncodeToString(m.md5.Sum(nil)),
+		SHA256: hex.EncodeToString(m.sha256.Sum(nil))}
 }
 
 // whole checks, once the backend stored what it read, that it read all the body: size

@@ -421,3 +421,59 @@ func TestDeleteInUse(t *testing.T) {
 		t.Errorf("delete again: %v, want not_found", err)
 	}
 }
+
+// An upload in two steps (Receive, then Keep or Discard) is Upload's: Receive stores
+// and hashes the bytes without a record, Keep writes it, Discard leaves nothing.
+// Digest hashes a body as an upload would, within the same limits, storing nothing.
+func TestReceiveKeepDiscardAndDigest(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, artifact.Config{MaxBytes: 1000})
+	ctx := t.Context()
+	body := randomBytes(700)
+	got, n, err := f.svc.Digest(ctx, "fw.bin", bytes.NewReader(body), -1)
+	if err != nil || n != 700 || got != hashesOf(body) {
+		t.Fatalf("digest: %+v %d %v", got, n, err)
+	}
+	f.nothingLeft()
+	for _, c := range []struct {
+		body []byte
+		size int64
+		code taskd.Code
+	}{
+		{randomBytes(1001), -1, taskd.CodeTooLarge},
+		{body, 2000, taskd.CodeTooLarge},
+		{body, 701, taskd.CodeInvalid},
+		{body, 699, taskd.CodeInvalid},
+	} {
+		if _, _, err := f.svc.Digest(ctx, "fw.bin", bytes.NewReader(c.body), c.size); codeOf(err) != c.code {
+			t.Errorf("digest of %d bytes said to be %d: %v, want %s", len(c.body), c.size, err, c.code)
+		}
+	}
+
+	received, err := f.svc.Receive(ctx, "fw.bin", bytes.NewReader(body), 700)
+	if err != nil || received.ID != 0 || received.Hashes != hashesOf(body) || received.Size != 700 {
+		t.Fatalf("receive: %+v %v", received, err)
+	}
+	if n := f.count(); n != 0 || len(f.files()) != 1 {
+		t.Fatalf("after a receive: %d records, files %v", n, f.files())
+	}
+	f.svc.Discard(ctx, received)
+	f.nothingLeft()
+	if _, err := f.svc.Receive(ctx, "../fw.bin", bytes.NewReader(body), 700); codeOf(err) != taskd.CodeInvalid {
+		t.Errorf("receive of a bad filename: %v", err)
+	}
+	if _, _, err := f.svc.Digest(ctx, "../fw.bin", bytes.NewReader(body), 700); codeOf(err) != taskd.CodeInvalid {
+		t.Errorf("digest of a bad filename: %v", err)
+	}
+	received, err = f.svc.Receive(ctx, "fw.bin", bytes.NewReader(body), 700)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := f.svc.Keep(ctx, "alice", received)
+	if err != nil || kept.ID == 0 || kept.Hashes != hashesOf(body) || kept.Filename != "fw.bin" {
+		t.Fatalf("keep: %+v %v", kept, err)
+	}
+	if looked, err := f.svc.Lookup(ctx, kept.ID); err != nil || looked.Hashes != kept.Hashes || looked.Size != 700 {
+		t.Fatalf("lookup after keep: %+v %v", looked, err)
+	}
+}

@@ -78,6 +78,7 @@ func (s *Service) confirm(ctx context.Context, uid string, view schedule.View, c
 	}
 	rebuild := false
 	for _, d := range settled {
+		s.finished(d)
 		if d.State == taskd.StateDone {
 			s.log.DebugContext(ctx, "success confirmed", "uid", uid, "log_id", d.LogID)
 			s.cfg.Metrics.Completed(d.Occurrence.Task.Kind.String(), "confirmed")
@@ -135,6 +136,7 @@ func (s *Service) SweepUnconfirmed(ctx context.Context, sh Shards) (int, error) 
 				continue // confirmed or settled meanwhile
 			}
 			total++
+			s.finished(d)
 			s.lapsed(ctx, d)
 			// The user's heap drops the confirm entry and, for a retry, takes the
 			// retry. The lapse is committed; a cache failure must not stop the sweep.

@@ -53,6 +53,8 @@ type Service struct {
 	rules targeting.Rules
 	// ddiTemplates remembers which templates are DDI templates (templateDDI).
 	ddiTemplates sync.Map // int64 -> bool
+	// results is told of the dispatches that finish; nil: nobody.
+	results Results
 }
 
 // NewService wires the service.
@@ -400,8 +402,10 @@ func (s *Service) expired(ctx context.Context, logID string, now time.Time) erro
 // afterExpire puts the expired occurrence back on offer: to its user, and, when the
 // expiry reopened an exhausted occurrence, to everyone the task targets (members who
 // dropped it as exhausted must see the returned slot). An expiry that leaves slots
-// as they were for the others costs them nothing: their heaps still hold it.
+// as they were for the others costs them nothing: their heaps still hold it. The
+// waiters for the task's results are told.
 func (s *Service) afterExpire(ctx context.Context, d *taskd.Dispatch) error {
+	s.finished(d)
 	s.clearOpen(ctx, d.UID, schedule.OpenIs(d.LogID))
 	if err := s.invalidateUser(ctx, d.UID); err != nil {
 		return err
@@ -598,6 +602,7 @@ func (s *Service) finish(ctx context.Context, uid, logID string, clearHint bool,
 		}
 	}
 	if outcome == taskd.Completed || outcome == taskd.RetryScheduled || outcome == taskd.StageDone {
+		s.finished(d)
 		result := d.Result.String()
 		if d.State == taskd.StateUnconfirmed {
 			result = taskd.DispatchStateName(d.State)

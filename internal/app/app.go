@@ -101,7 +101,10 @@ func New(cfg Config, deps Deps) *App {
 	a.Dispatch = dispatch.NewService(deps.Store, a.Cache, deps.Clock, deps.Log,
 		dispatch.Config{MaxWait: cfg.MaxWait, RequestTimeout: cfg.RequestTimeout, Metrics: a.metrics,
 			DDISleep: cfg.DDISleep, DDIGateway: cfg.DDIGateway})
-	a.Admin = admin.NewService(deps.Store, a.Cache, a.Keys, deps.Clock, deps.Log).WithCatchUp(cfg.CatchUp)
+	a.Admin = admin.NewService(deps.Store, a.Cache, a.Keys, deps.Clock, deps.Log).WithCatchUp(cfg.CatchUp).
+		WithLongPoll(cfg.MaxWait, cfg.RequestTimeout)
+	a.Dispatch.SetResults(a.Admin)
+	metrics.RegisterResultWaits(a.Registry, a.Admin.Waiting)
 	a.Campaigns = campaign.New(deps.Store, queue.NewCampaigns(deps.Redis, a.Cache.Keys(), len(cfg.KafkaBrokers) > 0), deps.Clock, deps.Log,
 		campaign.Config{Node: cfg.Node, SyncInterval: cfg.CampaignSync, LeaseTTL: cfg.NodeTimeout,
 			PerNode: cfg.CampaignsPerNode, Nodes: a.liveNodes})

@@ -96,6 +96,7 @@ func TestMetricsAfterTraffic(t *testing.T) {
 		`taskd_group_commit_batch_size_count{kind="claim"} `,
 		`taskd_group_commit_queued{kind="claim"} 0`,
 		`taskd_group_commit_queued{kind="complete"} 0`,
+		`taskd_result_waits 0`,
 		`go_goroutines `,
 	} {
 		if !strings.Contains(text, want) {

@@ -94,6 +94,7 @@ func (a *App) routes() http.Handler {
 		r.Method(http.MethodPut, "/tasks/{kind}/{id}", h.ReplaceTask())
 		r.Method(http.MethodPatch, "/tasks/{kind}/{id}", h.PatchTask())
 		r.Method(http.MethodDelete, "/tasks/{kind}/{id}", h.DeleteTask())
+		r.Method(http.MethodGet, "/tasks/{kind}/{id}/results", h.TaskResults())
 		r.Method(http.MethodGet, "/tasks/{kind}/{id}/rollout", h.GetRollout())
 		r.Method(http.MethodPost, "/tasks/{kind}/{id}/rollout/{move}", h.MoveRollout())
 		r.Method(http.MethodGet, "/rollouts", h.ListRollouts())
@@ -128,7 +129,8 @@ func (a *App) routes() http.Handler {
 		r.Method(http.MethodGet, "/campaigns/{id}/failures", campaigns.CampaignFailures())
 		r.Method(http.MethodPost, "/campaigns/{id}/items", campaigns.UploadItems())
 		r.Method(http.MethodPost, "/campaigns/{id}/{move}", campaigns.MoveCampaign())
-		artifacts := admin.NewArtifacts(a.Artifacts, h, a.cfg.ArtifactUploadTimeout)
+		// An upload takes an Idempotency-Key too, its body hashed as it streams.
+		artifacts := admin.NewArtifacts(a.Artifacts, h, a.cfg.ArtifactUploadTimeout).WithIdempotency(a.deps.Store, a.deps.Clock)
 		r.Method(http.MethodPost, "/artifacts", artifacts.UploadArtifact())
 		r.Method(http.MethodGet, "/artifacts", artifacts.ListArtifacts())
 		r.Method(http.MethodGet, "/artifacts/{id}", artifacts.GetArtifact())
@@ -173,11 +175,11 @@ func (a *App) limitAuthFailures(next http.Handler) http.Handler {
 }
 
 // boundWork bounds each request's MySQL and Redis work; past the bound the request
-// answers 503 with Retry-After. A fetch bounds each round of its long poll instead (the
-// wait itself is not dependency work).
+// answers 503 with Retry-After. A fetch, and a read of a task's results, bound each
+// round of their long poll instead (the wait itself is not dependency work).
 func (a *App) boundWork(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/fetch" || isUpload(r) || isDownload(r) {
+		if r.URL.Path == "/v1/fetch" || isResultsRead(r) || isUpload(r) || isDownload(r) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -194,6 +196,14 @@ func (a *App) boundWork(next http.Handler) http.Handler {
 func isUpload(r *http.Request) bool {
 	return r.Method == http.MethodPost && (strings.HasPrefix(r.URL.Path, "/v1/admin/campaigns/") &&
 		strings.HasSuffix(r.URL.Path, "/items") || r.URL.Path == "/v1/admin/artifacts" || r.URL.Path == "/console/artifacts")
+}
+
+// isResultsRead reports whether r reads a task's results
+// (/v1/admin/tasks/{kind}/{id}/results), which may wait for them.
+func isResultsRead(r *http.Request) bool {
+	parts := strings.Split(r.URL.Path, "/")
+	return r.Method == http.MethodGet && len(parts) == 7 && parts[1] == "v1" && parts[2] == "admin" &&
+		parts[3] == "tasks" && parts[6] == "results"
 }
 
 // isDownload reports whether r is a device's download of an artifact through the DDI

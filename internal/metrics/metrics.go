@@ -146,6 +146,16 @@ func RegisterQueued(reg prometheus.Registerer, queued func() (claims, completes 
 		gauge("complete", func() int { _, k := queued(); return k }))
 }
 
+// RegisterResultWaits exposes how many requests wait for a task's results on this node
+// (GET /v1/admin/tasks/{kind}/{id}/results with wait: a read found nothing new), read
+// at scrape time.
+func RegisterResultWaits(reg prometheus.Registerer, waiting func() int) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "taskd_result_waits",
+		Help: "Requests waiting for a task's results on this node: their read found nothing new, and they wait for a dispatch of the task to finish.",
+	}, func() float64 { return float64(waiting()) }))
+}
+
 // RegisterRelay exposes the outbox relay's progress, read from stats at scrape time.
 func RegisterRelay(reg prometheus.Registerer, stats func() RelayStats) {
 	gauge := func(name, help string, v func(RelayStats) float64) prometheus.Collector {

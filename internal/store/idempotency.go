@@ -21,11 +21,8 @@ func (s *Store) BeginIdempotent(ctx context.Context, actor, key, hash string, no
 	began := false
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		prev, began = nil, false
-		var r taskd.IdempotentReply
-		var status sql.NullInt64
-		var header sql.NullString
-		err := tx.QueryRowContext(ctx, `SELECT request_hash, status, headers, body, created_at FROM idempotency_key
-			WHERE actor = ? AND idem_key = ? FOR UPDATE`, actor, key).Scan(&r.RequestHash, &status, &header, &r.Body, &r.CreatedAt)
+		r, err := scanReply(tx.QueryRowContext(ctx, "SELECT "+replyColumns+" FROM idempotency_key WHERE actor = ? AND idem_key = ? FOR UPDATE",
+			actor, key))
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			_, err := tx.ExecContext(ctx, "INSERT INTO idempotency_key (actor, idem_key, request_hash, created_at) VALUES (?, ?, ?, ?)",
@@ -35,16 +32,10 @@ func (s *Store) BeginIdempotent(ctx context.Context, actor, key, hash string, no
 		case err != nil:
 			return err
 		}
-		r.Status = int(status.Int64)
-		if header.Valid {
-			if err := json.Unmarshal([]byte(header.String), &r.Header); err != nil {
-				return err
-			}
-		}
 		expired := !r.CreatedAt.After(now.Add(-expiry))
 		abandoned := r.Status == 0 && !r.CreatedAt.After(now.Add(-abandon))
 		if !expired && !abandoned {
-			prev = &r
+			prev = r
 			return nil
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE idempotency_key SET request_hash = ?, status = NULL, headers = NULL, body = NULL,
@@ -57,6 +48,43 @@ func (s *Store) BeginIdempotent(ctx context.Context, actor, key, hash string, no
 		return s.BeginIdempotent(ctx, actor, key, hash, now, expiry, abandon)
 	}
 	return prev, began, mysqlErr("idempotency key", err)
+}
+
+// replyColumns are what scanReply scans.
+const replyColumns = "request_hash, status, headers, body, created_at"
+
+// scanReply scans replyColumns.
+func scanReply(row scanner) (*taskd.IdempotentReply, error) {
+	var r taskd.IdempotentReply
+	var status sql.NullInt64
+	var header sql.NullString
+	if err := row.Scan(&r.RequestHash, &status, &header, &r.Body, &r.CreatedAt); err != nil {
+		return nil, err
+	}
+	r.Status = int(status.Int64)
+	if header.Valid {
+		if err := json.Unmarshal([]byte(header.String), &r.Header); err != nil {
+			return nil, err
+		}
+	}
+	return &r, nil
+}
+
+// KeptReply returns the reply kept under actor's key when a request with it succeeded
+// within expiry of now; nil when there is none (never used, expired, or a request with
+// it under way). It reads without a lock: BeginIdempotent decides.
+func (s *Store) KeptReply(ctx context.Context, actor, key string, now time.Time, expiry time.Duration) (*taskd.IdempotentReply, error) {
+	r, err := scanReply(s.db.QueryRowContext(ctx, "SELECT "+replyColumns+" FROM idempotency_key WHERE actor = ? AND idem_key = ?",
+		actor, key))
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, mysqlErr("idempotency key", err)
+	case r.Status == 0 || !r.CreatedAt.After(now.Add(-expiry)):
+		return nil, nil
+	}
+	return r, nil
 }
 
 // FinishIdempotent keeps the reply of actor's request with key.

@@ -145,6 +145,16 @@ func (s *Store) GetTask(ctx context.Context, key taskd.TaskKey) (taskd.Task, err
 	return t, mysqlErr("get task", err)
 }
 
+// LookupTask returns a task, deleted or not; not_found for an id that never named
+// one.
+func (s *Store) LookupTask(ctx context.Context, key taskd.TaskKey) (taskd.Task, error) {
+	t, err := scanTask(s.db.QueryRowContext(ctx, selectTask(key.Kind)+" WHERE t.id = ?", key.ID), key.Kind)
+	if errors.Is(err, sql.ErrNoRows) {
+		return t, taskd.Errorf(taskd.CodeNotFound, "task %s not found", key)
+	}
+	return t, mysqlErr("look up task", err)
+}
+
 // getTask reads a task that is not deleted (not_found otherwise).
 func getTask(ctx context.Context, q rowQuerier, key taskd.TaskKey) (taskd.Task, error) {
 	t, err := scanTask(q.QueryRowContext(ctx, selectTask(key.Kind)+" WHERE t.id = ? AND t.status <> ?",
