@@ -100,8 +100,15 @@ type Option func(*call)
 
 // IfMatch makes a write conditional: it is made only if the record is still at
 // version v, else the call fails with ErrPreconditionFailed and nothing changes.
+// An empty v is an error of the call: a write guarded by no version would go
+// through whatever changed.
 func IfMatch(v Version) Option {
-	return func(c *call) { c.header.Set("If-Match", `"`+string(v)+`"`) }
+	return func(c *call) {
+		if v == "" {
+			c.err = errors.New("client: IfMatch: the version is empty (a campaign or rollout read from a list has none: read it alone)")
+		}
+		c.header.Set("If-Match", `"`+string(v)+`"`)
+	}
 }
 
 // IdempotencyKey names a create, so that sending it again (from this process or
@@ -123,7 +130,8 @@ type call struct {
 	// refusedSafe says a 503 of this call did nothing (an upload refused for want
 	// of a slot, before its body is read).
 	refusedSafe bool
-	create      bool // sends an Idempotency-Key
+	create      bool  // sends an Idempotency-Key
+	err         error // an option's error: the call is not sent
 	meta        *replyMeta
 }
 
@@ -143,6 +151,9 @@ func newCall(method, path string, opts []Option) *call {
 
 // do sends c and decodes a 2xx reply's body into out (nil: the body is dropped).
 func (cl *Client) do(ctx context.Context, c *call, out any) error {
+	if c.err != nil {
+		return c.err
+	}
 	if c.create && c.header.Get("Idempotency-Key") == "" {
 		c.header.Set("Idempotency-Key", "taskd-go-"+rand.Text())
 	}

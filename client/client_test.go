@@ -97,6 +97,12 @@ func TestEveryOperation(t *testing.T) {
 	if uids, err = c.GroupMembers(ctx, "stores"); err != nil || !slices.Equal(uids, []string{"s1", "s3"}) {
 		t.Errorf("members: %v, %v", uids, err)
 	}
+	if run, err := c.Run(ctx, "ping", "gid_stores", nil); err != nil || run.DispatchTimes != 2 || run.Kind != "once" {
+		t.Errorf("Run for a group of two: %+v, %v; want a once task, dispatch_times 2", run, err)
+	}
+	if _, err := c.Run(ctx, "ping", "gid_nobody", nil); err == nil {
+		t.Error("Run for a group without members: no error")
+	}
 	dyn, err := c.SetGroupRule(ctx, "ams", "site=ams1", ">= 1.0.0")
 	must(err)
 	if !dyn.Dynamic || dyn.Selector != "site=ams1" {
@@ -130,6 +136,12 @@ func TestEveryOperation(t *testing.T) {
 	if n, err := c.RevokeKeys(ctx, "s1"); err != nil || n != 1 {
 		t.Errorf("RevokeKeys: %d, %v", n, err)
 	}
+	results, err := c.Wait(ctx, task.TaskID)
+	must(err)
+	if len(results) != 1 || results[0].State != "done" || results[0].Result != "success" || string(results[0].Detail) != `{"rows":3}` {
+		t.Errorf("Wait: %+v", results)
+	}
+
 	// Dispatch records, interventions, events and stats.
 	recs, err := client.Collect(c.Dispatches(ctx, client.Filter{TaskID: task.TaskID}))
 	must(err)

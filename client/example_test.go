@@ -15,6 +15,32 @@ import (
 	"github.com/taskpull/taskd/client"
 )
 
+// A producer hands one piece of work to one device and waits for its answer. (An agent
+// of the SDK plays the device.)
+func Example() {
+	ctx := context.Background()
+	c, err := client.New(client.Config{URL: taskdURL(), Token: adminToken})
+	if err != nil {
+		panic(err)
+	}
+	task, err := c.Run(ctx, "collect-logs", "uid_store-17", map[string]any{"since": "1h"})
+	if err != nil {
+		panic(err)
+	}
+	go device(c, "store-17", func(params json.RawMessage) agent.Outcome {
+		return agent.Done(map[string]any{"lines": 120})
+	})
+
+	results, err := c.Wait(ctx, task.TaskID)
+	if err != nil {
+		panic(err)
+	}
+	for _, r := range results {
+		fmt.Println(r.UID, r.Result, string(r.Detail))
+	}
+	// Output: store-17 success {"lines":120}
+}
+
 // A nightly task for a group, at 02:30 in the stores' time zone, created once however
 // often the producer runs: the Idempotency-Key names what it is for.
 func ExampleClient_CreateTask() {

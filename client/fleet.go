@@ -10,8 +10,7 @@ import (
 	"time"
 )
 
-// Groups lists the groups: the hand-kept ones with members or tasks, and the dynamic
-// ones.
+// Groups lists the groups, hand-kept and dynamic, with their member and task counts.
 func (cl *Client) Groups(ctx context.Context) iter.Seq2[Group, error] {
 	return list[Group](cl, ctx, "/v1/admin/groups", Filter{}, "groups")
 }

@@ -43,7 +43,7 @@ func taskBody(t Task) Task {
 		Misfire: t.Misfire}
 }
 
-// Tasks lists the tasks, newest first; Filter's Executor, Kind, Status and
+// Tasks lists the tasks, by kind then id; Filter's Executor, Kind, Status and
 // TemplateID narrow it.
 func (cl *Client) Tasks(ctx context.Context, f Filter) iter.Seq2[Task, error] {
 	return list[Task](cl, ctx, "/v1/admin/tasks", f, "tasks", "executor", "kind", "status", "template_id")
@@ -135,11 +135,13 @@ func (cl *Client) Rollouts(ctx context.Context) ([]RolloutState, error) {
 	return out.Rollouts, err
 }
 
-// Results yields a task's dispatches as they finish (every attempt that ended: a
-// retried failure with Final false, then its retry), long-polling the server between
-// them, and ends when no more can come: a one-time task whose quota is spent and
-// whose every dispatch reached its final state, or a task that ended. A rotating task
-// goes on until ctx ends, which ends the iteration with ctx's error.
+// Results yields a task's dispatch records as they finish, long-polling the server
+// between them: every attempt that ended, in the order the server saw them end (a
+// failure to be retried, state retry_wait, then its retry's record), each as it stood
+// when read. It ends when no more can come: a one-time task whose quota is spent and
+// whose every dispatch reached its end, or a task that ended or was deleted. A
+// rotating task without an end goes on until ctx ends, which ends the iteration with
+// ctx's error.
 func (cl *Client) Results(ctx context.Context, taskID string) iter.Seq2[Dispatch, error] {
 	return func(yield func(Dispatch, error) bool) {
 		path, err := taskPath(taskID, "/results")
@@ -179,17 +181,23 @@ func (cl *Client) Results(ctx context.Context, taskID string) iter.Seq2[Dispatch
 }
 
 // Wait waits until a task has no more results to give (see Results) and answers
-// its dispatches' final outcomes: for each, its Result ("success" or "failure",
-// empty for one that expired or was cancelled), State and Detail.
+// each of its dispatches' final record, one per uid and occurrence (its last
+// attempt), in the order they first finished: its State (done, dead, expired,
+// cancelled), Result, Detail and Attempt.
 func (cl *Client) Wait(ctx context.Context, taskID string) ([]Dispatch, error) {
 	var out []Dispatch
+	at := map[string]int{} // uid and occurrence -> index in out
 	for d, err := range cl.Results(ctx, taskID) {
 		if err != nil {
 			return out, err
 		}
-		if d.Final {
-			out = append(out, d)
+		key := d.UID + " " + d.DueAt.UTC().Format(time.RFC3339Nano)
+		if i, ok := at[key]; ok {
+			out[i] = d
+			continue
 		}
+		at[key] = len(out)
+		out = append(out, d)
 	}
 	return out, nil
 }
@@ -198,8 +206,10 @@ func (cl *Client) Wait(ctx context.Context, taskID string) ([]Dispatch, error) {
 // reuses the template named templateName (the oldest of that name), or creates it
 // (any params, the server's defaults), and creates a one-time task of it, due now,
 // with params (marshalled as JSON; nil for none) and the server's defaults for the
-// rest: dispatched once to the uid (for a group, once to each member), priority 5,
-// three attempts. Wait answers its results. For any other setting, CreateTask.
+// rest: dispatched once to the uid, or for a group once to each of its members now
+// (dispatch_times their count: a member who joins later may take the place of one
+// that never fetches), priority 5, no lease and so one attempt. Wait answers its results. For any other setting,
+// CreateTask.
 func (cl *Client) Run(ctx context.Context, templateName, executor string, params any, opts ...Option) (Task, error) {
 	tmpl, err := cl.templateNamed(ctx, templateName)
 	if err != nil {
@@ -212,7 +222,16 @@ func (cl *Client) Run(ctx context.Context, templateName, executor string, params
 		}
 	}
 	if t.DispatchTimes = 1; strings.HasPrefix(executor, "gid_") {
-		t.DispatchTimes = -1
+		// Once to each member: a quota of unlimited would never be spent, and Wait
+		// would wait for members yet to join.
+		g, err := cl.Group(ctx, strings.TrimPrefix(executor, "gid_"))
+		if err != nil {
+			return Task{}, err
+		}
+		if g.Members == 0 {
+			return Task{}, fmt.Errorf("client: Run: group %s has no members", g.GID)
+		}
+		t.DispatchTimes = g.Members
 	}
 	return cl.CreateTask(ctx, t, opts...)
 }

@@ -9,7 +9,8 @@ import (
 // them; a test keeps their fields and the document's in step. Free-form JSON (params,
 // schemas, details) is json.RawMessage. A number the server may leave unset (a
 // template's lease_seconds, say) is zero when it is: zero in what you send means
-// "the server's default".
+// "the server's default". A time the server leaves null (a dispatch's finished_at
+// while it is open) is the zero time, left out of JSON made from the record.
 
 // Template is a parameter template: the JSON Schema a task's params must satisfy and
 // the defaults its tasks inherit.
@@ -138,7 +139,7 @@ type Dispatch struct {
 	LogID   string    `json:"log_id"`
 	UID     string    `json:"uid"`
 	TaskID  string    `json:"task_id"`
-	DueAt   time.Time `json:"due_at"`
+	DueAt   time.Time `json:"due_at,omitzero"`
 	Attempt int       `json:"attempt"`
 	// State is open, retry_wait, done, failed, expired, dead, cancelled, staged or
 	// unconfirmed.
@@ -148,16 +149,16 @@ type Dispatch struct {
 	Detail         json.RawMessage `json:"detail"`
 	Checkpoint     json.RawMessage `json:"checkpoint"`
 	Stage          string          `json:"stage"`
-	DispatchedAt   time.Time       `json:"dispatched_at"`
-	LeaseExpiresAt time.Time       `json:"lease_expires_at"`
-	RetryAt        time.Time       `json:"retry_at"`
-	FinishedAt     time.Time       `json:"finished_at"`
-	RetriedAt      time.Time       `json:"retried_at"`
-	CancelledAt    time.Time       `json:"cancelled_at"`
+	DispatchedAt   time.Time       `json:"dispatched_at,omitzero"`
+	LeaseExpiresAt time.Time       `json:"lease_expires_at,omitzero"`
+	RetryAt        time.Time       `json:"retry_at,omitzero"`
+	FinishedAt     time.Time       `json:"finished_at,omitzero"`
+	RetriedAt      time.Time       `json:"retried_at,omitzero"`
+	CancelledAt    time.Time       `json:"cancelled_at,omitzero"`
 	Resumed        bool            `json:"resumed"`
 	RolloutPhase   int             `json:"rollout_phase"`
 	Reason         string          `json:"reason"`
-	ConfirmBy      time.Time       `json:"confirm_by"`
+	ConfirmBy      time.Time       `json:"confirm_by,omitzero"`
 	// Final says no attempt follows this one.
 	Final bool `json:"final"`
 }
@@ -170,15 +171,15 @@ type Event struct {
 	LogID     string    `json:"log_id"`
 	UID       string    `json:"uid"`
 	TaskID    string    `json:"task_id"`
-	DueAt     time.Time `json:"due_at"`
+	DueAt     time.Time `json:"due_at,omitzero"`
 	Attempt   int       `json:"attempt"`
 	Result    string    `json:"result"`
-	At        time.Time `json:"at"`
+	At        time.Time `json:"at,omitzero"`
 	Stage     string    `json:"stage"`
 	Reason    string    `json:"reason"`
 	Final     bool      `json:"final"`
 	Missed    int       `json:"missed"`
-	LastDueAt time.Time `json:"last_due_at"`
+	LastDueAt time.Time `json:"last_due_at,omitzero"`
 }
 
 // TaskStats is one task's figures over a time range.
@@ -211,7 +212,7 @@ type VersionStats struct {
 // Occurrence is one due time of a task, as the schedule shows it.
 type Occurrence struct {
 	TaskID    string    `json:"task_id"`
-	DueAt     time.Time `json:"due_at"`
+	DueAt     time.Time `json:"due_at,omitzero"`
 	Priority  int       `json:"priority"`
 	Claimed   int       `json:"claimed"`
 	Remaining *int      `json:"remaining"`
@@ -234,7 +235,7 @@ type Preview struct {
 		UIDs            int `json:"uids"`
 	} `json:"summary"`
 	Occurrences []struct {
-		DueAt      time.Time `json:"due_at"`
+		DueAt      time.Time `json:"due_at,omitzero"`
 		Recipients int       `json:"recipients"`
 		LocalTime  string    `json:"local_time"`
 		TimeZone   string    `json:"time_zone"`
@@ -260,19 +261,20 @@ type RolloutState struct {
 	// Gate is pending, passed or failed.
 	Gate           string        `json:"gate"`
 	GateFailed     bool          `json:"gate_failed"`
-	PhaseStartedAt time.Time     `json:"phase_started_at"`
-	BakeUntil      time.Time     `json:"bake_until"`
-	MayAdvanceAt   time.Time     `json:"may_advance_at"`
+	PhaseStartedAt time.Time     `json:"phase_started_at,omitzero"`
+	BakeUntil      time.Time     `json:"bake_until,omitzero"`
+	MayAdvanceAt   time.Time     `json:"may_advance_at,omitzero"`
 	Rollout        Rollout       `json:"rollout"`
 	History        []RolloutMove `json:"history"`
-	// Version is the rollout's ETag, for MoveRollout's IfMatch.
+	// Version is the rollout's ETag, for MoveRollout's IfMatch: what Rollout and
+	// MoveRollout answer has it, a rollout of Rollouts does not.
 	Version Version `json:"-"`
 }
 
 // RolloutMove is a move that ended a phase (or the rollout), a pause or a resume.
 type RolloutMove struct {
 	Phase       int       `json:"phase"`
-	At          time.Time `json:"at"`
+	At          time.Time `json:"at,omitzero"`
 	Event       string    `json:"event"`
 	Claimed     int       `json:"claimed"`
 	Finished    int       `json:"finished"`
@@ -299,13 +301,13 @@ type Group struct {
 // ClientInfo is a uid as the fleet view shows it.
 type ClientInfo struct {
 	UID         string     `json:"uid"`
-	LastSeen    time.Time  `json:"last_seen"`
+	LastSeen    time.Time  `json:"last_seen,omitzero"`
 	Keys        int        `json:"keys"`
 	Open        int        `json:"open"`
 	MaxInFlight int        `json:"max_in_flight"`
 	Agent       *AgentInfo `json:"agent"`
 	// UpdatedAt and Version are the settings' (ClientInfo and SetMaxInFlight).
-	UpdatedAt time.Time `json:"updated_at"`
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
 	Version   Version   `json:"version"`
 }
 
@@ -340,11 +342,13 @@ type Campaign struct {
 	Done       int64     `json:"done"`
 	Failed     int64     `json:"failed"`
 	InFlight   int64     `json:"in_flight"`
-	CreatedAt  time.Time `json:"created_at"`
-	UpdatedAt  time.Time `json:"updated_at"`
-	StartedAt  time.Time `json:"started_at"`
-	FinishedAt time.Time `json:"finished_at"`
-	// Version is the campaign's ETag, for MoveCampaign's IfMatch.
+	CreatedAt  time.Time `json:"created_at,omitzero"`
+	UpdatedAt  time.Time `json:"updated_at,omitzero"`
+	StartedAt  time.Time `json:"started_at,omitzero"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+	// Version is the campaign's ETag, for MoveCampaign's IfMatch: what Campaign,
+	// CreateCampaign, UploadCampaignItems and MoveCampaign answer has it, a campaign
+	// of a list does not.
 	Version Version `json:"-"`
 }
 
@@ -395,7 +399,7 @@ type CampaignFailure struct {
 	Cause  string          `json:"cause"`
 	Final  bool            `json:"final"`
 	Detail json.RawMessage `json:"detail"`
-	At     time.Time       `json:"at"`
+	At     time.Time       `json:"at,omitzero"`
 }
 
 // Artifact is a software artifact DDI devices download.
@@ -408,12 +412,12 @@ type Artifact struct {
 		MD5    string `json:"md5"`
 		SHA256 string `json:"sha256"`
 	} `json:"hashes"`
-	CreatedAt time.Time `json:"created_at"`
+	CreatedAt time.Time `json:"created_at,omitzero"`
 }
 
 // AuditEntry is one admin write.
 type AuditEntry struct {
-	At     time.Time       `json:"at"`
+	At     time.Time       `json:"at,omitzero"`
 	Actor  string          `json:"actor"`
 	Action string          `json:"action"`
 	Target string          `json:"target"`
@@ -429,13 +433,13 @@ type Overview struct {
 	RetryWaiting   int       `json:"retry_waiting"`
 	Dead           int       `json:"dead"`
 	OutboxPending  int       `json:"outbox_pending"`
-	OutboxOldestAt time.Time `json:"outbox_oldest_at"`
+	OutboxOldestAt time.Time `json:"outbox_oldest_at,omitzero"`
 }
 
 // Node is a server node that reported in.
 type Node struct {
 	Node      string    `json:"node"`
-	StartedAt time.Time `json:"started_at"`
-	LastSeen  time.Time `json:"last_seen"`
+	StartedAt time.Time `json:"started_at,omitzero"`
+	LastSeen  time.Time `json:"last_seen,omitzero"`
 	Roles     []string  `json:"roles"`
 }

@@ -171,7 +171,7 @@ func (c *Config) table() config.Table {
 			Value: config.Float(&c.EnrollRate, config.NotNegative)},
 		{Env: "DISPATCH_ENROLL_BURST", Flag: "enroll-burst", Default: "100", Usage: "enrollments at once over all nodes before DISPATCH_ENROLL_RATE applies",
 			Value: config.Int(&c.EnrollBurst, config.Positive)},
-		{Env: "DISPATCH_MAX_WAIT", Flag: "max-wait", Default: "30s", Usage: "cap on a fetch's long poll (wait_ms)",
+		{Env: "DISPATCH_MAX_WAIT", Flag: "max-wait", Default: "30s", Usage: "cap on a long poll (a fetch's wait_ms, a task results read's wait)",
 			Value: config.Duration(&c.MaxWait, config.Positive, config.AtMost(5*time.Minute))},
 		{Env: "DISPATCH_SWEEP_INTERVAL", Flag: "sweep-interval", Default: "5s", Usage: "how often expired leases are swept",
 			Value: config.Duration(&c.SweepInterval, config.Positive)},
