@@ -197,10 +197,7 @@ func dispatchesList(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&f.UID, "uid", "", "only the dispatches of this `uid`")
 	fs.StringVar(&f.State, "state", "", "only the dispatches in this `state`: open, retry_wait, done, failed, expired, dead, cancelled, staged or unconfirmed")
 	limit := fs.Int("limit", defaultLimit, "show at most `n` dispatches (0: all)")
-	if _, err := e.parse(fs, args, 0); err != nil {
-		return err
-	}
-	c, err := e.client()
+	_, c, err := e.start(fs, args, 0)
 	if err != nil {
 		return err
 	}

@@ -228,6 +228,16 @@ func (e *env) usageError(err error) error {
 	return usageError{fmt.Errorf("%s: %w", e.cmd.name, err), strings.TrimSpace("taskctl " + e.cmd.name + " " + e.cmd.synopsis)}
 }
 
+// start parses a command's flags and nargs arguments, and makes its client.
+func (e *env) start(fs *flag.FlagSet, args []string, nargs int) ([]string, *client.Client, error) {
+	pos, err := e.parse(fs, args, nargs)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := e.client()
+	return pos, c, err
+}
+
 // client is a client of the server the global flags name, with the admin token
 // from -token-file or TASKD_ADMIN_TOKEN.
 func (e *env) client() (*client.Client, error) {

@@ -11,11 +11,7 @@ import (
 
 // rolloutStatus is "rollout status TASK_ID".
 func rolloutStatus(ctx context.Context, e *env, args []string) error {
-	pos, err := e.parse(e.flags(), args, 1)
-	if err != nil {
-		return err
-	}
-	c, err := e.client()
+	pos, c, err := e.start(e.flags(), args, 1)
 	if err != nil {
 		return err
 	}
@@ -31,11 +27,7 @@ func rolloutMove(move string) func(context.Context, *env, []string) error {
 	return func(ctx context.Context, e *env, args []string) error {
 		fs := e.flags()
 		opts := ifMatch(fs)
-		pos, err := e.parse(fs, args, 1)
-		if err != nil {
-			return err
-		}
-		c, err := e.client()
+		pos, c, err := e.start(fs, args, 1)
 		if err != nil {
 			return err
 		}

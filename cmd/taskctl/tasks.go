@@ -30,10 +30,7 @@ func tasksList(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&f.Status, "status", "", "only the tasks in this `status`: active or paused")
 	fs.Int64Var(&f.TemplateID, "template", 0, "only the tasks of this template `id`")
 	limit := fs.Int("limit", 0, "show at most `n` tasks (0: all)")
-	if _, err := e.parse(fs, args, 0); err != nil {
-		return err
-	}
-	c, err := e.client()
+	_, c, err := e.start(fs, args, 0)
 	if err != nil {
 		return err
 	}
@@ -93,11 +90,7 @@ func printTask(e *env, t client.Task) error {
 
 // tasksShow is "tasks show TASK_ID".
 func tasksShow(ctx context.Context, e *env, args []string) error {
-	pos, err := e.parse(e.flags(), args, 1)
-	if err != nil {
-		return err
-	}
-	c, err := e.client()
+	pos, c, err := e.start(e.flags(), args, 1)
 	if err != nil {
 		return err
 	}
@@ -211,11 +204,7 @@ func tasksResume(ctx context.Context, e *env, args []string) error {
 func setStatus(ctx context.Context, e *env, args []string, status string) error {
 	fs := e.flags()
 	opts := ifMatch(fs)
-	pos, err := e.parse(fs, args, 1)
-	if err != nil {
-		return err
-	}
-	c, err := e.client()
+	pos, c, err := e.start(fs, args, 1)
 	if err != nil {
 		return err
 	}
@@ -233,11 +222,7 @@ func setStatus(ctx context.Context, e *env, args []string, status string) error 
 func tasksDelete(ctx context.Context, e *env, args []string) error {
 	fs := e.flags()
 	opts := ifMatch(fs)
-	pos, err := e.parse(fs, args, 1)
-	if err != nil {
-		return err
-	}
-	c, err := e.client()
+	pos, c, err := e.start(fs, args, 1)
 	if err != nil {
 		return err
 	}
@@ -256,11 +241,7 @@ func tasksDelete(ctx context.Context, e *env, args []string) error {
 func tasksResults(ctx context.Context, e *env, args []string) error {
 	fs := e.flags()
 	wait := fs.Bool("wait", false, "wait until the task has no more results to give, then list the final ones")
-	pos, err := e.parse(fs, args, 1)
-	if err != nil {
-		return err
-	}
-	c, err := e.client()
+	pos, c, err := e.start(fs, args, 1)
 	if err != nil {
 		return err
 	}
@@ -292,10 +273,7 @@ func finished(ctx context.Context, c *client.Client, taskID string) ([]client.Di
 
 // templatesList is "templates list".
 func templatesList(ctx context.Context, e *env, args []string) error {
-	if _, err := e.parse(e.flags(), args, 0); err != nil {
-		return err
-	}
-	c, err := e.client()
+	_, c, err := e.start(e.flags(), args, 0)
 	if err != nil {
 		return err
 	}
