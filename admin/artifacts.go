@@ -60,7 +60,7 @@ func NewArtifacts(svc ArtifactService, h *Handlers, uploadTotal time.Duration) *
 
 // WithIdempotency has uploads take an Idempotency-Key, kept in st (UploadArtifact).
 func (as *Artifacts) WithIdempotency(st IdempotencyStore, clk clock.Clock) *Artifacts {
-	as.idem, as.clock = st, clk
+	as.idem, as.clock = sealed{st}, clk
 	return as
 }
 

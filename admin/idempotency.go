@@ -23,7 +23,9 @@ import (
 // 422. A second request while the first is under way waits for it (a few seconds) and
 // then answers its reply, or 409. Keys are per admin token, kept in MySQL, so that a
 // retry reaching another node is recognized. Only a success spends a key: a refused
-// create may be corrected and sent again under the same key. An artifact upload takes a
+// create (4xx) may be corrected and sent again under the same key; after a server
+// error (5xx) the key stays taken for abandonAfter, since the create may have been
+// made. An artifact upload takes a
 // key too, its body compared by hash rather than kept (artifacts.go).
 
 // IdempotencyWindow is how long a key's reply is kept.
@@ -54,6 +56,7 @@ var replayedHeaders = []string{"Content-Type", "ETag", "Location"}
 
 // Idempotent returns the middleware of the creates that take an Idempotency-Key.
 func Idempotent(st IdempotencyStore, clk clock.Clock, log *slog.Logger) func(http.Handler) http.Handler {
+	st = sealed{st}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			key, given, err := requestKey(r)
@@ -188,8 +191,11 @@ func uploadHash(r *http.Request, sha256Hex string, size int64) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// serveRecorded runs the create and answers its reply; a success is kept under the
-// key, anything else frees the key.
+// serveRecorded runs the create and answers its reply. A success is kept under the
+// key; a refusal (4xx: nothing was made) frees it; a server error leaves it under way
+// until abandonAfter, since it may have come after the create committed (a reply cut
+// off, a bound run out while committing): a retry meanwhile gets 409, not a second
+// record.
 func serveRecorded(w http.ResponseWriter, r *http.Request, next http.Handler, st IdempotencyStore, actor, key string, log *slog.Logger) {
 	rec := &recorder{header: http.Header{}}
 	next.ServeHTTP(rec, r)
@@ -205,7 +211,7 @@ func serveRecorded(w http.ResponseWriter, r *http.Request, next http.Handler, st
 			}
 		}
 		err = st.FinishIdempotent(ctx, actor, key, rec.status, kept, rec.body.Bytes())
-	} else {
+	} else if rec.status < 500 {
 		err = st.DropIdempotent(ctx, actor, key)
 	}
 	if err != nil {

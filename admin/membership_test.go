@@ -49,3 +49,28 @@ func TestCommittedMembershipChangeNeverFails(t *testing.T) {
 		t.Fatalf("%d warnings, want one per change:\n%s", n, logs.String())
 	}
 }
+
+// A task's create, replace and delete that committed answer success, too, when the
+// caches cannot be told: a create told 503 would be sent again under its
+// Idempotency-Key and make a second task. Every node's heap-change feed tells the
+// caches, from the note each change made in its transaction.
+func TestCommittedTaskChangeNeverFails(t *testing.T) {
+	t.Parallel()
+	_, b := setup(t)
+	var logs testenv.SyncBuffer
+	svc := admin.NewService(b.store, unreachableCache{b.cache}, b.keys, b.clock, slog.New(slog.NewTextHandler(&logs, nil)))
+	task, err := svc.CreateTask(b.ctx, b.once("uid_7", t0))
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	task.Priority = 9
+	if _, err := svc.ReplaceTask(b.ctx, task, nil); err != nil {
+		t.Fatalf("replace: %v", err)
+	}
+	if err := svc.DeleteTask(b.ctx, task.Key, nil); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if n := strings.Count(logs.String(), "level=WARN msg=\"change committed, but a cache was not told"); n != 4 {
+		t.Fatalf("%d warnings, want one per executor told (create, replace's before and after, delete):\n%s", n, logs.String())
+	}
+}

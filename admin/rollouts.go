@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"time"
 
@@ -19,7 +18,8 @@ func (s *Service) Rollout(ctx context.Context, key taskd.TaskKey) (taskd.Rollout
 	if err != nil {
 		return v, err
 	}
-	return v, s.afterRollout(ctx, key, v)
+	s.afterRollout(ctx, key, v)
+	return v, nil
 }
 
 // MoveRollout applies an admin's move (advance, pause, resume, abort) to task key's
@@ -29,19 +29,24 @@ func (s *Service) MoveRollout(ctx context.Context, key taskd.TaskKey, move taskd
 	if err != nil {
 		return v, err
 	}
-	return v, s.afterRollout(ctx, key, v)
+	s.afterRollout(ctx, key, v)
+	return v, nil
 }
 
-// afterRollout tells the caches of an aborted rollout's paused task.
-func (s *Service) afterRollout(ctx context.Context, key taskd.TaskKey, v taskd.RolloutView) error {
+// afterRollout tells the caches of an aborted rollout's paused task, and the waiters
+// for its results (an abort with on_abort cancel ended its open dispatches).
+func (s *Service) afterRollout(ctx context.Context, key taskd.TaskKey, v taskd.RolloutView) {
 	if v.Status.State != taskd.RolloutAborted {
-		return nil
+		return
 	}
+	s.Finished(key)
 	t, err := s.store.GetTask(ctx, key)
 	if err != nil {
-		return err
+		s.log.WarnContext(ctx, "rollout aborted, but its task was not read to tell its caches (a claim refuses its paused task)",
+			"task_id", key.String(), "err", err)
+		return
 	}
-	return s.invalidate(ctx, t.Executor)
+	s.tellCaches(ctx, t.Executor)
 }
 
 // StepRollouts makes the server's moves of the running and baking rollouts due now (a
@@ -52,7 +57,7 @@ func (s *Service) StepRollouts(ctx context.Context) error {
 	for _, v := range moved {
 		key, perr := taskd.ParseTaskKey(v.TaskID)
 		if perr == nil {
-			err = errors.Join(err, s.afterRollout(ctx, key, v))
+			s.afterRollout(ctx, key, v)
 		}
 	}
 	return err

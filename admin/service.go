@@ -126,13 +126,11 @@ func (s *Service) UpdateTemplate(ctx context.Context, id int64, ifMatch taskd.If
 	// update noted them for the heap-change feed too, should Redis be away).
 	executors, err := s.store.WindowTakers(ctx, id)
 	if err != nil {
-		return after, err
+		s.log.WarnContext(ctx, "template edit committed, but its tasks' executors were not read to tell their caches (the heap-change feed does)",
+			"template_id", id, "err", err)
+		return after, nil
 	}
-	for _, e := range executors {
-		if err := s.invalidate(ctx, e); err != nil {
-			return after, err
-		}
-	}
+	s.tellCaches(ctx, executors...)
 	return after, nil
 }
 
@@ -260,7 +258,8 @@ func (s *Service) CreateTask(ctx context.Context, t taskd.Task) (taskd.Task, err
 	if err != nil {
 		return t, err
 	}
-	return t, s.invalidate(ctx, t.Executor)
+	s.tellCaches(ctx, t.Executor)
+	return t, nil
 }
 
 // The audit actions of a task's edits: a PUT replaces, a PATCH patches (the audit
@@ -321,10 +320,8 @@ func (s *Service) editTask(ctx context.Context, action string, key taskd.TaskKey
 	if err != nil {
 		return after, err
 	}
-	if err := s.invalidate(ctx, before.Executor); err != nil {
-		return after, err
-	}
-	return after, s.invalidate(ctx, after.Executor)
+	s.tellCaches(ctx, before.Executor, after.Executor)
+	return after, nil
 }
 
 // DeleteTask soft-deletes a task and invalidates its executor's heaps.
@@ -335,7 +332,8 @@ func (s *Service) DeleteTask(ctx context.Context, key taskd.TaskKey, ifMatch tas
 	}
 	// Its open and waiting dispatches were cancelled: results, and perhaps its last.
 	s.Finished(key)
-	return s.invalidate(ctx, before.Executor)
+	s.tellCaches(ctx, before.Executor)
+	return nil
 }
 
 func (s *Service) invalidate(ctx context.Context, executor string) error {
@@ -347,6 +345,22 @@ func (s *Service) invalidate(ctx context.Context, executor string) error {
 		return s.cache.InvalidateGroup(ctx, e.ID)
 	}
 	return s.cache.InvalidateUser(ctx, e.ID)
+}
+
+// tellCaches tells the caches that the heaps of executors went stale, after the change
+// committed. From the commit on, nothing turns the change into an error: a create told
+// 503 would be sent again and create twice (its Idempotency-Key is freed by a refusal).
+// The change noted itself for every node's heap-change feed in its transaction, so a
+// cache that was not told here is told by the feed once Redis answers.
+func (s *Service) tellCaches(ctx context.Context, executors ...string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), membershipSync)
+	defer cancel()
+	for _, e := range executors {
+		if err := s.invalidate(ctx, e); err != nil {
+			s.log.WarnContext(ctx, "change committed, but a cache was not told (the heap-change feed tells it)",
+				"executor", e, "err", err)
+		}
+	}
 }
 
 // membershipSync bounds the telling of the caches after a membership change.

@@ -21,8 +21,10 @@ type Config struct {
 	URL string
 	// Token is an admin token (one of the server's DISPATCH_ADMIN_TOKENS).
 	Token string
-	// HTTPClient sends the requests; nil means one with a 2-minute timeout (a
-	// long-polling Wait asks for at most a minute at a time).
+	// HTTPClient sends the requests; nil means one whose replies must begin within 2
+	// minutes of their request's end (a long-polling Wait asks for at most a minute at
+	// a time) and that puts no bound on an upload's length: a call's context bounds
+	// the whole of it.
 	HTTPClient *http.Client
 	// MaxRetries bounds how often a request is sent again after a 429 or 503, or a
 	// transport error where sending again is safe: 0 means 3, a negative number
@@ -54,7 +56,9 @@ func New(cfg Config) (*Client, error) {
 	c := &Client{base: strings.TrimRight(cfg.URL, "/"), token: cfg.Token, http: cfg.HTTPClient,
 		maxRetries: cfg.MaxRetries, maxWait: cfg.MaxRetryWait}
 	if c.http == nil {
-		c.http = &http.Client{Timeout: 2 * time.Minute}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.ResponseHeaderTimeout = 2 * time.Minute
+		c.http = &http.Client{Transport: tr}
 	}
 	switch {
 	case c.maxRetries == 0:
@@ -194,7 +198,12 @@ func (cl *Client) do(ctx context.Context, c *call, out any) error {
 		case http.StatusConflict:
 			// The same Idempotency-Key is under way (another try of this call whose
 			// reply was lost): its reply is answered once it is done.
-			retry = e.RetryAfter > 0 && c.header.Get("Idempotency-Key") != ""
+			retry = e.RetryAfter > 0 && c.header.Get("Idempotency-Key") != "" && c.rewind()
+		case http.StatusNotFound:
+			// A delete sent again after its reply was lost finds nothing left.
+			if try > 0 && c.method == http.MethodDelete {
+				return nil
+			}
 		}
 		if !retry || try >= cl.maxRetries || wait > cl.maxWait {
 			return e
@@ -221,17 +230,20 @@ func (c *call) rewind() bool {
 	return err == nil
 }
 
-// resendable says whether sending c again cannot do twice what it asks: a read, a
-// write that sets rather than adds, or one an Idempotency-Key or If-Match guards.
+// resendable says whether sending c again after a transport error or a 503 cannot
+// do twice what it asks, nor answer wrongly: a read, a write that sets rather than
+// adds, or a create an Idempotency-Key guards. A write made with If-Match is not: if
+// the first try was made, the second finds the version changed, and answers 412 for a
+// write that was made.
 func (c *call) resendable() bool {
-	if c.stream != nil {
+	if c.stream != nil || c.header.Get("If-Match") != "" {
 		return false
 	}
 	switch c.method {
 	case http.MethodGet, http.MethodHead, http.MethodPut, http.MethodDelete:
 		return true
 	}
-	return c.header.Get("Idempotency-Key") != "" || c.header.Get("If-Match") != ""
+	return c.header.Get("Idempotency-Key") != ""
 }
 
 func (cl *Client) send(ctx context.Context, c *call) (*http.Response, error) {

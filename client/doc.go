@@ -17,8 +17,10 @@
 // Idempotency-Key: a random one, or yours (IdempotencyKey). The server answers a
 // request sent again with the same key and body within 24 hours with the first reply
 // and creates nothing, whichever of its nodes it reaches, so the client sends a create
-// again after a transport error or a 503 without creating twice. Give your own key to
-// make a create idempotent across your program's restarts too.
+// of JSON again after a transport error or a 503 without creating twice (an upload's
+// body is streamed: it is sent again only after a 429, and only if it can seek back).
+// Give your own key to make a create idempotent across your program's restarts too:
+// the same key with another body is a 422.
 //
 // # Versions
 //
@@ -32,10 +34,11 @@
 // A reply other than 2xx is an *Error carrying the API's code and message;
 // errors.Is(err, ErrNotFound), ErrPreconditionFailed and ErrConflict test the usual
 // ones. A 429 is waited out (its Retry-After) and sent again; so is a 503 or a
-// transport error when sending again is safe (reads, PUT and DELETE, writes guarded by
-// an Idempotency-Key or If-Match), up to Config.MaxRetries times and only for a
-// Retry-After within Config.MaxRetryWait. Every call takes a context, and ends when it
-// does.
+// transport error when sending again is safe (reads, PUT and DELETE, creates guarded by
+// an Idempotency-Key; not a write made with IfMatch, which would answer 412 if its
+// first try was made), up to Config.MaxRetries times and only for a Retry-After within
+// Config.MaxRetryWait. A delete sent again that finds nothing answers success. Every
+// call takes a context, and ends when it does.
 //
 // # Lists
 //

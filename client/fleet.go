@@ -98,8 +98,9 @@ func (cl *Client) SetMaxInFlight(ctx context.Context, uid string, n int, opts ..
 }
 
 // IssueKey issues a new client key for uid (the uid's other keys stay valid) and
-// answers it; the server keeps only its hash. It sends an Idempotency-Key, so a
-// retry answers the same key rather than issuing another.
+// answers it. It sends an Idempotency-Key, so a retry answers the same key rather than
+// issuing another; the server keeps the key's hash, and for 24 hours the reply sealed
+// with the Idempotency-Key, which it keeps only a hash of.
 func (cl *Client) IssueKey(ctx context.Context, uid string, opts ...Option) (string, error) {
 	out, err := send[struct {
 		Key string `json:"client_key"`

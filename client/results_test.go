@@ -101,3 +101,30 @@ func TestResultsAsTheyFinish(t *testing.T) {
 		t.Errorf("Results yielded %d records, p1's results %v; want 3, p1 failure then success", len(every), p1)
 	}
 }
+
+// A uid that takes one occurrence twice (until_exhausted) has two claims, and Wait
+// answers both.
+func TestWaitKeepsEveryClaim(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, nil)
+	c := newClient(t, s.URL, client.Config{})
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	tmpl, err := c.CreateTemplate(ctx, client.Template{Name: "chunk"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := c.CreateTask(ctx, client.Task{Kind: "once", Executor: "uid_w", TemplateID: tmpl.ID, DispatchTimes: 2,
+		Mode: "until_exhausted", StartTime: time.Now().Add(-time.Minute), Params: json.RawMessage(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runAgent(t, c, s.URL, "w", func(task *agent.Task) agent.Outcome { return agent.Done(map[string]string{"log": task.LogID}) })
+	final, err := c.Wait(ctx, task.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(final) != 2 || final[0].LogID == final[1].LogID || final[0].State != "done" || final[1].State != "done" {
+		t.Errorf("Wait: %+v; want both claims, done", final)
+	}
+}

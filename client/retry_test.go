@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -256,5 +257,34 @@ func TestConditionalWrites(t *testing.T) {
 	}
 	if _, err := bob.MoveCampaign(ctx, camp.ID, "pause", client.IfMatch(camp.Version)); !errors.Is(err, client.ErrPreconditionFailed) {
 		t.Errorf("a move against the campaign's version before its start: %v", err)
+	}
+}
+
+// A delete whose reply was lost (the server deleted, the client got a 503) is sent
+// again and its 404 taken for the success it is; a write made with IfMatch is not
+// sent again after a 503, since a second try would find the version its first made.
+func TestRetriedWritesAnswerTruly(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, nil)
+	c := newClient(t, s.URL, client.Config{})
+	tmpl, err := c.CreateTemplate(t.Context(), client.Template{Name: "gone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := "/v1/admin/templates/" + strconv.FormatInt(tmpl.ID, 10)
+	del := &fault{method: "DELETE", path: path, n: 1, status: 503, retryAfter: "0", passThrough: true}
+	patch := &fault{method: "PATCH", path: path, n: 1, status: 503, retryAfter: "0", passThrough: true}
+	faulty := newClient(t, s.node(func(h http.Handler) http.Handler { return patch.wrap(del.wrap(h)) }), client.Config{})
+
+	_, err = faulty.UpdateTemplate(t.Context(), tmpl.ID, map[string]any{"lease_seconds": 30}, client.IfMatch(tmpl.Version))
+	var e *client.Error
+	if !errors.As(err, &e) || e.Status != 503 || patch.count() != 1 {
+		t.Errorf("a write made with IfMatch after a 503: %v, %d requests; want the 503, not sent again", err, patch.count())
+	}
+	if err := faulty.DeleteTemplate(t.Context(), tmpl.ID); err != nil || del.count() != 2 {
+		t.Errorf("a delete whose reply was lost: %v, %d requests; want success after two", err, del.count())
+	}
+	if _, err := c.Template(t.Context(), tmpl.ID); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("the template after the delete: %v", err)
 	}
 }

@@ -181,22 +181,23 @@ func (cl *Client) Results(ctx context.Context, taskID string) iter.Seq2[Dispatch
 }
 
 // Wait waits until a task has no more results to give (see Results) and answers
-// each of its dispatches' final record, one per uid and occurrence (its last
-// attempt), in the order they first finished: its State (done, dead, expired,
+// each of its dispatches' final record, in the order they first finished: one per
+// claim of a quota slot, its last attempt (a retry, a next stage or an admin's retry
+// continues a claim; Resumed says so), with its State (done, dead, expired,
 // cancelled), Result, Detail and Attempt.
 func (cl *Client) Wait(ctx context.Context, taskID string) ([]Dispatch, error) {
 	var out []Dispatch
-	at := map[string]int{} // uid and occurrence -> index in out
+	latest := map[string]int{} // uid and occurrence -> index in out of its latest claim
 	for d, err := range cl.Results(ctx, taskID) {
 		if err != nil {
 			return out, err
 		}
 		key := d.UID + " " + d.DueAt.UTC().Format(time.RFC3339Nano)
-		if i, ok := at[key]; ok {
+		if i, ok := latest[key]; ok && d.Resumed {
 			out[i] = d
 			continue
 		}
-		at[key] = len(out)
+		latest[key] = len(out)
 		out = append(out, d)
 	}
 	return out, nil
@@ -208,8 +209,14 @@ func (cl *Client) Wait(ctx context.Context, taskID string) ([]Dispatch, error) {
 // with params (marshalled as JSON; nil for none) and the server's defaults for the
 // rest: dispatched once to the uid, or for a group once to each of its members now
 // (dispatch_times their count: a member who joins later may take the place of one
-// that never fetches), priority 5, no lease and so one attempt. Wait answers its results. For any other setting,
-// CreateTask.
+// that never fetches), priority 5, no lease and so one attempt. Wait answers its
+// results. For any other setting, CreateTask.
+//
+// Its create is idempotent across its own retries. An IdempotencyKey given to Run
+// does not make a later Run with the same key answer the same task: the task it
+// sends is due at the time of the call (and a group's quota is its size then), so a
+// later one is another request, and the server answers 422. To create a task once
+// across restarts of your program, use CreateTask with a fixed StartTime and key.
 func (cl *Client) Run(ctx context.Context, templateName, executor string, params any, opts ...Option) (Task, error) {
 	tmpl, err := cl.templateNamed(ctx, templateName)
 	if err != nil {

@@ -302,7 +302,13 @@ func (s *Service) takeAll(ctx context.Context, uid string, batch []taken, only t
 // within the second.
 func (s *Service) take(ctx context.Context, uid string, e schedule.Entry, now time.Time, tk taskd.Take) (taskd.ClaimOutcome, *taskd.Dispatch, bool, error) {
 	if e.LogID != "" {
-		return s.store.Resume(ctx, uid, e.LogID, now, tk)
+		outcome, d, redo, err := s.store.Resume(ctx, uid, e.LogID, now, tk)
+		if err == nil && outcome == taskd.Gone && s.results != nil {
+			// Gone may be a cancel (the dispatch's task ended while it waited): a
+			// result, and a wake for nothing when it is not.
+			s.results.Finished(e.Task)
+		}
+		return outcome, d, redo, err
 	}
 	if until, ok := s.rateBound.Load(e.Task); ok {
 		if now.Before(until.(time.Time)) {

@@ -1,7 +1,9 @@
 package queue
 
 import (
+	"bufio"
 	"context"
+	"net"
 	"regexp"
 	"strings"
 	"sync"
@@ -120,15 +122,34 @@ func TestEmptyPollWritesNothing(t *testing.T) {
 }
 
 // monitor watches the standalone Redis's MONITOR for commands naming e's prefix until
-// stop, which returns them once the watch has caught up (a marker command seen).
+// stop, which returns them once the watch has caught up (a marker command seen). It
+// speaks to Redis over a connection of its own rather than through go-redis's
+// Monitor, whose reader races with its connection pool.
 func monitor(t *testing.T, e *env) (stop func() []string) {
 	t.Helper()
-	mon := redis.NewClient(&redis.Options{Addr: testenv.StandaloneRedisAddr()})
-	t.Cleanup(func() { mon.Close() })
+	conn, err := net.Dial("tcp", testenv.StandaloneRedisAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	r := bufio.NewReader(conn)
+	if _, err := conn.Write([]byte("MONITOR\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := r.ReadString('\n'); err != nil || ok != "+OK\r\n" {
+		t.Fatalf("MONITOR answered %q, %v", ok, err)
+	}
 	ch := make(chan string, 1024)
-	ctx, cancel := context.WithCancel(e.ctx)
-	cmd := mon.Monitor(ctx, ch)
-	cmd.Start()
+	go func() {
+		defer close(ch)
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			ch <- strings.TrimPrefix(strings.TrimRight(line, "\r\n"), "+")
+		}
+	}()
 	marker := e.redis + "monitor-marker"
 	var (
 		mu    sync.Mutex
@@ -138,29 +159,25 @@ func monitor(t *testing.T, e *env) (stop func() []string) {
 	)
 	go func() {
 		readied := false
-		for {
-			select {
-			case line := <-ch:
-				if !readied && strings.Contains(line, marker+"-start") {
-					readied = true
-					close(ready)
-					continue
-				}
-				if strings.Contains(line, marker+"-end") {
-					close(done)
-					return
-				}
-				if readied && strings.Contains(line, e.redis) {
-					mu.Lock()
-					lines = append(lines, line)
-					mu.Unlock()
-				}
-			case <-ctx.Done():
+		for line := range ch {
+			if !readied && strings.Contains(line, marker+"-start") {
+				readied = true
+				close(ready)
+				continue
+			}
+			if strings.Contains(line, marker+"-end") {
+				close(done)
 				return
+			}
+			if readied && strings.Contains(line, e.redis) {
+				mu.Lock()
+				lines = append(lines, line)
+				mu.Unlock()
 			}
 		}
 	}()
-	// MONITOR starts some time after Start: wait until it shows a command of ours.
+	// The watch shows commands from some time after MONITOR's OK: wait until it shows
+	// one of ours.
 	deadline := time.Now().Add(10 * time.Second)
 	for waiting := true; waiting; {
 		e.rdb.Get(e.ctx, marker+"-start")
@@ -180,8 +197,7 @@ func monitor(t *testing.T, e *env) (stop func() []string) {
 		case <-time.After(10 * time.Second):
 			t.Error("MONITOR did not catch up")
 		}
-		cmd.Stop()
-		cancel()
+		conn.Close()
 		mu.Lock()
 		defer mu.Unlock()
 		return lines

@@ -275,3 +275,26 @@ func TestIdempotentArtifactUploadsAtOnce(t *testing.T) {
 	}
 	artifactsKept(t, e, dir, 1)
 }
+
+// A client key issued under an Idempotency-Key is answered again to a retry, yet
+// MySQL keeps neither it nor the Idempotency-Key in the clear: the server otherwise
+// keeps only a key's hash.
+func TestIdempotentKeyIssueKeepsNoSecret(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2)
+	code, first, _ := e.idem(0, adminToken, "POST", "/v1/admin/clients/7/keys", "issue-7-once", nil)
+	if code != 201 {
+		t.Fatalf("issue: %d %v", code, first)
+	}
+	code, again, h := e.idem(1, adminToken, "POST", "/v1/admin/clients/7/keys", "issue-7-once", nil)
+	if code != 201 || again["client_key"] != first["client_key"] || h.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("the issue again: %d %v, want the first key replayed", code, again)
+	}
+	key := first["client_key"].(string)
+	if n := e.count("SELECT COUNT(*) FROM idempotency_key WHERE LOCATE(?, body) > 0 OR idem_key = ?", key, "issue-7-once"); n != 0 {
+		t.Errorf("%d rows of idempotency_key hold the client key or the Idempotency-Key in the clear", n)
+	}
+	if n := e.count("SELECT COUNT(*) FROM idempotency_key"); n != 1 {
+		t.Errorf("%d rows of idempotency_key, want the one", n)
+	}
+}

@@ -334,3 +334,33 @@ func TestResultsWaitWakesOnAnotherNode(t *testing.T) {
 		t.Fatalf("woken by the other node: %+v", r)
 	}
 }
+
+// An attempt whose lease ran out with attempts left waits for its user to take the
+// next: the task is not done while it waits, however long (here past the catch-up
+// window, after which a once task with nothing waiting has ended), and the next
+// attempt's result comes after it.
+func TestResultsNotDoneWhileAnAttemptWaits(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	id := e.task("once", map[string]any{"executor": "uid_1", "start_time": ts(t0), "lease_seconds": 60, "max_attempts": 3})
+	k := e.key("1")
+	first := mustFetch(t, e, k)
+	e.clock.Advance(61 * time.Second)
+	if _, err := e.apps[0].Sweep(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(2 * time.Hour)
+	r := e.results(0, id, "")
+	if len(r.Results) != 1 || r.Results[0]["log_id"] != first.LogID || r.Results[0]["state"] != "expired" || r.Done {
+		t.Fatalf("the expired attempt, two hours on: %+v; want it, not done", r)
+	}
+	second := mustFetch(t, e, k)
+	if second.LogID == first.LogID {
+		t.Fatalf("the second fetch handed out %s again", first.LogID)
+	}
+	e.mustComplete(k, second.LogID)
+	last := e.results(0, id, after(r.Next))
+	if len(last.Results) != 1 || last.Results[0]["state"] != "done" || !last.Done {
+		t.Fatalf("after the second attempt: %+v; want its success, done", last)
+	}
+}

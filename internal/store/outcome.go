@@ -10,8 +10,10 @@ import (
 // OutcomeFigures returns the dispatch figures of tasks that their outcomes
 // (taskd.Task.Outcome) are decided on: for every task, its unfinished dispatches (read
 // through the state index: few are unfinished at any time, however many a rotating
-// task has finished); for once tasks also their occurrence's claimed slots, successes
-// and deaths (read through the occurrence index: at most a quota's worth of attempts).
+// task has finished), counting an ended attempt whose next waits for its user; for the
+// once tasks with none unfinished also their occurrence's claimed slots, successes and
+// deaths (read through the occurrence index: at most a quota's worth of attempts). A
+// task with one unfinished has no outcome, and its other figures are left zero.
 func (s *Store) OutcomeFigures(ctx context.Context, tasks []taskd.TaskKey) (map[taskd.TaskKey]taskd.OutcomeFigures, error) {
 	out := make(map[taskd.TaskKey]taskd.OutcomeFigures, len(tasks))
 	if len(tasks) == 0 {
@@ -21,9 +23,6 @@ func (s *Store) OutcomeFigures(ctx context.Context, tasks []taskd.TaskKey) (map[
 	var allArgs, onceArgs []any
 	for _, k := range tasks {
 		all, allArgs = append(all, "(task_kind = ? AND task_id = ?)"), append(allArgs, k.Kind, k.ID)
-		if k.Kind == taskd.KindOnce {
-			once, onceArgs = append(once, "(task_kind = ? AND task_id = ?)"), append(onceArgs, k.Kind, k.ID)
-		}
 	}
 	scan := func(query string, args []any, set func(k taskd.TaskKey, f *taskd.OutcomeFigures, a, b int)) error {
 		rows, err := s.db.QueryContext(ctx, query, args...)
@@ -47,8 +46,29 @@ func (s *Store) OutcomeFigures(ctx context.Context, tasks []taskd.TaskKey) (map[
 	err := scan(`SELECT task_kind, task_id, COUNT(*), 0 FROM dispatch WHERE state IN (?, ?, ?, ?) AND (`+strings.Join(all, " OR ")+`)
 		GROUP BY task_kind, task_id`, append([]any{taskd.StateOpen, taskd.StateRetryWait, taskd.StateStaged, taskd.StateUnconfirmed}, allArgs...),
 		func(_ taskd.TaskKey, f *taskd.OutcomeFigures, n, _ int) { f.Unfinished = n })
-	if err != nil || len(once) == 0 {
+	if err != nil {
 		return out, mysqlErr("task outcomes", err)
+	}
+	// So is an attempt that ended and waits for its user to take the next (an expiry
+	// with attempts left, a dead dispatch an admin sent back): read through the waiting
+	// index, as few wait at any time.
+	err = scan(`SELECT task_kind, task_id, COUNT(*), 0 FROM dispatch WHERE waiting_uid IS NOT NULL AND state NOT IN (?, ?, ?, ?)
+		AND (`+strings.Join(all, " OR ")+`) GROUP BY task_kind, task_id`,
+		append([]any{taskd.StateOpen, taskd.StateRetryWait, taskd.StateStaged, taskd.StateUnconfirmed}, allArgs...),
+		func(_ taskd.TaskKey, f *taskd.OutcomeFigures, n, _ int) { f.Unfinished += n })
+	if err != nil {
+		return out, mysqlErr("task outcomes", err)
+	}
+	// A task with an unfinished dispatch has no outcome whatever its other figures: the
+	// read of all of a once task's records is left to those with none.
+	once, onceArgs = once[:0], onceArgs[:0]
+	for _, k := range tasks {
+		if k.Kind == taskd.KindOnce && out[k].Unfinished == 0 {
+			once, onceArgs = append(once, "(task_kind = ? AND task_id = ?)"), append(onceArgs, k.Kind, k.ID)
+		}
+	}
+	if len(once) == 0 {
+		return out, nil
 	}
 	err = scan(`SELECT task_kind, task_id, COALESCE(SUM(state = ? AND result = ?), 0), COALESCE(SUM(state = ?), 0) FROM dispatch
 		WHERE `+strings.Join(once, " OR ")+` GROUP BY task_kind, task_id`,
