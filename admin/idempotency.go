@@ -216,7 +216,7 @@ func serveRecorded(w http.ResponseWriter, r *http.Request, next http.Handler, st
 	}
 	if err != nil {
 		log.WarnContext(ctx, "an Idempotency-Key's reply could not be kept: a retry within the abandon time gets 409, then creates again",
-			"key", key, "err", err)
+			"key_hash", sealedKey(key), "err", err)
 	}
 	for h, v := range rec.header {
 		w.Header()[h] = v

@@ -56,7 +56,10 @@ func New(cfg Config) (*Client, error) {
 	c := &Client{base: strings.TrimRight(cfg.URL, "/"), token: cfg.Token, http: cfg.HTTPClient,
 		maxRetries: cfg.MaxRetries, maxWait: cfg.MaxRetryWait}
 	if c.http == nil {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr := &http.Transport{Proxy: http.ProxyFromEnvironment}
+		if dt, ok := http.DefaultTransport.(*http.Transport); ok {
+			tr = dt.Clone()
+		}
 		tr.ResponseHeaderTimeout = 2 * time.Minute
 		c.http = &http.Client{Transport: tr}
 	}
@@ -161,9 +164,13 @@ func (cl *Client) do(ctx context.Context, c *call, out any) error {
 	if c.create && c.header.Get("Idempotency-Key") == "" {
 		c.header.Set("Idempotency-Key", "taskd-go-"+rand.Text())
 	}
+	// ambiguous says an earlier try may have been carried out (a transport error, a
+	// 503): a 404 of a delete sent again is then its success.
+	ambiguous := false
 	for try := 0; ; try++ {
 		resp, err := cl.send(ctx, c)
 		if err != nil {
+			ambiguous = true
 			if ctx.Err() != nil || try >= cl.maxRetries || !c.resendable() {
 				return err
 			}
@@ -195,13 +202,14 @@ func (cl *Client) do(ctx context.Context, c *call, out any) error {
 			retry = c.rewind()
 		case http.StatusServiceUnavailable:
 			retry = c.resendable() || (c.refusedSafe && c.rewind())
+			ambiguous = ambiguous || !c.refusedSafe
 		case http.StatusConflict:
 			// The same Idempotency-Key is under way (another try of this call whose
 			// reply was lost): its reply is answered once it is done.
 			retry = e.RetryAfter > 0 && c.header.Get("Idempotency-Key") != "" && c.rewind()
 		case http.StatusNotFound:
 			// A delete sent again after its reply was lost finds nothing left.
-			if try > 0 && c.method == http.MethodDelete {
+			if ambiguous && c.method == http.MethodDelete {
 				return nil
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -316,7 +317,7 @@ func fetchOne(t *testing.T, c *client.Client, url, uid string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	a, err := agent.New(agent.Config{URL: url, Key: key, Once: true, StartupJitter: -1})
+	a, err := agent.New(agent.Config{URL: url, Key: key, Once: true, StartupJitter: -1, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return "", err
 	}

@@ -128,3 +128,37 @@ func TestWaitKeepsEveryClaim(t *testing.T) {
 		t.Errorf("Wait: %+v; want both claims, done", final)
 	}
 }
+
+// An attempt that expired is followed by its next, and Wait answers the claim once,
+// with its last attempt.
+func TestWaitFollowsAnExpiry(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, nil)
+	c := newClient(t, s.URL, client.Config{})
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	tmpl, err := c.CreateTemplate(ctx, client.Template{Name: "slow", LeaseSeconds: 300, MaxAttempts: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := c.CreateTask(ctx, client.Task{Kind: "once", Executor: "uid_x", TemplateID: tmpl.ID,
+		StartTime: time.Now().Add(-time.Minute), Params: json.RawMessage(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := fetchOne(t, c, s.URL, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ExpireDispatch(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	runAgent(t, c, s.URL, "x", func(*agent.Task) agent.Outcome { return agent.Done(nil) })
+	final, err := c.Wait(ctx, task.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(final) != 1 || final[0].State != "done" || final[0].Attempt != 2 {
+		t.Errorf("Wait: %+v; want one claim, its second attempt done", final)
+	}
+}

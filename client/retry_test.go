@@ -288,3 +288,15 @@ func TestRetriedWritesAnswerTruly(t *testing.T) {
 		t.Errorf("the template after the delete: %v", err)
 	}
 }
+
+// A 429 means nothing was done: a delete sent again after one that finds nothing is
+// the error it is.
+func TestDeleteAfterARateLimitIsNotFound(t *testing.T) {
+	t.Parallel()
+	f := &fault{method: "DELETE", path: "/v1/admin/templates/4242", n: 1, status: 429, retryAfter: "0"}
+	s := startServer(t, f.wrap)
+	c := newClient(t, s.URL, client.Config{})
+	if err := c.DeleteTemplate(t.Context(), 4242); !errors.Is(err, client.ErrNotFound) || f.count() != 2 {
+		t.Errorf("deleting a template that never was, after a 429: %v, %d requests; want ErrNotFound after two", err, f.count())
+	}
+}

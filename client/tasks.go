@@ -184,7 +184,8 @@ func (cl *Client) Results(ctx context.Context, taskID string) iter.Seq2[Dispatch
 // each of its dispatches' final record, in the order they first finished: one per
 // claim of a quota slot, its last attempt (a retry, a next stage or an admin's retry
 // continues a claim; Resumed says so), with its State (done, dead, expired,
-// cancelled), Result, Detail and Attempt.
+// cancelled), Result, Detail and Attempt. An attempt that expired is followed by its
+// next, when there is one.
 func (cl *Client) Wait(ctx context.Context, taskID string) ([]Dispatch, error) {
 	var out []Dispatch
 	latest := map[string]int{} // uid and occurrence -> index in out of its latest claim
@@ -193,7 +194,9 @@ func (cl *Client) Wait(ctx context.Context, taskID string) ([]Dispatch, error) {
 			return out, err
 		}
 		key := d.UID + " " + d.DueAt.UTC().Format(time.RFC3339Nano)
-		if i, ok := latest[key]; ok && d.Resumed {
+		// A record continues its uid's latest claim when it resumes it (a retry, a
+		// next stage) or follows an expiry of it (the next attempt claims again).
+		if i, ok := latest[key]; ok && (d.Resumed || out[i].State == "expired") {
 			out[i] = d
 			continue
 		}

@@ -303,9 +303,15 @@ func (s *Service) takeAll(ctx context.Context, uid string, batch []taken, only t
 func (s *Service) take(ctx context.Context, uid string, e schedule.Entry, now time.Time, tk taskd.Take) (taskd.ClaimOutcome, *taskd.Dispatch, bool, error) {
 	if e.LogID != "" {
 		outcome, d, redo, err := s.store.Resume(ctx, uid, e.LogID, now, tk)
-		if err == nil && outcome == taskd.Gone && s.results != nil {
-			// Gone may be a cancel (the dispatch's task ended while it waited): a
-			// result, and a wake for nothing when it is not.
+		switch {
+		case err != nil || s.results == nil:
+		case outcome == taskd.Claimed, outcome == taskd.UserBusy, outcome == taskd.NotDue, outcome == taskd.Holding,
+			outcome == taskd.Filtered, outcome == taskd.RateBound:
+			// The dispatch waits on, or goes on as the next attempt.
+		default:
+			// Its wait ended without a next attempt (a cancel, an occurrence exhausted or
+			// out of reach meanwhile): a result, or the task's last unfinished gone. A
+			// wake for nothing costs the waiters a read.
 			s.results.Finished(e.Task)
 		}
 		return outcome, d, redo, err
