@@ -61,6 +61,9 @@ type Store interface {
 	// NoteHeapChanges notes that the heaps of targets (executors) went stale at now,
 	// for every node's heap-change feed to apply.
 	NoteHeapChanges(ctx context.Context, now time.Time, targets ...string) error
+	// WaitingOf is uid's dispatch logID as uid's heap offers it while it waits; ok is
+	// false when it does not wait, or its heap would not offer it.
+	WaitingOf(ctx context.Context, uid, logID string) (w schedule.WaitingDispatch, ok bool, err error)
 	// SyncAgentGroups stores uid's report agent and makes uid a member of exactly the
 	// dynamic groups whose rule it matches (matches says), noting a change for the
 	// heap-change feed; it reports whether a membership changed.
@@ -100,6 +103,9 @@ type Cache interface {
 	// InvalidateUser and InvalidateGroup make heaps stale after a change in MySQL.
 	InvalidateUser(ctx context.Context, uid string) error
 	InvalidateGroup(ctx context.Context, gid string) error
+	// PutWaiting puts a waiting dispatch's entry into uid's heap, or makes the heap
+	// stale when it cannot (put false).
+	PutWaiting(ctx context.Context, uid string, e schedule.Entry) (put bool, err error)
 	// VerifyKey reports whether keyHash is one of uid's valid client keys.
 	VerifyKey(ctx context.Context, uid, keyHash string) error
 	// CountPoll counts a request of uid that is not a fetch against uid's poll limit on

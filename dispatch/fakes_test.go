@@ -33,6 +33,7 @@ type fakeStore struct {
 	ActionFn        func(ctx context.Context, id int64) (*taskd.DDIAction, error)
 	CloseActionFn   func(ctx context.Context, id int64, now time.Time) (bool, error)
 	CompleteFn      func(ctx context.Context, uid, logID string, result taskd.Result, detail json.RawMessage, now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error)
+	WaitingOfFn     func(ctx context.Context, uid, logID string) (schedule.WaitingDispatch, bool, error)
 }
 
 // CompleteAction is CompleteFn's (the action's close is the store's part).
@@ -94,6 +95,13 @@ func (f *fakeStore) NoteHeapChanges(ctx context.Context, now time.Time, targets 
 		return unset("NoteHeapChanges")
 	}
 	return f.NoteFn(ctx, now, targets...)
+}
+
+func (f *fakeStore) WaitingOf(ctx context.Context, uid, logID string) (schedule.WaitingDispatch, bool, error) {
+	if f.WaitingOfFn == nil {
+		return schedule.WaitingDispatch{}, false, unset("WaitingOf")
+	}
+	return f.WaitingOfFn(ctx, uid, logID)
 }
 
 func unset(name string) error {
@@ -185,6 +193,8 @@ type fakeCache struct {
 	PeekFn func(ctx context.Context, uid, keyHash string, now time.Time, n int) (schedule.View, error)
 	// InvalidateErr is what the invalidations answer (nil: they succeed).
 	InvalidateErr error
+	// PutWaitingFn answers PutWaiting (nil: the heap made stale, put false).
+	PutWaitingFn func(uid string, e schedule.Entry) (bool, error)
 
 	mu     sync.Mutex
 	calls  []string
@@ -239,6 +249,14 @@ func (f *fakeCache) InvalidateUser(context.Context, string) error {
 func (f *fakeCache) InvalidateGroup(context.Context, string) error {
 	f.record("InvalidateGroup")
 	return f.InvalidateErr
+}
+
+func (f *fakeCache) PutWaiting(_ context.Context, uid string, e schedule.Entry) (bool, error) {
+	f.record("PutWaiting")
+	if f.PutWaitingFn == nil {
+		return false, f.InvalidateErr
+	}
+	return f.PutWaitingFn(uid, e)
 }
 
 func (f *fakeCache) VerifyKey(context.Context, string, string) error { return nil }

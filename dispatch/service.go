@@ -416,6 +416,29 @@ func (s *Service) afterExpire(ctx context.Context, d *taskd.Dispatch) error {
 	return nil
 }
 
+// putWaiting puts uid's dispatch logID, which a complete made wait (a retry, a next
+// stage), into uid's heap as a rebuild would offer it (schedule.Offer), so that the
+// complete costs the user no rebuild from MySQL: one read of the dispatch instead of
+// the four of a rebuild. Where that cannot be (the heap is stale or its window ends
+// before, the read fails, the heap would not offer it), the heap is made stale.
+func (s *Service) putWaiting(ctx context.Context, uid, logID string) error {
+	w, ok, err := s.store.WaitingOf(ctx, uid, logID)
+	if err == nil && ok {
+		at := w.At.Truncate(time.Second)
+		if at.Before(w.At) {
+			at = at.Add(time.Second) // never before it is due
+		}
+		e := schedule.Entry{LogID: w.LogID, DueAt: at, Priority: w.Priority, Windows: w.Windows, Confirm: w.Confirm}
+		put, err := s.cache.PutWaiting(ctx, uid, e)
+		if err == nil {
+			s.cfg.Metrics.HeapPut(put)
+			return nil
+		}
+		// Redis refused: the invalidation below notes the change for the feed.
+	}
+	return s.invalidateUser(ctx, uid)
+}
+
 // invalidateUser makes uid's heap stale after a change MySQL committed (invalidate).
 func (s *Service) invalidateUser(ctx context.Context, uid string) error {
 	return s.invalidate(ctx, taskd.UserExecutor(uid), func() error { return s.cache.InvalidateUser(ctx, uid) })
@@ -629,9 +652,9 @@ func (s *Service) finish(ctx context.Context, uid, logID string, clearHint bool,
 		return outcome, false, nil
 	case taskd.RetryScheduled, taskd.StageDone:
 		// The failed attempt (or the next stage) left the open slot and waits in the
-		// user's heap: the rebuild puts it there, due at its retry time.
+		// user's heap, due at its retry time: put there, or by the rebuild.
 		clear()
-		return outcome, true, s.invalidateUser(ctx, uid)
+		return outcome, true, s.putWaiting(ctx, uid, logID)
 	case taskd.AlreadyDone:
 		if d != nil && (d.State == taskd.StateRetryWait || d.State == taskd.StateStaged || d.State == taskd.StateUnconfirmed) {
 			// A repeat of a complete whose cache update failed: make sure the retry is

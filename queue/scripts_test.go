@@ -667,6 +667,10 @@ func TestRebuildRefusesWhenVersionsMoved(t *testing.T) {
 		{"another group's generation", func(c *Cache) error { return c.InvalidateGroup(context.Background(), "g3") }, true, false},
 		{"another user's version", func(c *Cache) error { return c.InvalidateUser(context.Background(), "u2") }, true, false},
 		{"client keys", func(c *Cache) error { return c.KeysChanged(context.Background(), "u1") }, true, false},
+		{"a waiting dispatch put", func(c *Cache) error {
+			_, err := c.PutWaiting(context.Background(), "u1", waiting("L8", t0, 5))
+			return err
+		}, false, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -26,6 +26,7 @@ type Metrics struct {
 	claimRefusals *prometheus.CounterVec
 	heapLookups   *prometheus.CounterVec
 	rebuilds      prometheus.Histogram
+	heapPuts      *prometheus.CounterVec
 	overBudget    prometheus.Counter
 	batches       *prometheus.HistogramVec
 	fallbacks     *prometheus.CounterVec
@@ -87,6 +88,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "taskd_heap_cache_lookups_total",
 			Help: "Heap cache lookups by result: hit, or miss (cold or stale: rebuilt).",
 		}, []string{"result"}),
+		heapPuts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskd_heap_waiting_puts_total",
+			Help: "Waiting dispatches (retries, next stages) a complete put into its user's heap (result put), or whose heap it made stale instead (result stale: the next fetch rebuilds).",
+		}, []string{"result"}),
 		rebuilds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "taskd_heap_rebuild_duration_seconds",
 			Help:    "Heap rebuilds from MySQL (count and duration).",
@@ -115,7 +120,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"reason", "outcome"}),
 	}
 	reg.MustRegister(m.contention, m.requests, m.fetches, m.dispatches, m.completions, m.expiries, m.missed, m.claimRefusals,
-		m.heapLookups, m.rebuilds, m.overBudget, m.batches, m.fallbacks, m.rateLimited, m.pruned,
+		m.heapLookups, m.rebuilds, m.heapPuts, m.overBudget, m.batches, m.fallbacks, m.rateLimited, m.pruned,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.emptyFetch = m.fetches.WithLabelValues("empty")
 	m.heapHit = m.heapLookups.WithLabelValues("hit")
@@ -301,6 +306,14 @@ func (m *Metrics) Contended(reason string, retried bool) {
 func (m *Metrics) Rebuilt(d time.Duration) {
 	if m != nil {
 		m.rebuilds.Observe(d.Seconds())
+	}
+}
+
+// HeapPut records a complete's waiting dispatch put into its user's heap (put), or
+// the heap made stale instead.
+func (m *Metrics) HeapPut(put bool) {
+	if m != nil {
+		m.heapPuts.WithLabelValues(map[bool]string{true: "put", false: "stale"}[put]).Inc()
 	}
 }
 

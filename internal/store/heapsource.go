@@ -107,13 +107,29 @@ func (s *Store) leaveHeld(ctx context.Context, uid string, once []schedule.OnceT
 // with attempts left (at once), and successes waiting for their confirmation (confirm
 // entries).
 func (s *Store) waiting(ctx context.Context, uid string) ([]schedule.WaitingDispatch, error) {
+	return s.waitingWhere(ctx, "d.waiting_uid = ?", uid)
+}
+
+// WaitingOf is uid's dispatch logID as the user's heap offers it while it waits
+// (waiting): ok is false when it does not wait for uid, or its heap would not offer
+// it (its task is paused).
+func (s *Store) WaitingOf(ctx context.Context, uid, logID string) (w schedule.WaitingDispatch, ok bool, err error) {
+	ws, err := s.waitingWhere(ctx, "d.log_id = ? AND d.waiting_uid = ?", logID, uid)
+	if err != nil || len(ws) == 0 {
+		return w, false, err
+	}
+	return ws[0], true, nil
+}
+
+// waitingWhere reads the waiting dispatches where says, as waiting answers them.
+func (s *Store) waitingWhere(ctx context.Context, where string, args ...any) ([]schedule.WaitingDispatch, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT d.log_id, d.state, d.due_at, d.retry_at,
 		COALESCE(o.status, r.status, 3), COALESCE(o.priority, r.priority, 5), COALESCE(o.windows, r.windows, p.windows)
 		FROM dispatch d
 		LEFT JOIN task_once o ON d.task_kind = 1 AND o.id = d.task_id
 		LEFT JOIN task_rotate r ON d.task_kind = 2 AND r.id = d.task_id
 		LEFT JOIN task_params_template p ON p.id = d.template_id
-		WHERE d.waiting_uid = ?`, uid)
+		WHERE `+where, args...)
 	if err != nil {
 		return nil, mysqlErr("waiting dispatches", err)
 	}
