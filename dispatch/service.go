@@ -421,6 +421,10 @@ func (s *Service) afterExpire(ctx context.Context, d *taskd.Dispatch) error {
 // complete costs the user no rebuild from MySQL: one read of the dispatch instead of
 // the four of a rebuild. Where that cannot be (the heap is stale or its window ends
 // before, the read fails, the heap would not offer it), the heap is made stale.
+//
+// Between the read and the put, another fetch may have taken the dispatch (it was due
+// at once, and a rebuild elsewhere offered it): the entry put back then costs that
+// user's next fetch one resume answered Gone, which removes it.
 func (s *Service) putWaiting(ctx context.Context, uid, logID string) error {
 	w, ok, err := s.store.WaitingOf(ctx, uid, logID)
 	if err == nil && ok {
@@ -436,6 +440,7 @@ func (s *Service) putWaiting(ctx context.Context, uid, logID string) error {
 		}
 		// Redis refused: the invalidation below notes the change for the feed.
 	}
+	s.cfg.Metrics.HeapPut(false)
 	return s.invalidateUser(ctx, uid)
 }
 

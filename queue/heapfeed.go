@@ -157,8 +157,11 @@ func (c *Cache) heapsChangedAt(ctx context.Context, changes []taskd.HeapChange) 
 }
 
 // heapChangedScript makes the user's heap stale after a change made before ARGV[1]
-// (its time plus the skew margin), unless the user's version, or the build of its
-// current heap, is already at or past that time (see HeapChangeSkew).
+// (its time plus the skew margin), unless the heap was built from MySQL at or past that
+// time (hat), or, for a heap already stale, the user's version moved at or past it (a
+// rebuild reads MySQL after its version). A valid heap is judged by its build alone: a
+// waiting dispatch put into it (PutWaiting) moves the version with the heap, not what
+// the heap read (see HeapChangeSkew).
 //
 //	KEYS[1] -> user hash
 //	ARGV[1] -> the change's time plus the margin, µs
@@ -168,8 +171,11 @@ var heapChangedScript = redis.NewScript(nextVersion + `
 local h = redis.call('HMGET', KEYS[1], 'ver', 'hver', 'hat')
 local ver = h[1] or '0'
 local after = tonumber(ARGV[1])
-if (tonumber(ver) or 0) >= after then return 0 end
-if h[2] == ver and (tonumber(h[3] or '0') or 0) >= after then return 0 end
+if h[2] == ver then
+  if (tonumber(h[3] or '0') or 0) >= after then return 0 end
+elseif (tonumber(ver) or 0) >= after then
+  return 0
+end
 local v = next_version(ver)
 if v then redis.call('HSET', KEYS[1], 'ver', v) else redis.call('HINCRBY', KEYS[1], 'ver', 1) end
 if redis.call('TTL', KEYS[1]) == -1 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/taskpull/taskd"
 )
 
 // A waiting dispatch is put into a valid heap whose window reaches it, which stays
@@ -55,5 +57,63 @@ func TestPutWaiting(t *testing.T) {
 				t.Fatalf("peek at its due time: %+v, %v; want the heap valid, the waiting dispatch due", res, err)
 			}
 		})
+	}
+}
+
+// A change the heap-change feed tells after a waiting dispatch was put into the heap
+// makes it stale when the heap was built before the change: the put moved the
+// version, not what the heap read. A heap built after the change is left alone.
+func TestHeapFeedAfterAPut(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		built time.Duration // when the heap read MySQL, from the change
+		stale bool
+	}{
+		{"built before the change", -time.Minute, true},
+		{"built after the change", 10 * time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			changed := time.Now().Add(-20 * time.Second)
+			e.warm("u1", once(1, t0.Add(time.Hour), 5))
+			e.hset(e.keys.User("u1"), "hat", strconv.FormatInt(changed.Add(tc.built).UnixMicro(), 10))
+			if put, err := e.c.PutWaiting(e.ctx, "u1", waiting("L8", t0.Add(time.Minute), 5)); err != nil || !put {
+				t.Fatalf("PutWaiting: %v, %v", put, err)
+			}
+			if err := e.c.heapsChangedAt(e.ctx, []taskd.HeapChange{{ID: 1, Target: "uid_u1", At: changed}}); err != nil {
+				t.Fatal(err)
+			}
+			h := e.hgetall(e.keys.User("u1"))
+			if stale := h["hver"] != h["ver"]; stale != tc.stale {
+				t.Fatalf("after the feed told the change: hash %v, stale %v; want %v", h, stale, tc.stale)
+			}
+		})
+	}
+}
+
+// A rebuild that read MySQL before the waiting dispatch was committed, and writes after
+// the put, is refused: the put's entry stays, in a heap still valid.
+func TestPutWaitingRefusesARebuildUnderWay(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.l.groups = []string{"g1", "g2"}
+	e.l.src = peekSource()
+	e.warm("u1", once(1, t0.Add(time.Hour), 5))
+	entry := waiting("L8", t0.Add(time.Minute), 5)
+	e.l.onSource = func(int) {
+		if put, err := e.c.PutWaiting(e.ctx, "u1", entry); err != nil || !put {
+			t.Errorf("PutWaiting during the rebuild: %v, %v", put, err)
+		}
+	}
+	b, err := e.c.build(e.ctx, "u1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := e.hgetall(e.keys.User("u1"))
+	if b.written || h["hver"] != h["ver"] || !slices.Contains(e.zrange(e.keys.Heap("u1")), at(entry)) {
+		t.Fatalf("rebuild written %v; hash %v, heap %v; want it refused, the put's entry kept, the heap valid",
+			b.written, h, e.zrange(e.keys.Heap("u1")))
 	}
 }
