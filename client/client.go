@@ -142,10 +142,9 @@ type call struct {
 	meta        *replyMeta
 }
 
-// replyMeta is what a reply says besides its body.
+// replyMeta is what a reply says besides its body: its ETag.
 type replyMeta struct {
-	etag     Version
-	replayed bool
+	etag Version
 }
 
 func newCall(method, path string, opts []Option) *call {
@@ -183,7 +182,6 @@ func (cl *Client) do(ctx context.Context, c *call, out any) error {
 			defer resp.Body.Close()
 			if c.meta != nil {
 				c.meta.etag = Version(strings.Trim(resp.Header.Get("ETag"), `"`))
-				c.meta.replayed = resp.Header.Get("Idempotent-Replayed") == "true"
 			}
 			if out == nil || resp.StatusCode == http.StatusNoContent {
 				io.Copy(io.Discard, resp.Body)

@@ -27,6 +27,7 @@ import (
 	"syscall"
 
 	"github.com/taskpull/taskd/client"
+	"github.com/taskpull/taskd/internal/secretfile"
 )
 
 func main() {
@@ -244,7 +245,7 @@ func (e *env) client() (*client.Client, error) {
 	token := e.getenv("TASKD_ADMIN_TOKEN")
 	if e.tokenFile != "" {
 		var err error
-		if token, err = readSecretFile(e.tokenFile); err != nil {
+		if token, err = secretfile.Read(e.tokenFile); err != nil {
 			return nil, usageError{fmt.Errorf("-token-file: %w", err), ""}
 		}
 	}
@@ -256,30 +257,6 @@ func (e *env) client() (*client.Client, error) {
 		return nil, usageError{fmt.Errorf("-url: %w", err), ""}
 	}
 	return c, nil
-}
-
-// maxSecretFile bounds what readSecretFile reads: a token is short.
-const maxSecretFile = 4096
-
-// readSecretFile reads a secret from path: its content, less surrounding white space.
-func readSecretFile(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxSecretFile+1))
-	switch {
-	case err != nil:
-		return "", fmt.Errorf("%s: %w", path, err)
-	case len(b) > maxSecretFile:
-		return "", fmt.Errorf("%s: over %d bytes: not a token", path, maxSecretFile)
-	}
-	s := strings.TrimSpace(string(b))
-	if s == "" {
-		return "", fmt.Errorf("%s: empty", path)
-	}
-	return s, nil
 }
 
 // usageError is a command line that cannot be run (exit 2); usage, if set, is the

@@ -37,6 +37,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/taskpull/taskd/agent"
+	"github.com/taskpull/taskd/internal/secretfile"
 )
 
 func main() {
@@ -180,7 +181,7 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (runC
 		if c.enrollSecret != "" {
 			return c, usageError{errors.New("run: -enroll-secret and -enroll-secret-file (TASKD_ENROLL_SECRET, TASKD_ENROLL_SECRET_FILE): give one")}
 		}
-		secret, err := readSecretFile(c.enrollSecretFile)
+		secret, err := secretfile.Read(c.enrollSecretFile)
 		if err != nil {
 			return c, usageError{fmt.Errorf("run: -enroll-secret-file: %w", err)}
 		}
@@ -212,30 +213,6 @@ func finalExitCodeText(fs *flag.FlagSet, getenv func(string) string) string {
 		}
 	})
 	return given
-}
-
-// maxSecretFile bounds what is read of a secret file: a secret is short.
-const maxSecretFile = 4 << 10
-
-// readSecretFile reads a secret from path: its content, less surrounding white space.
-func readSecretFile(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxSecretFile+1))
-	switch {
-	case err != nil:
-		return "", fmt.Errorf("%s: %w", path, err)
-	case len(b) > maxSecretFile:
-		return "", fmt.Errorf("%s: over %d bytes: not a secret", path, maxSecretFile)
-	}
-	secret := strings.TrimSpace(string(b))
-	if secret == "" {
-		return "", fmt.Errorf("%s is empty", path)
-	}
-	return secret, nil
 }
 
 // templateIDs reads -templates.
