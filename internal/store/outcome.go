@@ -11,9 +11,10 @@ import (
 // (taskd.Task.Outcome) are decided on: for every task, its unfinished dispatches (read
 // through the state index: few are unfinished at any time, however many a rotating
 // task has finished), counting an ended attempt whose next waits for its user; for the
-// once tasks with none unfinished also their occurrence's claimed slots, successes and
-// deaths (read through the occurrence index: at most a quota's worth of attempts). A
-// task with one unfinished has no outcome, and its other figures are left zero.
+// once tasks their occurrence's claimed slots (read first), and for those with none
+// unfinished their successes and deaths (read through the occurrence index: at most a
+// quota's worth of attempts). A task with one unfinished has no outcome, and its
+// successes and deaths are left zero.
 func (s *Store) OutcomeFigures(ctx context.Context, tasks []taskd.TaskKey) (map[taskd.TaskKey]taskd.OutcomeFigures, error) {
 	out := make(map[taskd.TaskKey]taskd.OutcomeFigures, len(tasks))
 	if len(tasks) == 0 {
@@ -23,6 +24,9 @@ func (s *Store) OutcomeFigures(ctx context.Context, tasks []taskd.TaskKey) (map[
 	var allArgs, onceArgs []any
 	for _, k := range tasks {
 		all, allArgs = append(all, "(task_kind = ? AND task_id = ?)"), append(allArgs, k.Kind, k.ID)
+		if k.Kind == taskd.KindOnce {
+			once, onceArgs = append(once, "(task_kind = ? AND task_id = ?)"), append(onceArgs, k.Kind, k.ID)
+		}
 	}
 	scan := func(query string, args []any, set func(k taskd.TaskKey, f *taskd.OutcomeFigures, a, b int)) error {
 		rows, err := s.db.QueryContext(ctx, query, args...)
@@ -42,6 +46,21 @@ func (s *Store) OutcomeFigures(ctx context.Context, tasks []taskd.TaskKey) (map[
 		}
 		return rows.Err()
 	}
+	// The claimed slots are read before the unfinished dispatches: a claim made after
+	// the count of the unfinished would otherwise be counted claimed and not
+	// unfinished, and a once task whose last slot was claimed just then would look done
+	// with its last dispatch open (a results read would answer done without it). Read
+	// in this order, every slot claimed by the first read is finished by the second if
+	// it counts none unfinished (a slot an expiry gave back is held by a record waiting
+	// for its user, counted unfinished below, until it is claimed again).
+	if len(once) > 0 {
+		err := scan(`SELECT task_kind, task_id, SUM(claimed), 0 FROM occurrence_claim WHERE `+strings.Join(once, " OR ")+`
+			GROUP BY task_kind, task_id`, onceArgs,
+			func(_ taskd.TaskKey, f *taskd.OutcomeFigures, n, _ int) { f.Claimed = n })
+		if err != nil {
+			return out, mysqlErr("task outcomes", err)
+		}
+	}
 	// An unconfirmed success is unfinished: it may yet become a failure and be retried.
 	err := scan(`SELECT task_kind, task_id, COUNT(*), 0 FROM dispatch WHERE state IN (?, ?, ?, ?) AND (`+strings.Join(all, " OR ")+`)
 		GROUP BY task_kind, task_id`, append([]any{taskd.StateOpen, taskd.StateRetryWait, taskd.StateStaged, taskd.StateUnconfirmed}, allArgs...),
@@ -60,8 +79,9 @@ func (s *Store) OutcomeFigures(ctx context.Context, tasks []taskd.TaskKey) (map[
 		return out, mysqlErr("task outcomes", err)
 	}
 	// A task with an unfinished dispatch has no outcome whatever its other figures: the
-	// read of all of a once task's records is left to those with none.
-	once, onceArgs = once[:0], onceArgs[:0]
+	// read of all of a once task's records (whether it is done or dead) is left to
+	// those with none.
+	once, onceArgs = nil, nil
 	for _, k := range tasks {
 		if k.Kind == taskd.KindOnce && out[k].Unfinished == 0 {
 			once, onceArgs = append(once, "(task_kind = ? AND task_id = ?)"), append(onceArgs, k.Kind, k.ID)
@@ -77,8 +97,5 @@ func (s *Store) OutcomeFigures(ctx context.Context, tasks []taskd.TaskKey) (map[
 	if err != nil {
 		return out, mysqlErr("task outcomes", err)
 	}
-	err = scan(`SELECT task_kind, task_id, SUM(claimed), 0 FROM occurrence_claim WHERE `+strings.Join(once, " OR ")+`
-		GROUP BY task_kind, task_id`, onceArgs,
-		func(_ taskd.TaskKey, f *taskd.OutcomeFigures, n, _ int) { f.Claimed = n })
 	return out, mysqlErr("task outcomes", err)
 }
