@@ -3,19 +3,18 @@ package main
 import (
 	"bufio"
 	"encoding/json"
-	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/go-sql-driver/mysql"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/taskpull/taskd/internal/testenv"
 )
 
-// During a Redis outage every failed request logs "dependency unavailable"; the log
+// During an outage of Redis and MySQL every failed request logs "dependency unavailable"; the log
 // carries it once, and the summary written by the time run returns counts the rest:
 // every failure is accounted for, none hidden and none lost at shutdown.
 func TestOutageWarningsAreCollapsed(t *testing.T) {
@@ -30,18 +29,26 @@ func TestOutageWarningsAreCollapsed(t *testing.T) {
 		defer rdb.Close()
 		testenv.DeletePrefix(t, rdb, prefix)
 	})
-	redis := newCuttableProxy(t, standalone)
+	// Both dependencies are cut: with one away, a fetch is served from the other.
+	redis := testenv.NewProxy(t, standalone)
+	mcfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := testenv.NewProxy(t, mcfg.Addr)
+	mcfg.Addr = db.Addr()
 	env := map[string]string{
 		"DISPATCH_ADDR":         "127.0.0.1:0",
-		"DISPATCH_MYSQL_DSN":    dsn,
-		"DISPATCH_REDIS_ADDR":   redis.addr(),
+		"DISPATCH_MYSQL_DSN":    mcfg.FormatDSN(),
+		"DISPATCH_REDIS_ADDR":   redis.Addr(),
 		"DISPATCH_REDIS_PREFIX": prefix,
 		"DISPATCH_ADMIN_TOKEN":  "a-long-admin-token",
 	}
 	var logs testenv.SyncBuffer
 	addr, stop := startDispatchdLogged(t, env, &logs)
 	key := enroll(t, addr)
-	redis.cut()
+	redis.Cut()
+	db.Cut()
 
 	const requests = 12
 	var wg sync.WaitGroup
@@ -58,7 +65,7 @@ func TestOutageWarningsAreCollapsed(t *testing.T) {
 			}
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusServiceUnavailable {
-				t.Errorf("fetch with Redis down: %d, want 503", resp.StatusCode)
+				t.Errorf("fetch with Redis and MySQL down: %d, want 503", resp.StatusCode)
 			}
 		}()
 	}
@@ -88,61 +95,4 @@ func TestOutageWarningsAreCollapsed(t *testing.T) {
 		t.Fatalf("%d failed requests: %d warnings written, %d counted in summaries; want them collapsed and all counted\n%s",
 			requests, written, repeated, logs.String())
 	}
-}
-
-// cuttableProxy forwards TCP connections to a target until cut, when it closes its
-// listener and every connection: the target looks down.
-type cuttableProxy struct {
-	ln     net.Listener
-	mu     sync.Mutex
-	conns  []net.Conn
-	closed bool // cut: a connection accepted just before is closed, not forwarded
-}
-
-func newCuttableProxy(t *testing.T, target string) *cuttableProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cuttableProxy{ln: ln}
-	t.Cleanup(p.cut)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			u, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			if p.closed {
-				p.mu.Unlock()
-				c.Close()
-				u.Close()
-				continue
-			}
-			p.conns = append(p.conns, c, u)
-			p.mu.Unlock()
-			go io.Copy(u, c)
-			go io.Copy(c, u)
-		}
-	}()
-	return p
-}
-
-func (p *cuttableProxy) addr() string { return p.ln.Addr().String() }
-
-func (p *cuttableProxy) cut() {
-	p.ln.Close()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.closed = true
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
 }
