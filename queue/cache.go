@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -74,6 +75,8 @@ type Config struct {
 	PollBurst int
 	// Metrics records lookups and rebuilds; nil records nothing.
 	Metrics *metrics.Metrics
+	// Log says when Redis goes away and comes back (away.go); nil says nothing.
+	Log *slog.Logger
 }
 
 func (c *Config) setDefaults() {
@@ -129,6 +132,9 @@ type Cache struct {
 	// plainPeek is set once Redis answered that it does not know EVALSHA_RO (before
 	// 7.0): the peek is sent as a plain EVALSHA from then on.
 	plainPeek atomic.Bool
+	// away is when a poll next tries Redis while it is away, in Unix ns; 0: Redis
+	// answers (away.go).
+	away atomic.Int64
 }
 
 // NewCache returns a cache over rdb that rebuilds from loader.

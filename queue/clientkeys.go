@@ -17,11 +17,18 @@ const noKeysTTL = time.Minute
 // VerifyKey reports whether keyHash is one of uid's valid client keys, loading the key
 // set from MySQL when Redis does not have it.
 func (c *Cache) VerifyKey(ctx context.Context, uid, keyHash string) error {
+	if c.skipRedis() {
+		return c.verifyKeyMySQL(ctx, uid, keyHash)
+	}
 	for attempt := 0; attempt < 5; attempt++ {
 		member, err := c.rdb.SMIsMember(ctx, c.keys.ClientKeys(uid), keyHash, "-").Result()
 		if err != nil {
+			if c.markAway(ctx, err) {
+				return c.verifyKeyMySQL(ctx, uid, keyHash)
+			}
 			return unavailable("verify key", err)
 		}
+		c.markBack()
 		if member[0] {
 			return nil
 		}

@@ -161,13 +161,17 @@ func (c *Cache) heapsChangedAt(ctx context.Context, changes []taskd.HeapChange) 
 // time (hat), or, for a heap already stale, the user's version moved at or past it (a
 // rebuild reads MySQL after its version). A valid heap is judged by its build alone: a
 // waiting dispatch put into it (PutWaiting) moves the version with the heap, not what
-// the heap read (see HeapChangeSkew).
+// the heap read (see HeapChangeSkew). Either way the open-dispatch hint becomes
+// unknown (the next fetch asks MySQL): a rebuild does not renew it, and a change the
+// dispatch path noted because Redis refused it (Redis away) may be a hint it could not
+// set or clear.
 //
 //	KEYS[1] -> user hash
 //	ARGV[1] -> the change's time plus the margin, µs
 //	ARGV[2] -> the user hash's TTL, s (set if it has none)
 //	Returns -> integer: 1 made stale, 0 left alone; heapsChangedAt does not read it
 var heapChangedScript = redis.NewScript(nextVersion + `
+redis.call('HDEL', KEYS[1], 'open', 'openc')
 local h = redis.call('HMGET', KEYS[1], 'ver', 'hver', 'hat')
 local ver = h[1] or '0'
 local after = tonumber(ARGV[1])

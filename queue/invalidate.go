@@ -10,6 +10,9 @@ import (
 // InvalidateUser makes uid's heap stale: its next fetch rebuilds it. Call it after the
 // MySQL change commits (a user task edit, a membership change, an expiry).
 func (c *Cache) InvalidateUser(ctx context.Context, uid string) error {
+	if c.Away() {
+		return errAway
+	}
 	return c.bump(ctx, c.keys.User(uid), "ver", "invalidate user")
 }
 
@@ -84,6 +87,9 @@ func (c *Cache) InvalidateUsers(ctx context.Context, uids []string) error {
 // it moves every copy of the group's generation, in one round trip per Redis node, and
 // returns only when all have moved.
 func (c *Cache) InvalidateGroup(ctx context.Context, gid string) error {
+	if c.Away() {
+		return errAway
+	}
 	err := c.roundTrip(ctx, func(p redis.Pipeliner) {
 		for i := range GenCopies {
 			invalidateScript.EvalSha(ctx, p, []string{c.keys.Generation(gid, i)}, "", c.ttl())

@@ -40,25 +40,49 @@ func (c *Cache) Pop(ctx context.Context, uid string, popped []schedule.Entry) er
 	if len(popped) == 0 {
 		return nil
 	}
-	return c.apply(ctx, uid, applyKeepOpen, applyAlways, popped)
+	return c.apply(ctx, uid, applyKeepOpen, applyAlways, nil, popped)
 }
 
-// SetOpen records that logID is uid's open dispatch, whatever the hint said, and pops
-// the entries the fetch popped, in one round trip.
-func (c *Cache) SetOpen(ctx context.Context, uid, logID string, popped []schedule.Entry) error {
-	return c.apply(ctx, uid, logID, applyAlways, popped)
+// SetOpen records that logID is uid's open dispatch, whatever the hint said, with
+// kept, a copy of what a fetch hands out for it (nil: none kept), and pops the entries the fetch
+// popped, in one round trip. The copy is what OpenCopy returns while MySQL is away.
+func (c *Cache) SetOpen(ctx context.Context, uid, logID string, kept []byte, popped []schedule.Entry) error {
+	return c.apply(ctx, uid, logID, applyAlways, kept, popped)
+}
+
+// OpenCopy returns the copy SetOpen kept of uid's open dispatch logID, or nil when the
+// hint names another dispatch or no copy was kept. It is read only when MySQL cannot
+// say what is open: the copy is as the dispatch was handed out.
+func (c *Cache) OpenCopy(ctx context.Context, uid, logID string) ([]byte, error) {
+	if c.Away() {
+		return nil, errAway
+	}
+	h, err := c.rdb.HMGet(ctx, c.keys.User(uid), "open", "openc").Result()
+	if err != nil {
+		return nil, unavailable("open copy", err)
+	}
+	open, _ := h[0].(string)
+	kept, _ := h[1].(string)
+	if open != logID || kept == "" {
+		return nil, nil
+	}
+	return []byte(kept), nil
 }
 
 // ClearOpen sets uid's open-dispatch hint to none, but only if it still says seen (the
 // hint the caller saw): a dispatch made meanwhile keeps its hint.
 func (c *Cache) ClearOpen(ctx context.Context, uid string, seen schedule.OpenHint) error {
-	return c.apply(ctx, uid, openNone, openField(seen), nil)
+	return c.apply(ctx, uid, openNone, openField(seen), nil, nil)
 }
 
-// ForgetOpen drops uid's open-dispatch hint: unknown, the next fetch asks MySQL. For
-// when a dispatch's outcome is not known (a claim that failed may still commit).
+// ForgetOpen drops uid's open-dispatch hint, and its copy: unknown, the next fetch asks
+// MySQL. For when a dispatch's outcome is not known (a claim that failed may still
+// commit).
 func (c *Cache) ForgetOpen(ctx context.Context, uid string) error {
-	if err := c.rdb.HDel(ctx, c.keys.User(uid), "open").Err(); err != nil {
+	if c.Away() {
+		return errAway
+	}
+	if err := c.rdb.HDel(ctx, c.keys.User(uid), "open", "openc").Err(); err != nil {
 		return unavailable("forget open", err)
 	}
 	return nil
@@ -84,16 +108,19 @@ const (
 //	ARGV[3] -> expect: "*" (applyAlways) sets open whatever it was; otherwise only if
 //	           open is still expect, "" meaning absent (clearing the hint must not wipe
 //	           out a newer dispatch's)
-//	ARGV[4..] -> member, due (Unix s), next (Unix s, 0 for none) triples: the popped
+//	ARGV[4] -> the open dispatch's copy, kept with the hint ("": none; a hint set to
+//	           none or to a dispatch without a copy drops the one kept)
+//	ARGV[5..] -> member, due (Unix s), next (Unix s, 0 for none) triples: the popped
 //	           entries
 //	Returns -> integer: 1; apply does not read it
 var applyScript = redis.NewScript(`
 if ARGV[1] ~= '' and (ARGV[3] == '*' or (redis.call('HGET', KEYS[1], 'open') or '') == ARGV[3]) then
   redis.call('HSET', KEYS[1], 'open', ARGV[1])
+  if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'openc', ARGV[4]) else redis.call('HDEL', KEYS[1], 'openc') end
   if redis.call('TTL', KEYS[1]) == -1 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
 end
 local win = tonumber(redis.call('HGET', KEYS[1], 'win') or '0')
-for i = 4, #ARGV, 3 do
+for i = 5, #ARGV, 3 do
   local m, due, nxt = ARGV[i], tonumber(ARGV[i+1]), tonumber(ARGV[i+2])
   local cur = redis.call('ZSCORE', KEYS[2], m)
   if cur and tonumber(cur) == due then
@@ -104,10 +131,13 @@ return 1
 `)
 
 // apply runs applyScript for uid: sets the open hint to open (if the hint says expect)
-// and pops popped.
-func (c *Cache) apply(ctx context.Context, uid, open, expect string, popped []schedule.Entry) error {
-	args := make([]any, 0, 3+3*len(popped))
-	args = append(args, open, c.ttl(), expect)
+// with kept, and pops popped.
+func (c *Cache) apply(ctx context.Context, uid, open, expect string, kept []byte, popped []schedule.Entry) error {
+	if c.Away() {
+		return errAway
+	}
+	args := make([]any, 0, 4+3*len(popped))
+	args = append(args, open, c.ttl(), expect, kept)
 	for _, e := range popped {
 		next := int64(0)
 		if n, ok := e.Next(); ok {

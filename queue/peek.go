@@ -348,6 +348,9 @@ func (c *Cache) Peek(ctx context.Context, uid, keyHash string, now time.Time) (s
 
 // PeekN is Peek returning up to maxDue due entries (a batch fetch's).
 func (c *Cache) PeekN(ctx context.Context, uid, keyHash string, now time.Time, maxDue int) (schedule.View, error) {
+	if c.skipRedis() {
+		return c.peekMySQL(ctx, uid, keyHash, now, maxDue)
+	}
 	groups, _ := c.groups.Load(uid)
 	refused := 0
 	var b *built // the last rebuild's
@@ -364,8 +367,12 @@ func (c *Cache) PeekN(ctx context.Context, uid, keyHash string, now time.Time, m
 		}
 		res, err := c.peek(ctx, uid, groups, keyHash, now, maxDue)
 		if err != nil {
+			if c.markAway(ctx, err) {
+				return c.peekMySQL(ctx, uid, keyHash, now, maxDue)
+			}
 			return schedule.View{}, err
 		}
+		c.markBack()
 		if keyHash != "" && res.status != "badkey" && res.status != "nokeys" {
 			// The key is valid: the poll counts, once, before anything is rebuilt (a
 			// refusal reads nothing from MySQL), and the looks that follow do not

@@ -52,6 +52,9 @@ return 1
 // that did not happen: the caller notes it for the heap-change feed, as after
 // InvalidateUser.
 func (c *Cache) PutWaiting(ctx context.Context, uid string, e schedule.Entry) (bool, error) {
+	if c.Away() {
+		return false, errAway
+	}
 	n, err := intReply("put waiting", putWaitingScript.Run(ctx, c.rdb, []string{c.keys.User(uid), c.keys.Heap(uid)},
 		e.DueAt.Unix(), Member(e), c.ttl()))
 	if err != nil {

@@ -123,15 +123,10 @@ func (c *Cache) build(ctx context.Context, uid string) (*built, error) {
 		return nil, unavailable("rebuild", err)
 	}
 	now := c.clock.Now()
-	until := now.Add(c.cfg.Horizon + c.cfg.Refresh).Truncate(time.Second)
-	floor := now.Add(-c.cfg.CatchUp).Truncate(time.Second)
-	src, err := c.loader.LoadSource(ctx, uid, gids, floor, until)
+	entries, until, err := c.offerOf(ctx, uid, gids, now)
 	if err != nil {
 		return nil, fmt.Errorf("rebuild %s: %w", uid, err)
 	}
-	src.CatchUp = c.cfg.CatchUp
-	entries := schedule.Offer(src, schedule.EffectiveCursor(src.Cursor, now, c.cfg.CatchUp), until)
-	sort.Slice(entries, func(i, j int) bool { return schedule.Less(entries[i], entries[j]) })
 
 	groups := strings.Join(gids, ",")
 	w := heapWrite{ver: ver, hat: hat, groups: groups, gens: strings.Join(gens, ","), entries: entries,

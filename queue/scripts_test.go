@@ -796,7 +796,7 @@ func TestSetOpenSetsHintWhateverItWas(t *testing.T) {
 		if was != "" {
 			e.hset(user, "open", was)
 		}
-		if err := e.c.SetOpen(e.ctx, uid, "L2", nil); err != nil {
+		if err := e.c.SetOpen(e.ctx, uid, "L2", nil, nil); err != nil {
 			t.Fatal(err)
 		}
 		if got := e.hgetall(user); got["open"] != "L2" || got["ver"] != "1" {
@@ -809,7 +809,7 @@ func TestSetOpenSetsHintWhateverItWas(t *testing.T) {
 	user := e.keys.User("u-ttl")
 	e.hset(user, "open", "-")
 	e.rdb.Expire(e.ctx, user, 100*time.Second)
-	if err := e.c.SetOpen(e.ctx, "u-ttl", "L3", nil); err != nil {
+	if err := e.c.SetOpen(e.ctx, "u-ttl", "L3", nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	e.wantTTL(user, 100*time.Second)
@@ -912,7 +912,7 @@ func TestPopAppliesPoppedEntries(t *testing.T) {
 
 	// SetOpen pops too, and a pop without a window removes a rotate entry.
 	e.zadd(e.keys.Heap("u2"), rotIn, untouched)
-	if err := e.c.SetOpen(e.ctx, "u2", "L4", []schedule.Entry{rotIn, untouched}); err != nil {
+	if err := e.c.SetOpen(e.ctx, "u2", "L4", nil, []schedule.Entry{rotIn, untouched}); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.zrange(e.keys.Heap("u2")); len(got) != 0 {
@@ -1180,22 +1180,51 @@ func TestRebuildBudget(t *testing.T) {
 	}
 }
 
-// A Redis that cannot be reached makes every round trip unavailable (503), pipelined
-// or not.
+// A Redis that cannot be reached makes every write unavailable (503), pipelined or
+// not, and marks Redis away: the peek is then served from MySQL (away.go).
 func TestUnreachableRedisIsUnavailable(t *testing.T) {
 	t.Parallel()
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	defer rdb.Close()
-	c := NewCache(rdb, &fakeLoader{}, clock.NewFake(t0), Config{Prefix: "unreachable:"})
+	l := &fakeLoader{hashes: []string{"h1"}}
+	c := NewCache(rdb, l, clock.NewFake(t0), Config{Prefix: "unreachable:"})
 	c.groups.Store("u1", "g1") // a pipelined peek: the user's script and a generation
 	ctx := t.Context()
+	if _, err := c.Peek(ctx, "u1", "h1", t0); err != nil || !c.Away() {
+		t.Fatalf("peek with Redis unreachable: %v (away %v), want served from MySQL", err, c.Away())
+	}
+	if _, err := c.Peek(ctx, "u1", "h2", t0); !errors.Is(err, ErrBadKey) {
+		t.Fatalf("peek with a key MySQL does not have: %v, want ErrBadKey", err)
+	}
+	if err := c.VerifyKey(ctx, "u1", "h1"); err != nil {
+		t.Fatalf("verify key from MySQL: %v", err)
+	}
 	for name, err := range map[string]error{
-		"peek":             func() error { _, err := c.Peek(ctx, "u1", "", t0); return err }(),
 		"invalidate group": c.InvalidateGroup(ctx, "g1"),
 		"invalidate user":  c.InvalidateUser(ctx, "u1"),
+		"set open":         c.SetOpen(ctx, "u1", "L1", nil, nil),
+		"forget open":      c.ForgetOpen(ctx, "u1"),
 	} {
 		if taskd.ErrorCode(err) != taskd.CodeUnavailable {
 			t.Errorf("%s: %v, want unavailable", name, err)
 		}
+	}
+}
+
+// While Redis is away each poll spends a token of the rebuild budget: past it, 503.
+func TestPollsWhileRedisIsAwayAreBounded(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	defer rdb.Close()
+	c := NewCache(rdb, &fakeLoader{hashes: []string{"h1"}}, clock.NewFake(t0),
+		Config{Prefix: "unreachable:", RebuildRate: 0.001, RebuildBurst: 2})
+	ctx := t.Context()
+	for i := range 2 {
+		if _, err := c.Peek(ctx, "u1", "h1", t0); err != nil {
+			t.Fatalf("poll %d within the budget: %v", i, err)
+		}
+	}
+	if _, err := c.Peek(ctx, "u1", "h1", t0); !errors.Is(err, ErrOverBudget) {
+		t.Fatalf("poll past the budget: %v, want ErrOverBudget", err)
 	}
 }

@@ -92,7 +92,7 @@ func New(cfg Config, deps Deps) *App {
 	a.Cache = queue.NewCache(deps.Redis, loader, deps.Clock,
 		queue.Config{Prefix: cfg.RedisPrefix, CatchUp: cfg.CatchUp, KeyTTL: cfg.KeyRecheck, Refresh: cfg.HeapRefresh,
 			RebuildRate: cfg.RebuildRate, RebuildBurst: cfg.RebuildBurst, PollRate: cfg.PollRate, PollBurst: cfg.PollBurst,
-			Metrics: a.metrics})
+			Metrics: a.metrics, Log: deps.Log.With("component", "cache")})
 	a.HeapFeed = a.Cache.NewHeapFeed(deps.Store, deps.Log)
 	metrics.RegisterLimits(a.Registry, cfg.PollRate, cfg.PollBurst, a.Cache.PollLimitUsers)
 	a.Keys = clientkey.New(deps.Store, a.Cache, deps.Clock, deps.Log,

@@ -28,6 +28,7 @@ type Metrics struct {
 	rebuilds      prometheus.Histogram
 	heapPuts      *prometheus.CounterVec
 	overBudget    prometheus.Counter
+	degraded      *prometheus.CounterVec
 	batches       *prometheus.HistogramVec
 	fallbacks     *prometheus.CounterVec
 	rateLimited   *prometheus.CounterVec
@@ -80,6 +81,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "taskd_quota_claim_conflicts_total",
 			Help: "Claims refused, by reason: exhausted, already_had, gone, not_targeted (the user left the task's group), not_in_rollout, user_busy (also an occurrence the user holds in another slot), rate_bound (the task's dispatch_rate_per_minute), phase_bound (a rollout phase's cap), outside_window (the task's maintenance windows are closed).",
 		}, []string{"reason"}),
+		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskd_degraded_requests_total",
+			Help: "Requests served while a dependency was away, by dependency: redis (a fetch's key check and heap read from MySQL instead), mysql (an open dispatch handed out again from the copy Redis keeps).",
+		}, []string{"dependency"}),
 		overBudget: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "taskd_heap_rebuilds_over_budget_total",
 			Help: "Polls answered 503 because this node was over its heap rebuild budget (DISPATCH_REBUILD_RATE), instead of reading MySQL.",
@@ -120,7 +125,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"reason", "outcome"}),
 	}
 	reg.MustRegister(m.contention, m.requests, m.fetches, m.dispatches, m.completions, m.expiries, m.missed, m.claimRefusals,
-		m.heapLookups, m.rebuilds, m.heapPuts, m.overBudget, m.batches, m.fallbacks, m.rateLimited, m.pruned,
+		m.heapLookups, m.rebuilds, m.heapPuts, m.overBudget, m.degraded, m.batches, m.fallbacks, m.rateLimited, m.pruned,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.emptyFetch = m.fetches.WithLabelValues("empty")
 	m.heapHit = m.heapLookups.WithLabelValues("hit")
@@ -345,6 +350,13 @@ func RegisterLimits(reg prometheus.Registerer, pollRate float64, pollBurst int, 
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "taskd_poll_limit_users",
 			Help: "Users this node holds a poll-limit bucket for: those that polled it within the time a bucket takes to fill (DISPATCH_POLL_BURST / DISPATCH_POLL_RATE)."},
 			func() float64 { return float64(users()) }))
+}
+
+// Degraded counts a request served while dependency ("redis" or "mysql") was away.
+func (m *Metrics) Degraded(dependency string) {
+	if m != nil {
+		m.degraded.WithLabelValues(dependency).Inc()
+	}
 }
 
 // OverBudget records a poll turned away because the node's rebuild budget was spent.
