@@ -31,10 +31,19 @@ func (s *Service) withItems(ctx context.Context, uid string, res FetchResult, n,
 	if s.campaigns == nil || n <= 0 || (res.Task != nil && res.Tasks == nil) {
 		return res, nil
 	}
+	if s.cache.Away() {
+		return res, nil // the items live in Redis: they wait for it
+	}
 	items, next, err := s.campaigns.Take(ctx, uid, n, limit, tk, now)
 	if err != nil {
 		if len(res.Tasks) > 0 {
 			return res, nil // the tasks are handed out; the items wait for the next fetch
+		}
+		if taskd.ErrorCode(err) == taskd.CodeUnavailable && res.Task == nil {
+			// The items live in Redis: while it is away, the fetch answers what MySQL
+			// said (nothing due, and when to come back), and the items wait.
+			s.log.DebugContext(ctx, "campaign items not handed out", "uid", uid, "err", err)
+			return res, nil
 		}
 		return res, err
 	}

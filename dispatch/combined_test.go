@@ -26,7 +26,7 @@ type hookCache struct {
 	afterPeek func()
 }
 
-func (h *hookCache) SetOpen(ctx context.Context, uid, logID string, popped []schedule.Entry) error {
+func (h *hookCache) SetOpen(ctx context.Context, uid, logID string, kept []byte, popped []schedule.Entry) error {
 	h.mu.Lock()
 	hold := h.holdSet != nil && h.holdSet(logID)
 	if hold {
@@ -37,7 +37,7 @@ func (h *hookCache) SetOpen(ctx context.Context, uid, logID string, popped []sch
 		h.entered <- logID
 		<-h.release
 	}
-	return h.Cache.SetOpen(ctx, uid, logID, popped)
+	return h.Cache.SetOpen(ctx, uid, logID, kept, popped)
 }
 
 func (h *hookCache) PeekN(ctx context.Context, uid, keyHash string, now time.Time, n int) (schedule.View, error) {

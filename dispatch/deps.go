@@ -94,8 +94,12 @@ type Cache interface {
 	PeekN(ctx context.Context, uid, keyHash string, now time.Time, n int) (schedule.View, error)
 	// Pop removes popped entries, leaving the open-dispatch hint.
 	Pop(ctx context.Context, uid string, popped []schedule.Entry) error
-	// SetOpen records logID as uid's open dispatch and removes popped entries.
-	SetOpen(ctx context.Context, uid, logID string, popped []schedule.Entry) error
+	// SetOpen records logID as uid's open dispatch, with kept, a copy of what a fetch
+	// hands out for it (nil: none), and removes popped entries.
+	SetOpen(ctx context.Context, uid, logID string, kept []byte, popped []schedule.Entry) error
+	// OpenCopy returns the copy SetOpen kept of uid's open dispatch logID (nil: none,
+	// or the hint names another).
+	OpenCopy(ctx context.Context, uid, logID string) ([]byte, error)
 	// ClearOpen sets the hint to none if it still says seen.
 	ClearOpen(ctx context.Context, uid string, seen schedule.OpenHint) error
 	// ForgetOpen makes the hint unknown: the next fetch asks MySQL.
@@ -108,6 +112,8 @@ type Cache interface {
 	PutWaiting(ctx context.Context, uid string, e schedule.Entry) (put bool, err error)
 	// VerifyKey reports whether keyHash is one of uid's valid client keys.
 	VerifyKey(ctx context.Context, uid, keyHash string) error
+	// Away reports whether Redis is away (the cache serves from MySQL what it can).
+	Away() bool
 	// CountPoll counts a request of uid that is not a fetch against uid's poll limit on
 	// this node (rate_limited past it).
 	CountPoll(uid string, now time.Time) error

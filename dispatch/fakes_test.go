@@ -223,7 +223,7 @@ func (f *fakeCache) Pop(_ context.Context, _ string, popped []schedule.Entry) er
 	return nil
 }
 
-func (f *fakeCache) SetOpen(_ context.Context, _, logID string, popped []schedule.Entry) error {
+func (f *fakeCache) SetOpen(_ context.Context, _, logID string, _ []byte, popped []schedule.Entry) error {
 	f.mu.Lock()
 	f.popped = append(f.popped, popped...)
 	f.mu.Unlock()
@@ -262,6 +262,10 @@ func (f *fakeCache) PutWaiting(_ context.Context, uid string, e schedule.Entry) 
 func (f *fakeCache) VerifyKey(context.Context, string, string) error { return nil }
 
 func (f *fakeCache) CountPoll(string, time.Time) error { return nil }
+
+func (f *fakeCache) Away() bool { return false }
+
+func (f *fakeCache) OpenCopy(context.Context, string, string) ([]byte, error) { return nil, nil }
 
 // called reports whether call was recorded.
 func (f *fakeCache) called(call string) bool {

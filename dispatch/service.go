@@ -356,6 +356,9 @@ func (s *Service) resumeOpen(ctx context.Context, uid string, seen schedule.Open
 	for attempt := 0; attempt < 3; attempt++ {
 		d, err := s.store.OpenDispatch(ctx, uid)
 		if err != nil {
+			if a := s.fromCopy(ctx, uid, seen, now, err); a != nil {
+				return FetchResult{Task: a, NextDueAt: nextDue(nil, view.Due, view.Next)}, true, nil
+			}
 			return FetchResult{}, false, err
 		}
 		switch {
@@ -380,8 +383,9 @@ func (s *Service) resumeOpen(ctx context.Context, uid string, seen schedule.Open
 			if !redone {
 				continue // completed, expired or parked meanwhile: look again
 			}
-			s.setOpen(ctx, uid, d.LogID, nil)
-			return FetchResult{Task: assignment(d, true), NextDueAt: nextDue(nil, view.Due, view.Next)}, true, nil
+			a := assignment(d, true)
+			s.setOpen(ctx, uid, d.LogID, keptCopy([]*Assignment{a}, d.LogID), nil)
+			return FetchResult{Task: a, NextDueAt: nextDue(nil, view.Due, view.Next)}, true, nil
 		}
 	}
 	return FetchResult{}, false, taskd.Errorf(taskd.CodeUnavailable, "open dispatch of user %s is changing; try again", uid)
@@ -476,37 +480,57 @@ func (s *Service) invalidate(ctx context.Context, target string, invalidate func
 // pop drops the popped entries from uid's heap.
 func (s *Service) pop(ctx context.Context, uid string, popped []schedule.Entry) {
 	if err := s.cache.Pop(ctx, uid, popped); err != nil {
-		s.log.WarnContext(ctx, "cache pop failed", "uid", uid, "err", err)
+		s.cacheRefused(ctx, "cache pop failed", uid, err)
 	}
 }
 
 // setOpen records logID as uid's open dispatch and drops the popped entries. If that
 // fails (the dispatch is committed), the hint is made unknown, so that the next fetch
 // asks MySQL rather than trust a hint saying none.
-func (s *Service) setOpen(ctx context.Context, uid, logID string, popped []schedule.Entry) {
-	if err := s.cache.SetOpen(ctx, uid, logID, popped); err != nil {
-		s.log.WarnContext(ctx, "cache set-open failed", "uid", uid, "err", err)
+func (s *Service) setOpen(ctx context.Context, uid, logID string, kept []byte, popped []schedule.Entry) {
+	if err := s.cache.SetOpen(ctx, uid, logID, kept, popped); err != nil {
+		s.cacheRefused(ctx, "cache set-open failed", uid, err)
 		s.forgetOpen(ctx, uid)
 	}
+}
+
+// cacheRefused logs a cache write that failed: at debug level when Redis was
+// unreachable (the cache says so once, as it goes away; every fetch that changes
+// something then fails a write), as a warning otherwise.
+func (s *Service) cacheRefused(ctx context.Context, msg, uid string, err error) {
+	level := slog.LevelWarn
+	if taskd.ErrorCode(err) == taskd.CodeUnavailable {
+		level = slog.LevelDebug
+	}
+	s.log.Log(ctx, level, msg, "uid", uid, "err", err)
 }
 
 // forgetOpen makes uid's open-dispatch hint unknown when the cache cannot know what is
 // open: after a claim that failed (its batch may still commit: a caller that gives up
 // does not stop the others' batch) and after a hint write that failed. A hint saying
-// none would hide such a dispatch from the next fetches. It runs on a context of its
-// own: the request's may be what ended.
+// none would hide such a dispatch from the next fetches. When Redis refuses this too
+// (it is away), the change is noted in MySQL, and every node's heap-change feed makes
+// the hint unknown and the heap stale once Redis answers (queue's heapChangedScript).
+// It runs on a context of its own: the request's may be what ended.
 func (s *Service) forgetOpen(ctx context.Context, uid string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.RequestTimeout)
 	defer cancel()
-	if err := s.cache.ForgetOpen(ctx, uid); err != nil {
-		s.log.WarnContext(ctx, "cache forget-open failed", "uid", uid, "err", err)
+	err := s.cache.ForgetOpen(ctx, uid)
+	if err == nil {
+		return
+	}
+	s.cacheRefused(ctx, "cache forget-open failed", uid, err)
+	if nerr := s.store.NoteHeapChanges(ctx, s.now(), taskd.UserExecutor(uid)); nerr != nil {
+		s.log.WarnContext(ctx, "a dispatch Redis could not be told of could not be noted for the heap-change feed either; its user's next fetches may not see it until it expires",
+			"uid", uid, "err", nerr)
 	}
 }
 
-// clearOpen sets uid's open-dispatch hint to none if it still says seen.
+// clearOpen sets uid's open-dispatch hint to none if it still says seen. A failure
+// leaves a hint naming a finished dispatch: the next fetch asks MySQL, and clears it.
 func (s *Service) clearOpen(ctx context.Context, uid string, seen schedule.OpenHint) {
 	if err := s.cache.ClearOpen(ctx, uid, seen); err != nil {
-		s.log.WarnContext(ctx, "cache clear failed", "uid", uid, "err", err)
+		s.cacheRefused(ctx, "cache clear failed", uid, err)
 	}
 }
 

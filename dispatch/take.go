@@ -80,7 +80,7 @@ func (s *Service) takeInto(ctx context.Context, uid string, view schedule.View, 
 			s.forgetOpen(ctx, uid)
 		}
 		if slot1 != "" {
-			s.setOpen(ctx, uid, slot1, popped)
+			s.setOpen(ctx, uid, slot1, keptCopy(out.tasks, slot1), popped)
 		} else {
 			s.pop(ctx, uid, popped)
 		}
