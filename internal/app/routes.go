@@ -238,14 +238,45 @@ func (a *App) handleReady() http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
+		var away []string
 		if err := a.deps.Store.DB().PingContext(ctx); err != nil {
-			web.Error(w, r, a.deps.Log, taskd.Unavailable("mysql", err))
-			return
+			away = append(away, "mysql")
 		}
 		if err := a.deps.Redis.Ping(ctx).Err(); err != nil {
-			web.Error(w, r, a.deps.Log, taskd.Unavailable("redis", err))
-			return
+			away = append(away, "redis")
 		}
-		web.Encode(w, http.StatusOK, map[string]string{"status": "ready"})
+		mode, serving := readiness(away)
+		body := map[string]any{"mode": mode, "serving": serving}
+		switch {
+		case len(away) == 0:
+			body["status"] = "ready"
+			web.Encode(w, http.StatusOK, body)
+		case len(away) == 1 && r.URL.Query().Get("degraded") == "ok":
+			// A balancer that keeps degraded nodes asks so.
+			body["status"] = "degraded"
+			body["away"] = away
+			web.Encode(w, http.StatusOK, body)
+		default:
+			body["status"] = "unavailable"
+			body["away"] = away
+			body["error"] = map[string]string{"code": string(taskd.CodeUnavailable),
+				"message": strings.Join(away, " and ") + " unavailable"}
+			w.Header().Set("Retry-After", "1")
+			web.Encode(w, http.StatusServiceUnavailable, body)
+		}
 	}
+}
+
+// readiness is the mode a node is in with the dependencies away, and what it serves
+// then (README, "What taskd guarantees").
+func readiness(away []string) (mode, serving string) {
+	switch {
+	case len(away) == 0:
+		return "normal", "everything"
+	case len(away) == 2:
+		return "down", "nothing but health"
+	case away[0] == "redis":
+		return "degraded", "fetches and completes from MySQL (each poll reads MySQL, within DISPATCH_REBUILD_RATE); no campaign items"
+	}
+	return "degraded", "redos of open dispatches, empty polls and campaign items from Redis; no new claims, completes or admin writes"
 }
