@@ -7,7 +7,7 @@ import (
 	"net"
 	"slices"
 	"sort"
-	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -17,67 +17,80 @@ import (
 )
 
 // Redis away. Redis is a cache of what MySQL holds, so a poll can be answered without
-// it: when a peek finds Redis unreachable, this node marks it away and serves polls
-// from MySQL (peekMySQL): the client key checked against MySQL's key set (a revoked key
-// never passes), the user's offer read as a rebuild reads it, the open dispatch left
-// for the caller to ask MySQL. Each such poll spends a token of the rebuild budget
-// (Config.RebuildRate), so that a fleet that lost its cache does not overrun MySQL: a
-// poll beyond it answers 503 with Retry-After, as a rebuild beyond it does. The
-// cache's writes answer errAway at once meanwhile, instead of after a timeout each.
+// it: when a round trip finds Redis unreachable, this node marks it away and serves
+// polls from MySQL (peekMySQL): the client key checked against MySQL's key set (a
+// revoked key never passes), the user's offer read as a rebuild reads it, the open
+// dispatch left for the caller to ask MySQL. Each such poll spends a token of the
+// rebuild budget (Config.RebuildRate), so that a fleet that lost its cache does not
+// overrun MySQL: a poll beyond it answers 503 with Retry-After, as a rebuild beyond it
+// does. The cache's writes answer errAway at once meanwhile, instead of after a
+// timeout each.
 //
-// Once every awayProbe one poll tries Redis again (the others keep to MySQL until it
-// answers); the first that finds it back ends the mode. What the dispatch path could
-// not tell Redis meanwhile (a hint, a popped entry, an invalidation) it notes in MySQL
-// for the heap-change feed, which applies it, open hint included, once Redis answers:
-// the caches are then rebuilt as after a flush, for the users whose state changed.
-const awayProbe = time.Second
+// Unreachable means the connection failed (refused, reset, closed), or Redis did not
+// answer for awayTimeout: a round trip cut short by its callers' own deadline says
+// nothing about Redis. While Redis is away a goroutine pings it each awayProbe, and
+// the first answer ends the mode. What the dispatch path could not tell Redis meanwhile
+// (a hint it could not set or drop, an invalidation) it notes in MySQL for the
+// heap-change feed, which applies it, open hint included, once Redis answers: the
+// caches of the users concerned are then rebuilt as after a flush.
+const (
+	awayProbe   = time.Second
+	awayTimeout = time.Second
+)
 
 // errAway is what the cache's writes answer while Redis is away.
 var errAway = taskd.Unavailable("redis", errors.New("redis was unreachable a moment ago; this node tries it again every second"))
 
 // Away reports whether this node believes Redis away (its polls are served from MySQL).
-func (c *Cache) Away() bool { return c.away.Load() != 0 }
+func (c *Cache) Away() bool { return c.away.Load() }
 
-// markAway notes that a round trip found Redis unreachable (err), unless the request's
-// own end (ctx) is what ended it; it reports whether Redis is now marked away.
-func (c *Cache) markAway(ctx context.Context, err error) bool {
-	if ctx.Err() != nil || !unreachable(err) {
+// markAway notes that a round trip begun at began failed with err, unless the
+// request's own end (ctx) is what ended it or err does not say Redis is unreachable;
+// it reports whether Redis is now marked away (and starts the probe if it was not).
+func (c *Cache) markAway(ctx context.Context, err error, began time.Time) bool {
+	if ctx.Err() != nil || !unreachable(err, time.Since(began)) {
 		return false
 	}
-	if c.away.CompareAndSwap(0, time.Now().Add(awayProbe).UnixNano()) && c.cfg.Log != nil {
-		c.cfg.Log.Warn("redis is unreachable: this node serves fetches from MySQL until it answers", "err", err)
+	if c.away.CompareAndSwap(false, true) {
+		if c.cfg.Log != nil {
+			c.cfg.Log.Warn("redis is unreachable: this node serves fetches from MySQL until it answers", "err", err)
+		}
+		go c.probe()
 	}
 	return true
 }
 
-// markBack ends the away mode after a round trip that Redis answered.
-func (c *Cache) markBack() {
-	if c.away.Load() != 0 && c.away.Swap(0) != 0 && c.cfg.Log != nil {
-		c.cfg.Log.Info("redis answers again: fetches are served from the cache")
+// probe pings Redis each awayProbe until it answers (and ends the away mode) or the
+// client is closed.
+func (c *Cache) probe() {
+	t := time.NewTicker(awayProbe)
+	defer t.Stop()
+	for range t.C {
+		ctx, cancel := context.WithTimeout(context.Background(), awayTimeout)
+		err := c.rdb.Ping(ctx).Err()
+		cancel()
+		if err == nil || errors.Is(err, redis.ErrClosed) {
+			c.away.Store(false)
+			if err == nil && c.cfg.Log != nil {
+				c.cfg.Log.Info("redis answers again: fetches are served from the cache")
+			}
+			return
+		}
 	}
 }
 
-// skipRedis reports whether a poll should not try Redis: it is away and this is not
-// the poll that probes it (one each awayProbe).
-func (c *Cache) skipRedis() bool {
-	at := c.away.Load()
-	if at == 0 {
-		return false
-	}
-	now := time.Now().UnixNano()
-	if now < at {
-		return true
-	}
-	return !c.away.CompareAndSwap(at, now+int64(awayProbe))
-}
-
-// unreachable reports whether err says Redis could not be reached (as opposed to an
-// answer Redis gave: a script's error, a missing key, a cluster redirection).
-func unreachable(err error) bool {
+// unreachable reports whether err, from a round trip that lasted took, says Redis could
+// not be reached: a connection that failed, a Redis that says it cannot serve
+// (LOADING, MASTERDOWN, CLUSTERDOWN), or no answer for awayTimeout. An answer Redis
+// gave (a script's error, a cluster redirection), a pool exhausted by this node's own
+// load, or a deadline that cut a round trip short are not.
+func unreachable(err error, took time.Duration) bool {
 	var ne net.Error
 	switch {
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, redis.ErrClosed),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.As(err, &ne):
+	case errors.As(err, &ne) && ne.Timeout(), errors.Is(err, context.DeadlineExceeded):
+		return took >= awayTimeout
+	case errors.As(err, &ne), errors.Is(err, redis.ErrClosed), errors.Is(err, io.EOF),
+		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET):
 		return true
 	}
 	var re redis.Error
@@ -87,14 +100,14 @@ func unreachable(err error) bool {
 				return true
 			}
 		}
-		return false
 	}
-	return strings.Contains(err.Error(), "pool timeout") || strings.Contains(err.Error(), "connection")
+	return false
 }
 
 // peekMySQL is PeekN while Redis is away: the key checked and the offer read from
 // MySQL, the open dispatch unknown (the caller asks MySQL), the poll counted on this
-// node. It spends a token of the rebuild budget (ErrOverBudget without one).
+// node. It spends a token of the rebuild budget (ErrOverBudget without one) before
+// anything else, so that every MySQL read of the mode is bounded, a wrong key's too.
 func (c *Cache) peekMySQL(ctx context.Context, uid, keyHash string, now time.Time, maxDue int) (schedule.View, error) {
 	if c.budget != nil && !c.budget.Allow() {
 		c.cfg.Metrics.OverBudget()

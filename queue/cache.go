@@ -132,9 +132,8 @@ type Cache struct {
 	// plainPeek is set once Redis answered that it does not know EVALSHA_RO (before
 	// 7.0): the peek is sent as a plain EVALSHA from then on.
 	plainPeek atomic.Bool
-	// away is when a poll next tries Redis while it is away, in Unix ns; 0: Redis
-	// answers (away.go).
-	away atomic.Int64
+	// away is set while Redis is unreachable (away.go).
+	away atomic.Bool
 }
 
 // NewCache returns a cache over rdb that rebuilds from loader.

@@ -140,6 +140,9 @@ func (c *Cache) sendPeeks(calls []*peekCall) {
 				for _, k := range call.gens {
 					call.genCmds = append(call.genCmds, p.Get(ctx, k))
 				}
+				if call.dropCopy {
+					call.dropCmd = p.HDel(ctx, call.keys[0], "openc")
+				}
 			}
 			return nil
 		})
@@ -201,6 +204,11 @@ func (call *peekCall) firstErr(failed error) error {
 	}
 	for _, g := range call.genCmds {
 		if e := g.Err(); e != nil && !errors.Is(e, redis.Nil) {
+			return e
+		}
+	}
+	if call.dropCmd != nil {
+		if e := call.dropCmd.Err(); e != nil {
 			return e
 		}
 	}
@@ -286,8 +294,9 @@ func decodePeek(res string, groups string, gens []*redis.StringCmd) (peekReply, 
 // peek runs peekScript for uid and, in the same round trip, reads the generations of
 // the groups the caller believes uid is in (groups, comma-joined), at now. The round
 // trip is shared with the peeks of other users waiting at the same moment (pipeline.go).
-func (c *Cache) peek(ctx context.Context, uid, groups, keyHash string, now time.Time, maxDue int) (peekReply, error) {
+func (c *Cache) peek(ctx context.Context, uid, groups, keyHash string, now time.Time, maxDue int, dropCopy bool) (peekReply, error) {
 	call := newPeekCall(ctx)
+	call.dropCopy = dropCopy
 	defer call.release() // what decodePeek returns keeps nothing of it
 	user, heap, clientKeys := c.keys.PeekKeys(uid)
 	call.keysBuf = [3]string{user, heap, clientKeys}
@@ -348,7 +357,20 @@ func (c *Cache) Peek(ctx context.Context, uid, keyHash string, now time.Time) (s
 
 // PeekN is Peek returning up to maxDue due entries (a batch fetch's).
 func (c *Cache) PeekN(ctx context.Context, uid, keyHash string, now time.Time, maxDue int) (schedule.View, error) {
-	if c.skipRedis() {
+	return c.peekN(ctx, uid, keyHash, now, maxDue, false)
+}
+
+// PeekCompleting is PeekN for a request that completes a dispatch of uid next: the
+// same round trip drops the copy of the open dispatch kept with uid's hint (SetOpen),
+// so that no copy of a dispatch MySQL may have finished outlives the complete
+// (VerifyCompleting does it in a complete's key check). While Redis is away nothing is
+// dropped: the copies cannot be read then.
+func (c *Cache) PeekCompleting(ctx context.Context, uid, keyHash string, now time.Time, maxDue int) (schedule.View, error) {
+	return c.peekN(ctx, uid, keyHash, now, maxDue, true)
+}
+
+func (c *Cache) peekN(ctx context.Context, uid, keyHash string, now time.Time, maxDue int, dropCopy bool) (schedule.View, error) {
+	if c.Away() {
 		return c.peekMySQL(ctx, uid, keyHash, now, maxDue)
 	}
 	groups, _ := c.groups.Load(uid)
@@ -365,14 +387,15 @@ func (c *Cache) PeekN(ctx context.Context, uid, keyHash string, now time.Time, m
 		if attempt >= 50 && time.Now().After(settle) {
 			return schedule.View{}, taskd.Errorf(taskd.CodeUnavailable, "heap of user %s did not settle", uid)
 		}
-		res, err := c.peek(ctx, uid, groups, keyHash, now, maxDue)
+		began := time.Now()
+		res, err := c.peek(ctx, uid, groups, keyHash, now, maxDue, dropCopy)
+		dropCopy = false // done by the first round trip
 		if err != nil {
-			if c.markAway(ctx, err) {
+			if c.markAway(ctx, err, began) {
 				return c.peekMySQL(ctx, uid, keyHash, now, maxDue)
 			}
 			return schedule.View{}, err
 		}
-		c.markBack()
 		if keyHash != "" && res.status != "badkey" && res.status != "nokeys" {
 			// The key is valid: the poll counts, once, before anything is rebuilt (a
 			// refusal reads nothing from MySQL), and the looks that follow do not

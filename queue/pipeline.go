@@ -40,7 +40,11 @@ type peekCall struct {
 
 	script  *redis.Cmd
 	genCmds []*redis.StringCmd
-	err     error // of this call's commands, or of the round trip
+	// dropCopy: the round trip also drops the copy of the open dispatch kept with the
+	// user's hint (keys[0]), before a complete (PeekCompleting); dropCmd is its command.
+	dropCopy bool
+	dropCmd  *redis.IntCmd
+	err      error // of this call's commands, or of the round trip
 
 	done chan struct{} // closed when answered, or handed lead
 	lead []*peekCall   // the batch this call sends (lead[0] is itself)

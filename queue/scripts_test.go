@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"os"
 	"slices"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -66,7 +70,7 @@ func TestPeekScriptOKReturnsDueUpToMaxAndNext(t *testing.T) {
 		{max: 3, due: heap[:3], next: heap[4]},
 		{max: 10, due: heap[:4], next: heap[4]}, // due at now is due; next is after now
 	} {
-		res, err := e.c.peek(e.ctx, "u1", "g1,g2", "h1", e.now, tc.max)
+		res, err := e.c.peek(e.ctx, "u1", "g1,g2", "h1", e.now, tc.max, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +90,7 @@ func TestPeekScriptOKReturnsDueUpToMaxAndNext(t *testing.T) {
 	}
 	// Nothing after now: next is empty.
 	e.rdb.ZRem(e.ctx, e.keys.Heap("u1"), Member(heap[4]), Member(heap[5]))
-	res, err := e.c.peek(e.ctx, "u1", "g1,g2", "", e.now, 10)
+	res, err := e.c.peek(e.ctx, "u1", "g1,g2", "", e.now, 10, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +100,7 @@ func TestPeekScriptOKReturnsDueUpToMaxAndNext(t *testing.T) {
 	// As many due as asked for, and more: next is still the first after now.
 	for _, max := range []int{0, 1, 3} {
 		e.rdb.ZAdd(e.ctx, e.keys.Heap("u1"), redis.Z{Score: float64(heap[5].DueAt.Unix()), Member: Member(heap[5])})
-		res, err := e.c.peek(e.ctx, "u1", "g1,g2", "", e.now, max)
+		res, err := e.c.peek(e.ctx, "u1", "g1,g2", "", e.now, max, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -201,7 +205,7 @@ func TestPeekScriptStatuses(t *testing.T) {
 			case "-":
 				groups = ""
 			}
-			res, err := e.c.peek(e.ctx, "u1", groups, tc.key, e.now, testMaxDue)
+			res, err := e.c.peek(e.ctx, "u1", groups, tc.key, e.now, testMaxDue, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -703,7 +707,7 @@ func TestRebuildRefusesWhenVersionsMoved(t *testing.T) {
 				if h["hver"] != "2" || !slices.Equal(heap, ats(peekOffer())) {
 					t.Fatalf("written rebuild: hash %v, heap %v", h, heap)
 				}
-				res, err := e.c.peek(e.ctx, "u1", "g1,g2", "", e.now, testMaxDue)
+				res, err := e.c.peek(e.ctx, "u1", "g1,g2", "", e.now, testMaxDue, false)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -1190,6 +1194,20 @@ func TestUnreachableRedisIsUnavailable(t *testing.T) {
 	c := NewCache(rdb, l, clock.NewFake(t0), Config{Prefix: "unreachable:"})
 	c.groups.Store("u1", "g1") // a pipelined peek: the user's script and a generation
 	ctx := t.Context()
+	// Before a peek found Redis away, the writes try it, and fail as unavailable.
+	for name, err := range map[string]error{
+		"invalidate group": c.InvalidateGroup(ctx, "g1"),
+		"invalidate user":  c.InvalidateUser(ctx, "u1"),
+		"invalidate users": c.InvalidateUsers(ctx, []string{"u1", "u2"}),
+		"set open":         c.SetOpen(ctx, "u1", "L1", nil, nil),
+	} {
+		if taskd.ErrorCode(err) != taskd.CodeUnavailable || errors.Is(err, errAway) {
+			t.Errorf("%s, Redis not yet found away: %v, want unavailable from the round trip", name, err)
+		}
+	}
+	if c.Away() {
+		t.Fatal("writes marked Redis away: only a peek or a key check does")
+	}
 	if _, err := c.Peek(ctx, "u1", "h1", t0); err != nil || !c.Away() {
 		t.Fatalf("peek with Redis unreachable: %v (away %v), want served from MySQL", err, c.Away())
 	}
@@ -1199,14 +1217,50 @@ func TestUnreachableRedisIsUnavailable(t *testing.T) {
 	if err := c.VerifyKey(ctx, "u1", "h1"); err != nil {
 		t.Fatalf("verify key from MySQL: %v", err)
 	}
+	// Once it is, they answer at once.
 	for name, err := range map[string]error{
 		"invalidate group": c.InvalidateGroup(ctx, "g1"),
 		"invalidate user":  c.InvalidateUser(ctx, "u1"),
 		"set open":         c.SetOpen(ctx, "u1", "L1", nil, nil),
 		"forget open":      c.ForgetOpen(ctx, "u1"),
 	} {
-		if taskd.ErrorCode(err) != taskd.CodeUnavailable {
-			t.Errorf("%s: %v, want unavailable", name, err)
+		if !errors.Is(err, errAway) {
+			t.Errorf("%s, Redis away: %v, want errAway", name, err)
+		}
+	}
+}
+
+// replyErr is an error Redis answered with, as go-redis gives it.
+type replyErr string
+
+func (e replyErr) Error() string { return string(e) }
+func (replyErr) RedisError()     {}
+
+// A round trip cut short by its callers' deadline, or an answer Redis gave, does not
+// make Redis away; a failed connection, or no answer for awayTimeout, does.
+func TestWhatMakesRedisAway(t *testing.T) {
+	t.Parallel()
+	timeout := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	for _, tc := range []struct {
+		name string
+		err  error
+		took time.Duration
+		want bool
+	}{
+		{"refused", refused, time.Millisecond, true},
+		{"closed", redis.ErrClosed, 0, true},
+		{"eof", io.EOF, 0, true},
+		{"a short timeout (a caller's deadline)", timeout, 200 * time.Millisecond, false},
+		{"no answer for awayTimeout", timeout, awayTimeout, true},
+		{"a context deadline, short", context.DeadlineExceeded, 10 * time.Millisecond, false},
+		{"a script's error", replyErr("ERR user_script:1: boom"), 0, false},
+		{"loading", replyErr("LOADING Redis is loading the dataset in memory"), 0, true},
+		{"moved", replyErr("MOVED 1 127.0.0.1:7001"), 0, false},
+		{"the pool exhausted by this node", errors.New("redis: connection pool timeout"), 3 * time.Second, false},
+	} {
+		if got := unreachable(tc.err, tc.took); got != tc.want {
+			t.Errorf("%s: unreachable = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
