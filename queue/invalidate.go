@@ -38,6 +38,9 @@ end
 // invalidateScript bumps a version (a user hash field, or a group generation key) and
 // makes sure the key expires some day: a user who never fetches again must not leave
 // it behind forever. A rebuild keeps the generations it recorded alive past its heap.
+// A user's version ("ver") also drops the copy of the open dispatch kept with the hint
+// (SetOpen): whatever changed the user's heap may have ended that dispatch, and the
+// copy is handed out only while MySQL cannot say.
 //
 // Three methods run it, adjacent below: bump (InvalidateUser), InvalidateUsers and
 // InvalidateGroup.
@@ -47,6 +50,7 @@ end
 //	ARGV[2] -> the key's TTL, s (set if it has none)
 //	Returns -> integer: 1; its callers do not read it
 var invalidateScript = redis.NewScript(nextVersion + `
+if ARGV[1] == 'ver' then redis.call('HDEL', KEYS[1], 'openc') end
 if ARGV[1] ~= '' then
   local v = next_version(redis.call('HGET', KEYS[1], ARGV[1]))
   if v then redis.call('HSET', KEYS[1], ARGV[1], v) else redis.call('HINCRBY', KEYS[1], ARGV[1], 1) end
@@ -70,6 +74,9 @@ func (c *Cache) bump(ctx context.Context, key, field, op string) error {
 // users to a round trip (on a cluster, the client splits each among the nodes): a
 // membership change of 30,000 users is 30 round trips, not 30,000.
 func (c *Cache) InvalidateUsers(ctx context.Context, uids []string) error {
+	if c.Away() {
+		return errAway
+	}
 	for chunk := range slices.Chunk(uids, usersPerRoundTrip) {
 		err := c.roundTrip(ctx, func(p redis.Pipeliner) {
 			for _, u := range chunk {

@@ -1,0 +1,95 @@
+package queue
+
+import (
+	"testing"
+	"time"
+
+	"github.com/taskpull/taskd"
+	"github.com/taskpull/taskd/schedule"
+)
+
+// The copy of the open dispatch kept with the hint lives exactly as long as the hint
+// names that dispatch and nothing may have ended it: SetOpen keeps it, OpenCopy reads
+// it only for the dispatch the hint names, and every write that may follow the
+// dispatch's end drops it (a hint cleared or forgotten, a complete's peek or key check,
+// an invalidation, the heap-change feed, which also drops the hint).
+func TestTheKeptCopyLivesWithItsHint(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	kept := []byte(`{"log_id":"L1"}`)
+	set := func(uid string) string {
+		t.Helper()
+		if err := e.c.SetOpen(e.ctx, uid, "L1", kept, nil); err != nil {
+			t.Fatal(err)
+		}
+		got, err := e.c.OpenCopy(e.ctx, uid, "L1")
+		if err != nil || string(got) != string(kept) {
+			t.Fatalf("copy after SetOpen: %q %v, want %s", got, err, kept)
+		}
+		return e.keys.User(uid)
+	}
+	gone := func(what, uid string, wantOpen string) {
+		t.Helper()
+		h := e.hgetall(e.keys.User(uid))
+		if _, ok := h["openc"]; ok {
+			t.Errorf("%s: the copy is still there: %v", what, h)
+		}
+		if h["open"] != wantOpen {
+			t.Errorf("%s: open = %q, want %q", what, h["open"], wantOpen)
+		}
+	}
+
+	set("u1")
+	if got, err := e.c.OpenCopy(e.ctx, "u1", "L2"); err != nil || got != nil {
+		t.Errorf("copy for a dispatch the hint does not name: %q %v, want none", got, err)
+	}
+	if err := e.c.SetOpen(e.ctx, "u1", "L2", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	gone("a hint set to another dispatch without a copy", "u1", "L2")
+
+	set("u2")
+	if err := e.c.ClearOpen(e.ctx, "u2", schedule.OpenIs("L1")); err != nil {
+		t.Fatal(err)
+	}
+	gone("ClearOpen", "u2", openNone)
+
+	set("u3")
+	if err := e.c.ForgetOpen(e.ctx, "u3"); err != nil {
+		t.Fatal(err)
+	}
+	gone("ForgetOpen", "u3", "")
+
+	set("u4")
+	if err := e.rdb.SAdd(e.ctx, e.keys.ClientKeys("u4"), "-", "h4").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.VerifyCompleting(e.ctx, "u4", "h9"); err == nil {
+		t.Fatal("a wrong key passed")
+	}
+	if h := e.hgetall(e.keys.User("u4")); h["openc"] == "" {
+		t.Errorf("a wrong key's check dropped the copy: %v", h)
+	}
+	if err := e.c.VerifyCompleting(e.ctx, "u4", "h4"); err != nil {
+		t.Fatal(err)
+	}
+	gone("VerifyCompleting", "u4", "L1")
+
+	set("u5")
+	if _, err := e.c.PeekCompleting(e.ctx, "u5", "", e.now, testMaxDue); err != nil {
+		t.Fatal(err)
+	}
+	gone("PeekCompleting", "u5", "L1")
+
+	set("u6")
+	if err := e.c.InvalidateUser(e.ctx, "u6"); err != nil {
+		t.Fatal(err)
+	}
+	gone("InvalidateUser", "u6", "L1")
+
+	set("u7")
+	if err := e.c.heapsChangedAt(e.ctx, []taskd.HeapChange{{ID: 1, Target: "uid_u7", At: time.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+	gone("the heap-change feed", "u7", "")
+}
