@@ -218,6 +218,13 @@ func (e *Engine) runningFor(ctx context.Context, uid string) ([]*taskd.Campaign,
 		v, err, _ := e.flight.Do("running", func() (any, error) { return e.load(ctx) })
 		if err != nil {
 			if list == nil {
+				if taskd.ErrorCode(err) == taskd.CodeUnavailable {
+					// MySQL is away and this node never read the list: no campaign
+					// items until it can, and the fetch answers what else it has
+					// (an empty poll is still an answer).
+					e.log.DebugContext(ctx, "campaign list not read; no items for now", "err", err)
+					return nil, nil
+				}
 				return nil, err
 			}
 			e.log.WarnContext(ctx, "campaign list reload failed; using the last", "err", err)

@@ -39,12 +39,6 @@ func (s *Service) withItems(ctx context.Context, uid string, res FetchResult, n,
 		if len(res.Tasks) > 0 {
 			return res, nil // the tasks are handed out; the items wait for the next fetch
 		}
-		if taskd.ErrorCode(err) == taskd.CodeUnavailable && res.Task == nil {
-			// The items live in Redis: while it is away, the fetch answers what MySQL
-			// said (nothing due, and when to come back), and the items wait.
-			s.log.DebugContext(ctx, "campaign items not handed out", "uid", uid, "err", err)
-			return res, nil
-		}
 		return res, err
 	}
 	if len(items) == 0 {

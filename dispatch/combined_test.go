@@ -41,7 +41,15 @@ func (h *hookCache) SetOpen(ctx context.Context, uid, logID string, kept []byte,
 }
 
 func (h *hookCache) PeekN(ctx context.Context, uid, keyHash string, now time.Time, n int) (schedule.View, error) {
-	v, err := h.Cache.PeekN(ctx, uid, keyHash, now, n)
+	return h.hooked(h.Cache.PeekN(ctx, uid, keyHash, now, n))
+}
+
+func (h *hookCache) PeekCompleting(ctx context.Context, uid, keyHash string, now time.Time, n int) (schedule.View, error) {
+	return h.hooked(h.Cache.PeekCompleting(ctx, uid, keyHash, now, n))
+}
+
+// hooked runs the after-peek hook, once, and returns the peek's answer.
+func (h *hookCache) hooked(v schedule.View, err error) (schedule.View, error) {
 	h.mu.Lock()
 	f := h.afterPeek
 	h.afterPeek = nil

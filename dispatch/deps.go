@@ -97,6 +97,12 @@ type Cache interface {
 	// SetOpen records logID as uid's open dispatch, with kept, a copy of what a fetch
 	// hands out for it (nil: none), and removes popped entries.
 	SetOpen(ctx context.Context, uid, logID string, kept []byte, popped []schedule.Entry) error
+	// PeekCompleting is PeekN before a complete of uid: its round trip also drops the
+	// copy kept with uid's hint.
+	PeekCompleting(ctx context.Context, uid, keyHash string, now time.Time, n int) (schedule.View, error)
+	// VerifyCompleting is VerifyKey before a complete of uid: its round trip also
+	// drops the copy kept with uid's hint, once the key is found valid.
+	VerifyCompleting(ctx context.Context, uid, keyHash string) error
 	// OpenCopy returns the copy SetOpen kept of uid's open dispatch logID (nil: none,
 	// or the hint names another).
 	OpenCopy(ctx context.Context, uid, logID string) ([]byte, error)

@@ -195,6 +195,8 @@ type fakeCache struct {
 	InvalidateErr error
 	// PutWaitingFn answers PutWaiting (nil: the heap made stale, put false).
 	PutWaitingFn func(uid string, e schedule.Entry) (bool, error)
+	// Kept is the copy OpenCopy answers for any dispatch (nil: none).
+	Kept []byte
 
 	mu     sync.Mutex
 	calls  []string
@@ -213,6 +215,16 @@ func (f *fakeCache) PeekN(ctx context.Context, uid, keyHash string, now time.Tim
 		return schedule.View{}, unset("Peek")
 	}
 	return f.PeekFn(ctx, uid, keyHash, now, n)
+}
+
+func (f *fakeCache) PeekCompleting(ctx context.Context, uid, keyHash string, now time.Time, n int) (schedule.View, error) {
+	f.record("DropCopy")
+	return f.PeekN(ctx, uid, keyHash, now, n)
+}
+
+func (f *fakeCache) VerifyCompleting(context.Context, string, string) error {
+	f.record("DropCopy")
+	return nil
 }
 
 func (f *fakeCache) Pop(_ context.Context, _ string, popped []schedule.Entry) error {
@@ -265,7 +277,7 @@ func (f *fakeCache) CountPoll(string, time.Time) error { return nil }
 
 func (f *fakeCache) Away() bool { return false }
 
-func (f *fakeCache) OpenCopy(context.Context, string, string) ([]byte, error) { return nil, nil }
+func (f *fakeCache) OpenCopy(context.Context, string, string) ([]byte, error) { return f.Kept, nil }
 
 // called reports whether call was recorded.
 func (f *fakeCache) called(call string) bool {

@@ -15,8 +15,12 @@ import (
 // trip), and while MySQL cannot say what is open, a fetch whose hint names a dispatch
 // hands out that copy (fromCopy). Such a redo is not recorded (no redo event, the
 // record's redo_count unchanged) and renews nothing; the lease in the copy is the
-// dispatch's, since a redo does not move it. A fetch that needs MySQL for anything else
-// (a claim, an expiry) answers 503 as before.
+// dispatch's, since a redo does not move it; a checkpoint saved since is not in it. A
+// fetch that needs MySQL for anything else (a claim, an expiry) answers 503 as before.
+//
+// A copy must not outlive its dispatch: a complete drops it before it reaches MySQL
+// (in its key check's round trip, VerifyCompleting, or its peek's, PeekCompleting), and a hint cleared or
+// forgotten, an invalidation of the user and the heap-change feed drop it too.
 
 // maxKeptCopy bounds the copy kept of one assignment: a larger one (its params) is
 // not kept, and its redo waits for MySQL.
@@ -49,7 +53,11 @@ func (s *Service) fromCopy(ctx context.Context, uid string, seen schedule.OpenHi
 	if seen.State != schedule.OpenSome || taskd.ErrorCode(err) != taskd.CodeUnavailable {
 		return nil
 	}
-	b, cerr := s.cache.OpenCopy(ctx, uid, seen.LogID)
+	// On a bound of its own: a MySQL that hangs rather than refuses spent the
+	// request's.
+	read, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	b, cerr := s.cache.OpenCopy(read, uid, seen.LogID)
 	if cerr != nil || b == nil {
 		return nil
 	}

@@ -23,9 +23,9 @@ func TestFailurePutsItsRetryIntoTheHeap(t *testing.T) {
 		put       bool
 		wantCalls []string
 	}{
-		{"put", true, true, []string{"ClearOpen", "PutWaiting"}},
-		{"heap stale", true, false, []string{"ClearOpen", "PutWaiting"}}, // the script made it stale
-		{"not waiting", false, false, []string{"ClearOpen", "InvalidateUser"}},
+		{"put", true, true, []string{"DropCopy", "ClearOpen", "PutWaiting"}},
+		{"heap stale", true, false, []string{"DropCopy", "ClearOpen", "PutWaiting"}}, // the script made it stale
+		{"not waiting", false, false, []string{"DropCopy", "ClearOpen", "InvalidateUser"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := &fakeStore{

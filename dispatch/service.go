@@ -267,8 +267,12 @@ func (s *Service) fetchFrom(ctx context.Context, uid string, view schedule.View,
 		if err != nil || done {
 			return res, err
 		}
-		if view, err = s.cache.PeekN(ctx, uid, "", now, singlePeek); err != nil {
-			return FetchResult{}, err
+		// A resume may have changed the heap (an expiry). While Redis is away the view
+		// was read from MySQL by this very request: it is not read again.
+		if !s.cache.Away() {
+			if view, err = s.cache.PeekN(ctx, uid, "", now, singlePeek); err != nil {
+				return FetchResult{}, err
+			}
 		}
 	}
 	var out taking
@@ -356,8 +360,12 @@ func (s *Service) resumeOpen(ctx context.Context, uid string, seen schedule.Open
 	for attempt := 0; attempt < 3; attempt++ {
 		d, err := s.store.OpenDispatch(ctx, uid)
 		if err != nil {
-			if a := s.fromCopy(ctx, uid, seen, now, err); a != nil {
-				return FetchResult{Task: a, NextDueAt: nextDue(nil, view.Due, view.Next)}, true, nil
+			// Only before MySQL said anything of the dispatch: once it has (finished,
+			// expired), the copy is of what it no longer holds open.
+			if attempt == 0 {
+				if a := s.fromCopy(ctx, uid, seen, now, err); a != nil {
+					return FetchResult{Task: a, NextDueAt: nextDue(nil, view.Due, view.Next)}, true, nil
+				}
 			}
 			return FetchResult{}, false, err
 		}
@@ -526,11 +534,19 @@ func (s *Service) forgetOpen(ctx context.Context, uid string) {
 	}
 }
 
-// clearOpen sets uid's open-dispatch hint to none if it still says seen. A failure
-// leaves a hint naming a finished dispatch: the next fetch asks MySQL, and clears it.
+// clearOpen sets uid's open-dispatch hint to none if it still says seen, on a context
+// of its own (a client that leaves after its complete must not leave the hint behind).
+// When that fails, the hint is made unknown (forgetOpen, noted in MySQL if Redis
+// refuses that too): a hint naming a finished dispatch costs the next fetch one read
+// of MySQL, but while MySQL is away it would be handed out again from its copy.
 func (s *Service) clearOpen(ctx context.Context, uid string, seen schedule.OpenHint) {
-	if err := s.cache.ClearOpen(ctx, uid, seen); err != nil {
+	bounded, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.RequestTimeout)
+	defer cancel()
+	if err := s.cache.ClearOpen(bounded, uid, seen); err != nil {
 		s.cacheRefused(ctx, "cache clear failed", uid, err)
+		if seen.State == schedule.OpenSome {
+			s.forgetOpen(ctx, uid)
+		}
 	}
 }
 
@@ -538,7 +554,8 @@ func (s *Service) clearOpen(ctx context.Context, uid string, seen schedule.OpenH
 // is a stale_lease conflict; a repeated complete of the same log id answers as the
 // first did and changes nothing.
 func (s *Service) Complete(ctx context.Context, uid, keyHash, logID string, result taskd.Result, detail json.RawMessage) error {
-	if err := s.cache.VerifyKey(ctx, uid, keyHash); err != nil {
+	// The check drops the copy of the open dispatch before the complete (kept.go).
+	if err := s.cache.VerifyCompleting(ctx, uid, keyHash); err != nil {
 		return err
 	}
 	if taskd.IsCampaignLog(logID) {
@@ -568,7 +585,7 @@ func (s *Service) CompleteAndFetch(ctx context.Context, uid, keyHash, logID stri
 	cf := s.confirming()
 	bounded, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
-	view, err := s.cache.PeekN(bounded, uid, keyHash, s.now(), singlePeek)
+	view, err := s.cache.PeekCompleting(bounded, uid, keyHash, s.now(), singlePeek)
 	if err != nil {
 		return FetchResult{}, err
 	}
@@ -626,7 +643,7 @@ type StageMove struct {
 // context, after the delay. Refusals as Complete's; a stage the template does not list
 // is invalid_argument.
 func (s *Service) CompleteStage(ctx context.Context, uid, keyHash, logID string, detail json.RawMessage, move StageMove) error {
-	if err := s.cache.VerifyKey(ctx, uid, keyHash); err != nil {
+	if err := s.cache.VerifyCompleting(ctx, uid, keyHash); err != nil {
 		return err
 	}
 	if taskd.IsCampaignLog(logID) {
