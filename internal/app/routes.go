@@ -236,13 +236,24 @@ func (a *App) measure(next http.Handler) http.Handler {
 
 func (a *App) handleReady() http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
+		// Each dependency on a bound of its own, at once: a MySQL that hangs must not
+		// make Redis look away too.
+		ping := func(f func(context.Context) error) chan error {
+			done := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+				defer cancel()
+				done <- f(ctx)
+			}()
+			return done
+		}
+		mysqlPing := ping(a.deps.Store.DB().PingContext)
+		redisPing := ping(func(ctx context.Context) error { return a.deps.Redis.Ping(ctx).Err() })
 		var away []string
-		if err := a.deps.Store.DB().PingContext(ctx); err != nil {
+		if <-mysqlPing != nil {
 			away = append(away, "mysql")
 		}
-		if err := a.deps.Redis.Ping(ctx).Err(); err != nil {
+		if <-redisPing != nil {
 			away = append(away, "redis")
 		}
 		mode, serving := readiness(away)
