@@ -53,7 +53,7 @@ func (a *App) routes() http.Handler {
 	r.Mount("/console", console.New(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a.handler.ServeHTTP(w, r)
 	}), log, console.Config{Redis: a.deps.Redis, SessionKey: a.Cache.Keys().ConsoleSession, AdminTokens: secrets,
-		Clock: a.deps.Clock}).Routes())
+		Clock: a.deps.Clock, Mode: a.consoleMode}).Routes())
 
 	keys := clientkey.NewHandlers(a.Keys, log)
 	isAdminToken := func(token string) bool {
@@ -236,26 +236,7 @@ func (a *App) measure(next http.Handler) http.Handler {
 
 func (a *App) handleReady() http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		// Each dependency on a bound of its own, at once: a MySQL that hangs must not
-		// make Redis look away too.
-		ping := func(f func(context.Context) error) chan error {
-			done := make(chan error, 1)
-			go func() {
-				ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-				defer cancel()
-				done <- f(ctx)
-			}()
-			return done
-		}
-		mysqlPing := ping(a.deps.Store.DB().PingContext)
-		redisPing := ping(func(ctx context.Context) error { return a.deps.Redis.Ping(ctx).Err() })
-		var away []string
-		if <-mysqlPing != nil {
-			away = append(away, "mysql")
-		}
-		if <-redisPing != nil {
-			away = append(away, "redis")
-		}
+		away := a.away(r.Context(), 2*time.Second)
 		mode, serving := readiness(away)
 		body := map[string]any{"mode": mode, "serving": serving}
 		switch {
@@ -276,6 +257,37 @@ func (a *App) handleReady() http.HandlerFunc {
 			web.Encode(w, http.StatusServiceUnavailable, body)
 		}
 	}
+}
+
+// away pings MySQL and Redis at once, each within bound, and returns those that did
+// not answer ("mysql", "redis"): a MySQL that hangs must not make Redis look away too.
+func (a *App) away(ctx context.Context, bound time.Duration) []string {
+	ping := func(f func(context.Context) error) chan error {
+		done := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(ctx, bound)
+			defer cancel()
+			done <- f(ctx)
+		}()
+		return done
+	}
+	mysqlPing := ping(a.deps.Store.DB().PingContext)
+	redisPing := ping(func(ctx context.Context) error { return a.deps.Redis.Ping(ctx).Err() })
+	var away []string
+	if <-mysqlPing != nil {
+		away = append(away, "mysql")
+	}
+	if <-redisPing != nil {
+		away = append(away, "redis")
+	}
+	return away
+}
+
+// consoleMode is the console's banner: what is away, and what the node serves.
+func (a *App) consoleMode(ctx context.Context) ([]string, string) {
+	away := a.away(ctx, 500*time.Millisecond)
+	_, serving := readiness(away)
+	return away, serving
 }
 
 // readiness is the mode a node is in with the dependencies away, and what it serves

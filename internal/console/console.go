@@ -65,6 +65,9 @@ type Config struct {
 	// while the one it signed in with is among them.
 	AdminTokens []string
 	Clock       clock.Clock
+	// Mode says which dependencies this node finds away and what it serves then
+	// (nil: not shown); every page shows it while one is.
+	Mode func(ctx context.Context) (away []string, serving string)
 	// IdleTimeout ends a session unused for that long (default DefaultIdleTimeout);
 	// Lifetime ends it that long after sign-in, however busy (default DefaultLifetime).
 	IdleTimeout, Lifetime time.Duration
@@ -95,6 +98,8 @@ type Console struct {
 	log      *slog.Logger
 	sessions *sessions
 	pages    map[string]*template.Template
+	// mode is Config.Mode.
+	mode func(ctx context.Context) (away []string, serving string)
 }
 
 // New returns the console over api, the server's own handler (the /v1/admin routes
@@ -104,7 +109,7 @@ func New(api http.Handler, log *slog.Logger, cfg Config) *Console {
 	if err := cfg.validate(); err != nil {
 		panic(err)
 	}
-	c := &Console{admin: api, log: log, pages: map[string]*template.Template{},
+	c := &Console{admin: api, log: log, pages: map[string]*template.Template{}, mode: cfg.Mode,
 		sessions: &sessions{rdb: cfg.Redis, key: cfg.SessionKey, tokens: cfg.AdminTokens, clock: cfg.Clock,
 			idle: cfg.IdleTimeout, lifetime: cfg.Lifetime}}
 	funcs := template.FuncMap{
@@ -603,10 +608,17 @@ type view struct {
 	SignedIn bool
 	Nav      string
 	Data     map[string]any
+	// Degraded says what is away and what the node serves meanwhile ("": all is well).
+	Degraded string
 }
 
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, page, title string, data map[string]any) {
 	v := view{Title: title, Nav: page, Data: data}
+	if c.mode != nil {
+		if away, serving := c.mode(r.Context()); len(away) > 0 {
+			v.Degraded = "This node is degraded: " + strings.Join(away, " and ") + " unreachable. It serves " + serving + "."
+		}
+	}
 	if s := currentSession(r); s.id != "" {
 		v.SignedIn, v.CSRF = true, s.csrf
 	}
