@@ -17,36 +17,40 @@ const noKeysTTL = time.Minute
 // VerifyKey reports whether keyHash is one of uid's valid client keys, loading the key
 // set from MySQL when Redis does not have it.
 func (c *Cache) VerifyKey(ctx context.Context, uid, keyHash string) error {
-	return c.verifyKey(ctx, uid, keyHash, false)
+	return c.verifyKey(ctx, uid, keyHash)
 }
 
-// VerifyCompleting is VerifyKey for a complete of uid: once the key is found valid, the
-// same round trip drops the copy of the open dispatch kept with uid's hint (SetOpen), so
-// that no copy of a dispatch MySQL may have finished outlives the complete.
-func (c *Cache) VerifyCompleting(ctx context.Context, uid, keyHash string) error {
-	return c.verifyKey(ctx, uid, keyHash, true)
+// VerifyCompleting is VerifyKey for a complete of uid's dispatch logID: once the key is
+// found valid, the same round trip drops the copy kept with uid's hint if it is of
+// logID, and leaves logID's tombstone (kept.go). dropped is false when that could not be
+// done (Redis away, or refusing writes: the key is then checked by a read, or in
+// MySQL): the caller makes the hint unknown after its complete instead.
+func (c *Cache) VerifyCompleting(ctx context.Context, uid, keyHash, logID string) (dropped bool, err error) {
+	if c.Away() {
+		return false, c.verifyKeyMySQL(ctx, uid, keyHash)
+	}
+	began := time.Now()
+	m, err := dropCopyScript.Run(ctx, c.rdb, []string{c.keys.User(uid), c.keys.ClientKeys(uid)}, logID, keyHash, c.ttl()).Int64Slice()
+	switch {
+	case err == nil && len(m) == 2 && m[0] == 1:
+		return true, nil
+	case err == nil && len(m) == 2 && m[1] == 1:
+		return false, ErrBadKey
+	case err != nil && c.markAway(ctx, err, began):
+		return false, c.verifyKeyMySQL(ctx, uid, keyHash)
+	}
+	// The key set is not loaded, or Redis refused the script (a write): the check
+	// as VerifyKey makes it.
+	return false, c.VerifyKey(ctx, uid, keyHash)
 }
 
-// verifyDropScript is VerifyCompleting's check: SMISMEMBER of the key hash and of the
-// loaded marker, and, the key being valid, the copy dropped.
-//
-//	KEYS[1] -> client key set
-//	KEYS[2] -> user hash
-//	ARGV[1] -> the key hash
-//	Returns -> SMISMEMBER's answer: {key valid, set loaded}
-var verifyDropScript = redis.NewScript(`
-local m = redis.call('SMISMEMBER', KEYS[1], ARGV[1], '-')
-if m[1] == 1 then redis.call('HDEL', KEYS[2], 'openc') end
-return m
-`)
-
-func (c *Cache) verifyKey(ctx context.Context, uid, keyHash string, dropCopy bool) error {
+func (c *Cache) verifyKey(ctx context.Context, uid, keyHash string) error {
 	if c.Away() {
 		return c.verifyKeyMySQL(ctx, uid, keyHash)
 	}
 	for attempt := 0; attempt < 5; attempt++ {
 		began := time.Now()
-		member, err := c.keyMembership(ctx, uid, keyHash, dropCopy)
+		member, err := c.rdb.SMIsMember(ctx, c.keys.ClientKeys(uid), keyHash, "-").Result()
 		if err != nil {
 			if c.markAway(ctx, err, began) {
 				return c.verifyKeyMySQL(ctx, uid, keyHash)
@@ -64,26 +68,6 @@ func (c *Cache) verifyKey(ctx context.Context, uid, keyHash string, dropCopy boo
 		}
 	}
 	return taskd.Errorf(taskd.CodeUnavailable, "client keys of user %s did not settle", uid)
-}
-
-// keyMembership is whether keyHash is in uid's key set and whether the set is loaded;
-// with dropCopy, a valid key's check drops the copy kept with uid's hint.
-func (c *Cache) keyMembership(ctx context.Context, uid, keyHash string, dropCopy bool) ([2]bool, error) {
-	if !dropCopy {
-		m, err := c.rdb.SMIsMember(ctx, c.keys.ClientKeys(uid), keyHash, "-").Result()
-		if err != nil || len(m) != 2 {
-			return [2]bool{}, err
-		}
-		return [2]bool{m[0], m[1]}, nil
-	}
-	m, err := verifyDropScript.Run(ctx, c.rdb, []string{c.keys.ClientKeys(uid), c.keys.User(uid)}, keyHash).Int64Slice()
-	if err != nil {
-		return [2]bool{}, err
-	}
-	if len(m) != 2 {
-		return [2]bool{}, &replyError{script: "verify key", pos: len(m), want: "two flags"}
-	}
-	return [2]bool{m[0] == 1, m[1] == 1}, nil
 }
 
 // loadKeysScript installs the user's client key hashes read from MySQL, unless a key

@@ -64,19 +64,25 @@ func TestTheKeptCopyLivesWithItsHint(t *testing.T) {
 	if err := e.rdb.SAdd(e.ctx, e.keys.ClientKeys("u4"), "-", "h4").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.c.VerifyCompleting(e.ctx, "u4", "h9"); err == nil {
+	if _, err := e.c.VerifyCompleting(e.ctx, "u4", "h9", "L1"); err == nil {
 		t.Fatal("a wrong key passed")
 	}
 	if h := e.hgetall(e.keys.User("u4")); h["openc"] == "" {
 		t.Errorf("a wrong key's check dropped the copy: %v", h)
 	}
-	if err := e.c.VerifyCompleting(e.ctx, "u4", "h4"); err != nil {
+	if _, err := e.c.VerifyCompleting(e.ctx, "u4", "h4", "L9"); err != nil {
 		t.Fatal(err)
+	}
+	if h := e.hgetall(e.keys.User("u4")); h["openc"] == "" {
+		t.Errorf("a complete of another dispatch dropped the copy: %v", h)
+	}
+	if dropped, err := e.c.VerifyCompleting(e.ctx, "u4", "h4", "L1"); err != nil || !dropped {
+		t.Fatalf("VerifyCompleting: dropped %v, %v", dropped, err)
 	}
 	gone("VerifyCompleting", "u4", "L1")
 
 	set("u5")
-	if _, err := e.c.PeekCompleting(e.ctx, "u5", "", e.now, testMaxDue); err != nil {
+	if _, _, err := e.c.PeekCompleting(e.ctx, "u5", "", "L1", e.now, testMaxDue); err != nil {
 		t.Fatal(err)
 	}
 	gone("PeekCompleting", "u5", "L1")
@@ -92,4 +98,43 @@ func TestTheKeptCopyLivesWithItsHint(t *testing.T) {
 		t.Fatal(err)
 	}
 	gone("the heap-change feed", "u7", "")
+}
+
+// A hint and copy of a dispatch written after its complete dropped the copy (a redo on
+// another node that read MySQL before the complete committed, and told Redis after)
+// keep the hint but not the copy: the complete left the log id as a tombstone.
+func TestALateCopyOfACompletedDispatchIsNotKept(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	if err := e.rdb.SAdd(e.ctx, e.keys.ClientKeys("u1"), "-", "h1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.SetOpen(e.ctx, "u1", "L1", []byte(`{"log_id":"L1"}`), nil); err != nil {
+		t.Fatal(err)
+	}
+	if dropped, err := e.c.VerifyCompleting(e.ctx, "u1", "h1", "L1"); err != nil || !dropped {
+		t.Fatalf("VerifyCompleting: dropped %v, %v", dropped, err)
+	}
+	if err := e.c.SetOpen(e.ctx, "u1", "L1", []byte(`{"log_id":"L1"}`), nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := e.c.OpenCopy(e.ctx, "u1", "L1"); got != nil {
+		t.Fatalf("a copy of the completed L1 written after its complete was kept: %s", got)
+	}
+	if err := e.c.SetOpen(e.ctx, "u1", "L2", []byte(`{"log_id":"L2"}`), nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := e.c.OpenCopy(e.ctx, "u1", "L2"); string(got) != `{"log_id":"L2"}` {
+		t.Fatalf("the next dispatch's copy: %q", got)
+	}
+	// The tombstone is left by a complete riding on a fetch too.
+	if _, dropped, err := e.c.PeekCompleting(e.ctx, "u1", "h1", "L2", e.now, testMaxDue); err != nil || !dropped {
+		t.Fatalf("PeekCompleting: dropped %v, %v", dropped, err)
+	}
+	if err := e.c.SetOpen(e.ctx, "u1", "L2", []byte(`{"log_id":"L2"}`), nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := e.c.OpenCopy(e.ctx, "u1", "L2"); got != nil {
+		t.Fatalf("a copy of the completed L2 written after its complete was kept: %s", got)
+	}
 }

@@ -109,14 +109,20 @@ const (
 //	           open is still expect, "" meaning absent (clearing the hint must not wipe
 //	           out a newer dispatch's)
 //	ARGV[4] -> the open dispatch's copy, kept with the hint ("": none; a hint set to
-//	           none or to a dispatch without a copy drops the one kept)
+//	           none or to a dispatch without a copy drops the one kept, and so does
+//	           a hint set to the dispatch a complete left as its tombstone, openx:
+//	           kept.go)
 //	ARGV[5..] -> member, due (Unix s), next (Unix s, 0 for none) triples: the popped
 //	           entries
 //	Returns -> integer: 1; apply does not read it
 var applyScript = redis.NewScript(`
 if ARGV[1] ~= '' and (ARGV[3] == '*' or (redis.call('HGET', KEYS[1], 'open') or '') == ARGV[3]) then
   redis.call('HSET', KEYS[1], 'open', ARGV[1])
-  if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'openc', ARGV[4]) else redis.call('HDEL', KEYS[1], 'openc') end
+  if ARGV[4] ~= '' and redis.call('HGET', KEYS[1], 'openx') ~= ARGV[1] then
+    redis.call('HSET', KEYS[1], 'openc', ARGV[4])
+  else
+    redis.call('HDEL', KEYS[1], 'openc')
+  end
   if redis.call('TTL', KEYS[1]) == -1 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
 end
 local win = tonumber(redis.call('HGET', KEYS[1], 'win') or '0')

@@ -140,8 +140,9 @@ func (c *Cache) sendPeeks(calls []*peekCall) {
 				for _, k := range call.gens {
 					call.genCmds = append(call.genCmds, p.Get(ctx, k))
 				}
-				if call.dropCopy {
-					call.dropCmd = p.HDel(ctx, call.keys[0], "openc")
+				if call.dropLog != "" {
+					// EVAL, not EVALSHA: no NOSCRIPT to send again for.
+					call.dropCmd = p.Eval(ctx, dropCopyLua, []string{call.keys[0], call.keys[2]}, call.dropLog, call.args[3], c.ttl())
 				}
 			}
 			return nil
@@ -207,11 +208,6 @@ func (call *peekCall) firstErr(failed error) error {
 			return e
 		}
 	}
-	if call.dropCmd != nil {
-		if e := call.dropCmd.Err(); e != nil {
-			return e
-		}
-	}
 	return failed
 }
 
@@ -223,6 +219,8 @@ type peekReply struct {
 	groups string // cold, stale, groups: the groups the heap was built for
 	ver    string // cold, stale, groups: the user's version
 	view   schedule.View
+	// dropped: the round trip dropped the copy kept with the hint (dropLog).
+	dropped bool
 }
 
 // decodePeek reads peekScript's reply res to a caller that believes the user is in
@@ -294,9 +292,9 @@ func decodePeek(res string, groups string, gens []*redis.StringCmd) (peekReply, 
 // peek runs peekScript for uid and, in the same round trip, reads the generations of
 // the groups the caller believes uid is in (groups, comma-joined), at now. The round
 // trip is shared with the peeks of other users waiting at the same moment (pipeline.go).
-func (c *Cache) peek(ctx context.Context, uid, groups, keyHash string, now time.Time, maxDue int, dropCopy bool) (peekReply, error) {
+func (c *Cache) peek(ctx context.Context, uid, groups, keyHash string, now time.Time, maxDue int, dropLog string) (peekReply, error) {
 	call := newPeekCall(ctx)
-	call.dropCopy = dropCopy
+	call.dropLog = dropLog
 	defer call.release() // what decodePeek returns keeps nothing of it
 	user, heap, clientKeys := c.keys.PeekKeys(uid)
 	call.keysBuf = [3]string{user, heap, clientKeys}
@@ -322,7 +320,12 @@ func (c *Cache) peek(ctx context.Context, uid, groups, keyHash string, now time.
 	if err != nil {
 		return peekReply{}, unavailable("peek", err)
 	}
-	return decodePeek(res, groups, call.genCmds)
+	r, err := decodePeek(res, groups, call.genCmds)
+	if call.dropCmd != nil {
+		m, derr := call.dropCmd.Int64Slice()
+		r.dropped = derr == nil && len(m) == 2 && m[0] == 1
+	}
+	return r, err
 }
 
 // peekTimes are a peek's arguments that depend on the time alone (now, the horizon and
@@ -357,22 +360,25 @@ func (c *Cache) Peek(ctx context.Context, uid, keyHash string, now time.Time) (s
 
 // PeekN is Peek returning up to maxDue due entries (a batch fetch's).
 func (c *Cache) PeekN(ctx context.Context, uid, keyHash string, now time.Time, maxDue int) (schedule.View, error) {
-	return c.peekN(ctx, uid, keyHash, now, maxDue, false)
+	v, _, err := c.peekN(ctx, uid, keyHash, now, maxDue, "")
+	return v, err
 }
 
-// PeekCompleting is PeekN for a request that completes a dispatch of uid next: the
-// same round trip drops the copy of the open dispatch kept with uid's hint (SetOpen),
-// so that no copy of a dispatch MySQL may have finished outlives the complete
-// (VerifyCompleting does it in a complete's key check). While Redis is away nothing is
-// dropped: the copies cannot be read then.
-func (c *Cache) PeekCompleting(ctx context.Context, uid, keyHash string, now time.Time, maxDue int) (schedule.View, error) {
-	return c.peekN(ctx, uid, keyHash, now, maxDue, true)
+// PeekCompleting is PeekN for a request that completes uid's dispatch logID next: the
+// same round trip drops the copy kept with uid's hint if it is of logID, and leaves
+// logID's tombstone (kept.go), once the key is found valid. dropped is false when that
+// could not be done (Redis away, or refusing writes, or no key checked): the caller
+// makes the hint unknown after its complete instead.
+func (c *Cache) PeekCompleting(ctx context.Context, uid, keyHash, logID string, now time.Time, maxDue int) (v schedule.View, dropped bool, err error) {
+	return c.peekN(ctx, uid, keyHash, now, maxDue, logID)
 }
 
-func (c *Cache) peekN(ctx context.Context, uid, keyHash string, now time.Time, maxDue int, dropCopy bool) (schedule.View, error) {
+func (c *Cache) peekN(ctx context.Context, uid, keyHash string, now time.Time, maxDue int, dropLog string) (schedule.View, bool, error) {
 	if c.Away() {
-		return c.peekMySQL(ctx, uid, keyHash, now, maxDue)
+		v, err := c.peekMySQL(ctx, uid, keyHash, now, maxDue)
+		return v, false, err
 	}
+	dropped := false
 	groups, _ := c.groups.Load(uid)
 	refused := 0
 	var b *built // the last rebuild's
@@ -385,37 +391,42 @@ func (c *Cache) peekN(ctx context.Context, uid, keyHash string, now time.Time, m
 	}
 	for attempt := 0; ; attempt++ {
 		if attempt >= 50 && time.Now().After(settle) {
-			return schedule.View{}, taskd.Errorf(taskd.CodeUnavailable, "heap of user %s did not settle", uid)
+			return schedule.View{}, dropped, taskd.Errorf(taskd.CodeUnavailable, "heap of user %s did not settle", uid)
 		}
 		began := time.Now()
-		res, err := c.peek(ctx, uid, groups, keyHash, now, maxDue, dropCopy)
-		dropCopy = false // done by the first round trip
+		res, err := c.peek(ctx, uid, groups, keyHash, now, maxDue, dropLog)
 		if err != nil {
 			if c.markAway(ctx, err, began) {
-				return c.peekMySQL(ctx, uid, keyHash, now, maxDue)
+				v, err := c.peekMySQL(ctx, uid, keyHash, now, maxDue)
+				return v, false, err
 			}
-			return schedule.View{}, err
+			return schedule.View{}, false, err
+		}
+		if dropLog != "" && (keyHash == "" || res.status != "nokeys") {
+			// The first round trip that checked the key drops; a peek that found no
+			// key set loads it and looks again, dropping then.
+			dropped, dropLog = res.dropped, ""
 		}
 		if keyHash != "" && res.status != "badkey" && res.status != "nokeys" {
 			// The key is valid: the poll counts, once, before anything is rebuilt (a
 			// refusal reads nothing from MySQL), and the looks that follow do not
 			// check the key again.
 			if err := c.CountPoll(uid, now); err != nil {
-				return schedule.View{}, err
+				return schedule.View{}, dropped, err
 			}
 			keyHash = ""
 		}
 		switch res.status {
 		case "ok":
 			c.cfg.Metrics.HeapLookup(true)
-			return res.view, nil
+			return res.view, dropped, nil
 		case "badkey":
-			return schedule.View{}, ErrBadKey
+			return schedule.View{}, dropped, ErrBadKey
 		case "nokeys":
 			// Only a user whose heap needs a rebuild too is turned away when the
 			// rebuild budget is spent: a warm user's key set goes after a change of its keys.
 			if err := c.loadKeys(ctx, uid, res.heap != "ok"); err != nil {
-				return schedule.View{}, err
+				return schedule.View{}, dropped, err
 			}
 		case "groups":
 			groups = res.groups
@@ -428,28 +439,28 @@ func (c *Cache) peekN(ctx context.Context, uid, keyHash string, now time.Time, m
 			// than this request: after a few refusals, serve it without caching it.
 			if b != nil && b.written {
 				if refused++; refused >= maxRefusals {
-					return b.view(res.open, now, maxDue), nil
+					return b.view(res.open, now, maxDue), dropped, nil
 				}
 			}
 			prev := b
 			b, err = c.rebuild(ctx, uid, res.ver)
 			if errors.Is(err, ErrOverBudget) && prev != nil {
 				// An offer read from MySQL during this request is in hand.
-				return prev.view(res.open, now, maxDue), nil
+				return prev.view(res.open, now, maxDue), dropped, nil
 			}
 			if err != nil {
-				return schedule.View{}, err
+				return schedule.View{}, dropped, err
 			}
 			if b != nil && !b.written {
 				if refused++; refused >= maxRefusals {
-					return b.view(res.open, now, maxDue), nil
+					return b.view(res.open, now, maxDue), dropped, nil
 				}
 			}
 			if g, ok := c.groups.Load(uid); ok {
 				groups = g
 			}
 		default:
-			return schedule.View{}, fmt.Errorf("peek: unexpected status %q", res.status)
+			return schedule.View{}, dropped, fmt.Errorf("peek: unexpected status %q", res.status)
 		}
 	}
 }

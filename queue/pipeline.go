@@ -40,11 +40,12 @@ type peekCall struct {
 
 	script  *redis.Cmd
 	genCmds []*redis.StringCmd
-	// dropCopy: the round trip also drops the copy of the open dispatch kept with the
-	// user's hint (keys[0]), before a complete (PeekCompleting); dropCmd is its command.
-	dropCopy bool
-	dropCmd  *redis.IntCmd
-	err      error // of this call's commands, or of the round trip
+	// dropLog: the round trip also runs dropCopyLua for that log id, before its
+	// complete (PeekCompleting); dropCmd is its command, whose error is its own (the
+	// peek's answer stands without it).
+	dropLog string
+	dropCmd *redis.Cmd
+	err     error // of this call's commands, or of the round trip
 
 	done chan struct{} // closed when answered, or handed lead
 	lead []*peekCall   // the batch this call sends (lead[0] is itself)

@@ -52,7 +52,7 @@ func TestPutWaiting(t *testing.T) {
 			if h["hver"] != strconv.FormatInt(ver, 10) || !slices.Contains(heap, at(entry)) {
 				t.Fatalf("put: hash %v, heap %v; want the entry in, hver = ver", h, heap)
 			}
-			res, err := e.c.peek(e.ctx, "u1", "g1,g2", "", tc.due, testMaxDue, false)
+			res, err := e.c.peek(e.ctx, "u1", "g1,g2", "", tc.due, testMaxDue, "")
 			if err != nil || res.status != "ok" || len(res.view.Due) != 1 || res.view.Due[0].LogID != "L8" {
 				t.Fatalf("peek at its due time: %+v, %v; want the heap valid, the waiting dispatch due", res, err)
 			}

@@ -88,7 +88,7 @@ func (c *Cache) overBudget() bool {
 // fresh reports whether uid's heap is valid now (the peek script's verdict).
 func (c *Cache) fresh(ctx context.Context, uid string) (bool, error) {
 	groups, _ := c.groups.Load(uid)
-	res, err := c.peek(ctx, uid, groups, "", c.clock.Now(), 0, false)
+	res, err := c.peek(ctx, uid, groups, "", c.clock.Now(), 0, "")
 	if err != nil {
 		return false, err
 	}

@@ -70,7 +70,7 @@ func TestPeekScriptOKReturnsDueUpToMaxAndNext(t *testing.T) {
 		{max: 3, due: heap[:3], next: heap[4]},
 		{max: 10, due: heap[:4], next: heap[4]}, // due at now is due; next is after now
 	} {
-		res, err := e.c.peek(e.ctx, "u1", "g1,g2", "h1", e.now, tc.max, false)
+		res, err := e.c.peek(e.ctx, "u1", "g1,g2", "h1", e.now, tc.max, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -90,7 +90,7 @@ func TestPeekScriptOKReturnsDueUpToMaxAndNext(t *testing.T) {
 	}
 	// Nothing after now: next is empty.
 	e.rdb.ZRem(e.ctx, e.keys.Heap("u1"), Member(heap[4]), Member(heap[5]))
-	res, err := e.c.peek(e.ctx, "u1", "g1,g2", "", e.now, 10, false)
+	res, err := e.c.peek(e.ctx, "u1", "g1,g2", "", e.now, 10, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestPeekScriptOKReturnsDueUpToMaxAndNext(t *testing.T) {
 	// As many due as asked for, and more: next is still the first after now.
 	for _, max := range []int{0, 1, 3} {
 		e.rdb.ZAdd(e.ctx, e.keys.Heap("u1"), redis.Z{Score: float64(heap[5].DueAt.Unix()), Member: Member(heap[5])})
-		res, err := e.c.peek(e.ctx, "u1", "g1,g2", "", e.now, max, false)
+		res, err := e.c.peek(e.ctx, "u1", "g1,g2", "", e.now, max, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -205,7 +205,7 @@ func TestPeekScriptStatuses(t *testing.T) {
 			case "-":
 				groups = ""
 			}
-			res, err := e.c.peek(e.ctx, "u1", groups, tc.key, e.now, testMaxDue, false)
+			res, err := e.c.peek(e.ctx, "u1", groups, tc.key, e.now, testMaxDue, "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -707,7 +707,7 @@ func TestRebuildRefusesWhenVersionsMoved(t *testing.T) {
 				if h["hver"] != "2" || !slices.Equal(heap, ats(peekOffer())) {
 					t.Fatalf("written rebuild: hash %v, heap %v", h, heap)
 				}
-				res, err := e.c.peek(e.ctx, "u1", "g1,g2", "", e.now, testMaxDue, false)
+				res, err := e.c.peek(e.ctx, "u1", "g1,g2", "", e.now, testMaxDue, "")
 				if err != nil {
 					t.Fatal(err)
 				}
