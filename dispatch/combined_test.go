@@ -44,8 +44,10 @@ func (h *hookCache) PeekN(ctx context.Context, uid, keyHash string, now time.Tim
 	return h.hooked(h.Cache.PeekN(ctx, uid, keyHash, now, n))
 }
 
-func (h *hookCache) PeekCompleting(ctx context.Context, uid, keyHash string, now time.Time, n int) (schedule.View, error) {
-	return h.hooked(h.Cache.PeekCompleting(ctx, uid, keyHash, now, n))
+func (h *hookCache) PeekCompleting(ctx context.Context, uid, keyHash, logID string, now time.Time, n int) (schedule.View, bool, error) {
+	v, dropped, err := h.Cache.PeekCompleting(ctx, uid, keyHash, logID, now, n)
+	v, err = h.hooked(v, err)
+	return v, dropped, err
 }
 
 // hooked runs the after-peek hook, once, and returns the peek's answer.

@@ -97,12 +97,13 @@ type Cache interface {
 	// SetOpen records logID as uid's open dispatch, with kept, a copy of what a fetch
 	// hands out for it (nil: none), and removes popped entries.
 	SetOpen(ctx context.Context, uid, logID string, kept []byte, popped []schedule.Entry) error
-	// PeekCompleting is PeekN before a complete of uid: its round trip also drops the
-	// copy kept with uid's hint.
-	PeekCompleting(ctx context.Context, uid, keyHash string, now time.Time, n int) (schedule.View, error)
-	// VerifyCompleting is VerifyKey before a complete of uid: its round trip also
-	// drops the copy kept with uid's hint, once the key is found valid.
-	VerifyCompleting(ctx context.Context, uid, keyHash string) error
+	// PeekCompleting is PeekN before a complete of uid's dispatch logID: its round trip
+	// also drops the copy kept with uid's hint if it is of logID, and keeps any copy of
+	// logID from being written again (dropped false: that could not be done).
+	PeekCompleting(ctx context.Context, uid, keyHash, logID string, now time.Time, n int) (v schedule.View, dropped bool, err error)
+	// VerifyCompleting is VerifyKey before a complete of uid's dispatch logID, with
+	// PeekCompleting's drop.
+	VerifyCompleting(ctx context.Context, uid, keyHash, logID string) (dropped bool, err error)
 	// OpenCopy returns the copy SetOpen kept of uid's open dispatch logID (nil: none,
 	// or the hint names another).
 	OpenCopy(ctx context.Context, uid, logID string) ([]byte, error)

@@ -217,14 +217,15 @@ func (f *fakeCache) PeekN(ctx context.Context, uid, keyHash string, now time.Tim
 	return f.PeekFn(ctx, uid, keyHash, now, n)
 }
 
-func (f *fakeCache) PeekCompleting(ctx context.Context, uid, keyHash string, now time.Time, n int) (schedule.View, error) {
+func (f *fakeCache) PeekCompleting(ctx context.Context, uid, keyHash, _ string, now time.Time, n int) (schedule.View, bool, error) {
 	f.record("DropCopy")
-	return f.PeekN(ctx, uid, keyHash, now, n)
+	v, err := f.PeekN(ctx, uid, keyHash, now, n)
+	return v, true, err
 }
 
-func (f *fakeCache) VerifyCompleting(context.Context, string, string) error {
+func (f *fakeCache) VerifyCompleting(context.Context, string, string, string) (bool, error) {
 	f.record("DropCopy")
-	return nil
+	return true, nil
 }
 
 func (f *fakeCache) Pop(_ context.Context, _ string, popped []schedule.Entry) error {

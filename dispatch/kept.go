@@ -19,7 +19,8 @@ import (
 // fetch that needs MySQL for anything else (a claim, an expiry) answers 503 as before.
 //
 // A copy must not outlive its dispatch: a complete drops it before it reaches MySQL
-// (in its key check's round trip, VerifyCompleting, or its peek's, PeekCompleting), and a hint cleared or
+// (in its key check's round trip, VerifyCompleting, or its peek's, PeekCompleting, which
+// also keep a copy of it from being written again after), and a hint cleared or
 // forgotten, an invalidation of the user and the heap-change feed drop it too.
 
 // maxKeptCopy bounds the copy kept of one assignment: a larger one (its params) is
@@ -71,4 +72,14 @@ func (s *Service) fromCopy(ctx context.Context, uid string, seen schedule.OpenHi
 	a.Redo = true
 	s.cfg.Metrics.Degraded("mysql")
 	return &a
+}
+
+// notDropped makes uid's hint unknown, and its copy gone, after a complete whose key
+// check or peek could not drop the copy (dropped false: Redis away, or refusing
+// writes). When Redis refuses that too, the change is noted for the heap-change feed,
+// which drops them once Redis answers (forgetOpen).
+func (s *Service) notDropped(ctx context.Context, uid string, dropped bool) {
+	if !dropped {
+		s.forgetOpen(ctx, uid)
+	}
 }

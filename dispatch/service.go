@@ -554,14 +554,19 @@ func (s *Service) clearOpen(ctx context.Context, uid string, seen schedule.OpenH
 // is a stale_lease conflict; a repeated complete of the same log id answers as the
 // first did and changes nothing.
 func (s *Service) Complete(ctx context.Context, uid, keyHash, logID string, result taskd.Result, detail json.RawMessage) error {
-	// The check drops the copy of the open dispatch before the complete (kept.go).
-	if err := s.cache.VerifyCompleting(ctx, uid, keyHash); err != nil {
-		return err
-	}
 	if taskd.IsCampaignLog(logID) {
+		if err := s.cache.VerifyKey(ctx, uid, keyHash); err != nil {
+			return err
+		}
 		return s.completeItem(ctx, uid, logID, result, detail)
 	}
-	_, _, err := s.complete(ctx, uid, logID, result, detail, true)
+	// The check drops the copy of the dispatch before the complete (kept.go).
+	dropped, err := s.cache.VerifyCompleting(ctx, uid, keyHash, logID)
+	if err != nil {
+		return err
+	}
+	_, _, err = s.complete(ctx, uid, logID, result, detail, true)
+	s.notDropped(ctx, uid, dropped)
 	return err
 }
 
@@ -585,7 +590,7 @@ func (s *Service) CompleteAndFetch(ctx context.Context, uid, keyHash, logID stri
 	cf := s.confirming()
 	bounded, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
-	view, err := s.cache.PeekCompleting(bounded, uid, keyHash, s.now(), singlePeek)
+	view, dropped, err := s.cache.PeekCompleting(bounded, uid, keyHash, logID, s.now(), singlePeek)
 	if err != nil {
 		return FetchResult{}, err
 	}
@@ -602,6 +607,7 @@ func (s *Service) CompleteAndFetch(ctx context.Context, uid, keyHash, logID stri
 		return s.counted(s.longPoll(ctx, uid, keyHash, wait, first, cf))
 	}
 	outcome, invalidated, err := s.complete(bounded, uid, logID, result, detail, false)
+	s.notDropped(ctx, uid, dropped)
 	if err != nil {
 		return FetchResult{}, err
 	}
@@ -643,13 +649,15 @@ type StageMove struct {
 // context, after the delay. Refusals as Complete's; a stage the template does not list
 // is invalid_argument.
 func (s *Service) CompleteStage(ctx context.Context, uid, keyHash, logID string, detail json.RawMessage, move StageMove) error {
-	if err := s.cache.VerifyCompleting(ctx, uid, keyHash); err != nil {
+	dropped, err := s.cache.VerifyCompleting(ctx, uid, keyHash, logID)
+	if err != nil {
 		return err
 	}
+	defer s.notDropped(ctx, uid, dropped)
 	if taskd.IsCampaignLog(logID) {
 		return taskd.Errorf(taskd.CodeInvalid, "next_stage: a campaign item has no stages")
 	}
-	_, _, err := s.finish(ctx, uid, logID, true, func(now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
+	_, _, err = s.finish(ctx, uid, logID, true, func(now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
 		return s.store.CompleteStage(ctx, uid, logID, detail, move.Next, move.Context, move.Delay, now)
 	})
 	return err
