@@ -80,8 +80,11 @@ func unreachable(err error) bool {
 		case 1040, // too many connections
 			1053,       // server shutdown in progress
 			1205,       // lock wait timeout
+			1203,       // the user's connection limit (max_user_connections)
 			1213,       // deadlock (still, after retries)
 			1290,       // read-only (a replica, or --read-only during a failover)
+			1317,       // query interrupted (KILL QUERY, a server shutting down)
+			4031,       // disconnected by the server for inactivity (MySQL 8.0.24 and later)
 			1927,       // connection killed
 			2002, 2003, // cannot connect
 			2006, 2013, // server gone away, lost connection
