@@ -82,3 +82,30 @@ func TestACompleteDropsTheCopyFirst(t *testing.T) {
 		t.Fatalf("the store's complete ran before the copy was dropped: cache calls %v", c.calls)
 	}
 }
+
+// A complete that committed, whose invalidation Redis could not take (it is away), does
+// not answer 503 when the invalidation is noted for the heap-change feed: the note does
+// its work once Redis answers. When the note fails too, the complete says so.
+func TestACompleteWithRedisAwayIsNotRefusedForItsInvalidation(t *testing.T) {
+	occ := taskd.Occurrence{Task: taskd.TaskKey{Kind: taskd.KindOnce, ID: 7}}
+	for _, noteFails := range []bool{false, true} {
+		st := &fakeStore{
+			CompleteFn: func(context.Context, string, string, taskd.Result, json.RawMessage, time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
+				d := open("u1", occ, "L1")
+				d.State, d.Result = taskd.StateUnconfirmed, taskd.ResultSuccess // its user's heap is invalidated
+				return taskd.Completed, d, nil
+			},
+			NoteFn: func(context.Context, time.Time, ...string) error {
+				if noteFails {
+					return taskd.Unavailable("mysql", context.DeadlineExceeded)
+				}
+				return nil
+			},
+		}
+		c := &fakeCache{InvalidateErr: taskd.Unavailable("redis", context.DeadlineExceeded)}
+		err := fakeService(st, c).Complete(t.Context(), "u1", "h", "L1", taskd.ResultSuccess, nil)
+		if noteFails != (err != nil) {
+			t.Errorf("note fails %v: complete answered %v", noteFails, err)
+		}
+	}
+}

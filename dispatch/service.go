@@ -464,7 +464,10 @@ func (s *Service) invalidateUser(ctx context.Context, uid string) error {
 // invalidate runs the cache's invalidation of target's heaps; when Redis refuses it,
 // it notes the change in MySQL, so that every node's heap-change feed applies it once
 // Redis answers again (without the note, the heaps would stay until
-// DISPATCH_HEAP_REFRESH). The cache's error is returned either way.
+// DISPATCH_HEAP_REFRESH). A Redis that could not be reached (unavailable) is then no
+// error of the request's: the note does the invalidation's work, within a second or
+// two of Redis answering, and a complete that committed must not answer 503 for it
+// while Redis is away. Any other refusal, or a note that failed too, is returned.
 func (s *Service) invalidate(ctx context.Context, target string, invalidate func() error) error {
 	err := invalidate()
 	if err == nil {
@@ -474,9 +477,14 @@ func (s *Service) invalidate(ctx context.Context, target string, invalidate func
 	// the invalidation.
 	note, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.RequestTimeout)
 	defer cancel()
-	if nerr := s.store.NoteHeapChanges(note, s.now(), target); nerr != nil {
+	nerr := s.store.NoteHeapChanges(note, s.now(), target)
+	if nerr != nil {
 		s.log.WarnContext(ctx, "an invalidation Redis refused could not be noted for the heap-change feed either; the heaps stay until their refresh",
 			"component", "dispatch", "target", target, "err", nerr)
+		return err
+	}
+	if taskd.ErrorCode(err) == taskd.CodeUnavailable {
+		return nil
 	}
 	return err
 }
