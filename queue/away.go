@@ -61,13 +61,14 @@ func (c *Cache) markAway(ctx context.Context, err error, began time.Time) bool {
 }
 
 // probe pings Redis each awayProbe until it answers (and ends the away mode) or the
-// client is closed.
+// client is closed. On a Redis Cluster every primary must answer: a poll of any user
+// may need any of them.
 func (c *Cache) probe() {
 	t := time.NewTicker(awayProbe)
 	defer t.Stop()
 	for range t.C {
 		ctx, cancel := context.WithTimeout(context.Background(), awayTimeout)
-		err := c.rdb.Ping(ctx).Err()
+		err := c.ping(ctx)
 		cancel()
 		if err == nil || errors.Is(err, redis.ErrClosed) {
 			c.away.Store(false)
@@ -77,6 +78,16 @@ func (c *Cache) probe() {
 			return
 		}
 	}
+}
+
+// ping pings Redis: every primary of a cluster, the one server otherwise.
+func (c *Cache) ping(ctx context.Context) error {
+	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, shard *redis.Client) error {
+			return shard.Ping(ctx).Err()
+		})
+	}
+	return c.rdb.Ping(ctx).Err()
 }
 
 // unreachable reports whether err, from a round trip that lasted took, says Redis could

@@ -1,6 +1,8 @@
 package queue
 
 import (
+	"net"
+	"syscall"
 	"testing"
 	"time"
 
@@ -136,5 +138,29 @@ func TestALateCopyOfACompletedDispatchIsNotKept(t *testing.T) {
 	}
 	if got, _ := e.c.OpenCopy(e.ctx, "u1", "L2"); got != nil {
 		t.Fatalf("a copy of the completed L2 written after its complete was kept: %s", got)
+	}
+}
+
+// A node that found Redis away pings it (every primary, on a cluster) each second and
+// ends the mode at the first answer; the polls meanwhile are served from MySQL.
+func TestTheProbeEndsTheAwayMode(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	if !e.c.markAway(e.ctx, refused, time.Now()) || !e.c.Away() {
+		t.Fatal("a refused connection did not make Redis away")
+	}
+	if _, err := e.c.Peek(e.ctx, "u1", "", e.now); err != nil {
+		t.Fatalf("a poll while away: %v", err)
+	}
+	if _, _, n := e.l.counts(); n != 0 {
+		t.Fatalf("a poll without a key read %d key sets", n)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for e.c.Away() {
+		if time.Now().After(deadline) {
+			t.Fatal("Redis answers, and the node still finds it away after 5 s")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
