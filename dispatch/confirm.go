@@ -94,6 +94,11 @@ func (s *Service) confirm(ctx context.Context, uid string, view schedule.View, c
 			s.log.WarnContext(ctx, "cache update after a confirmation failed", "uid", uid, "err", err)
 			return view, nil
 		}
+		if s.cache.Away() {
+			// The invalidation was noted for the feed; a second read of MySQL for
+			// the offer would spend another token of the budget.
+			return view, nil
+		}
 		again, err := s.cache.PeekN(ctx, uid, "", now, n)
 		if err != nil {
 			return view, err

@@ -464,10 +464,11 @@ func (s *Service) invalidateUser(ctx context.Context, uid string) error {
 // invalidate runs the cache's invalidation of target's heaps; when Redis refuses it,
 // it notes the change in MySQL, so that every node's heap-change feed applies it once
 // Redis answers again (without the note, the heaps would stay until
-// DISPATCH_HEAP_REFRESH). A Redis that could not be reached (unavailable) is then no
-// error of the request's: the note does the invalidation's work, within a second or
-// two of Redis answering, and a complete that committed must not answer 503 for it
-// while Redis is away. Any other refusal, or a note that failed too, is returned.
+// DISPATCH_HEAP_REFRESH). A Redis that answered unavailable (unreachable, or not
+// taking writes now: read-only, out of memory, loading) is then no error of the
+// request's: the note does the invalidation's work, within a second or two of Redis
+// answering again, and a complete that committed must not answer 503 for it while
+// Redis is away. Any other refusal, or a note that failed too, is returned.
 func (s *Service) invalidate(ctx context.Context, target string, invalidate func() error) error {
 	err := invalidate()
 	if err == nil {
@@ -598,7 +599,14 @@ func (s *Service) CompleteAndFetch(ctx context.Context, uid, keyHash, logID stri
 	cf := s.confirming()
 	bounded, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
-	view, dropped, err := s.cache.PeekCompleting(bounded, uid, keyHash, logID, s.now(), singlePeek)
+	var view schedule.View
+	var err error
+	dropped := true // a campaign item has no copy to drop
+	if taskd.IsCampaignLog(logID) {
+		view, err = s.cache.PeekN(bounded, uid, keyHash, s.now(), singlePeek)
+	} else {
+		view, dropped, err = s.cache.PeekCompleting(bounded, uid, keyHash, logID, s.now(), singlePeek)
+	}
 	if err != nil {
 		return FetchResult{}, err
 	}
@@ -657,14 +665,17 @@ type StageMove struct {
 // context, after the delay. Refusals as Complete's; a stage the template does not list
 // is invalid_argument.
 func (s *Service) CompleteStage(ctx context.Context, uid, keyHash, logID string, detail json.RawMessage, move StageMove) error {
+	if taskd.IsCampaignLog(logID) {
+		if err := s.cache.VerifyKey(ctx, uid, keyHash); err != nil {
+			return err
+		}
+		return taskd.Errorf(taskd.CodeInvalid, "next_stage: a campaign item has no stages")
+	}
 	dropped, err := s.cache.VerifyCompleting(ctx, uid, keyHash, logID)
 	if err != nil {
 		return err
 	}
 	defer s.notDropped(ctx, uid, dropped)
-	if taskd.IsCampaignLog(logID) {
-		return taskd.Errorf(taskd.CodeInvalid, "next_stage: a campaign item has no stages")
-	}
 	_, _, err = s.finish(ctx, uid, logID, true, func(now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
 		return s.store.CompleteStage(ctx, uid, logID, detail, move.Next, move.Context, move.Delay, now)
 	})

@@ -40,8 +40,12 @@ func (c *Cache) VerifyCompleting(ctx context.Context, uid, keyHash, logID string
 		return false, c.verifyKeyMySQL(ctx, uid, keyHash)
 	}
 	// The key set is not loaded, or Redis refused the script (a write): the check
-	// as VerifyKey makes it.
-	return false, c.VerifyKey(ctx, uid, keyHash)
+	// as VerifyKey makes it, and then the drop without the check.
+	if err := c.VerifyKey(ctx, uid, keyHash); err != nil {
+		return false, err
+	}
+	m, err = dropCopyScript.Run(ctx, c.rdb, []string{c.keys.User(uid), c.keys.ClientKeys(uid)}, logID, "", c.ttl()).Int64Slice()
+	return err == nil && len(m) == 2 && m[0] == 1, nil
 }
 
 func (c *Cache) verifyKey(ctx context.Context, uid, keyHash string) error {

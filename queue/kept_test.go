@@ -150,11 +150,12 @@ func TestTheProbeEndsTheAwayMode(t *testing.T) {
 	if !e.c.markAway(e.ctx, refused, time.Now()) || !e.c.Away() {
 		t.Fatal("a refused connection did not make Redis away")
 	}
-	if _, err := e.c.Peek(e.ctx, "u1", "", e.now); err != nil {
+	e.l.hashes = []string{"h1"}
+	if _, err := e.c.Peek(e.ctx, "u1", "h1", e.now); err != nil {
 		t.Fatalf("a poll while away: %v", err)
 	}
-	if _, _, n := e.l.counts(); n != 0 {
-		t.Fatalf("a poll without a key read %d key sets", n)
+	if _, _, n := e.l.counts(); n != 1 {
+		t.Fatalf("a poll while away read %d key sets from MySQL, want 1", n)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for e.c.Away() {
@@ -162,5 +163,28 @@ func TestTheProbeEndsTheAwayMode(t *testing.T) {
 			t.Fatal("Redis answers, and the node still finds it away after 5 s")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// The first complete after a user's key set left Redis (a key change, or KeyTTL) checks
+// the key in MySQL, and still drops the copy and leaves the tombstone.
+func TestACompleteWithoutACachedKeySetDropsTheCopy(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.l.hashes = []string{"h8"}
+	if err := e.c.SetOpen(e.ctx, "u8", "L1", []byte(`{"log_id":"L1"}`), nil); err != nil {
+		t.Fatal(err)
+	}
+	if dropped, err := e.c.VerifyCompleting(e.ctx, "u8", "h8", "L1"); err != nil || !dropped {
+		t.Fatalf("VerifyCompleting with the key set to load: dropped %v, %v", dropped, err)
+	}
+	if _, _, n := e.l.counts(); n != 1 {
+		t.Fatalf("%d key set reads, want 1", n)
+	}
+	if err := e.c.SetOpen(e.ctx, "u8", "L1", []byte(`{"log_id":"L1"}`), nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := e.c.OpenCopy(e.ctx, "u8", "L1"); got != nil {
+		t.Fatalf("a copy of the completed L1 written after its complete was kept: %s", got)
 	}
 }
