@@ -254,3 +254,30 @@ func (e *awayEnv) ready(t *testing.T, away string) {
 		}
 	}
 }
+
+// While MySQL is away, campaign items still go out from Redis on a node that has read
+// the running campaigns, and their completes are taken there; a node that never read
+// the list answers an empty poll instead of 503.
+func TestCampaignItemsWhileMySQLIsAway(t *testing.T) {
+	t.Parallel()
+	e := newAwayEnv(t)
+	keys, _, _ := e.runningCampaign(1, map[string]any{"items": map[string]any{"count": 5}})
+	e.runners() // the items' window in Redis
+	first := e.fetch(0, keys[0])
+	if first.Task == nil || first.Task.CampaignID == nil {
+		t.Fatalf("first item: %+v", first.Task)
+	}
+	e.mustComplete(keys[0], first.Task.LogID)
+
+	e.mysql.Cut()
+	r := e.fetch(0, keys[0])
+	if r.Task == nil || r.Task.CampaignID == nil || r.Task.LogID == first.Task.LogID {
+		t.Fatalf("an item with MySQL away, on the node that read the campaigns: %+v", r.Task)
+	}
+	if code, out := e.complete(0, keys[0], r.Task.LogID, "success"); code != 200 {
+		t.Fatalf("an item's complete with MySQL away: %d %v", code, out)
+	}
+	if r := e.fetch(1, keys[0]); r.Task != nil {
+		t.Fatalf("a node that never read the campaigns handed out %+v with MySQL away", r.Task)
+	}
+}
