@@ -361,6 +361,9 @@ try {
     await page.getByLabel('Items (a count)', { exact: true }).fill('3');
     await page.getByRole('button', { name: 'Create campaign' }).click();
     await page.getByRole('button', { name: 'start campaign recall' }).click();
+    // The start's page is loaded before the reload below: a reload during its
+    // navigation finds no page to reload (seen on a loaded machine).
+    await page.getByRole('button', { name: 'pause campaign recall' }).waitFor();
     const key = (await api('POST', '/v1/admin/clients/9/keys')).body.client_key;
     const got = await api('POST', '/v1/fetch', {}, key);
     assert.match(got.body.task.task_id, /^campaign:\d+$/);
