@@ -197,6 +197,10 @@ type fakeCache struct {
 	PutWaitingFn func(uid string, e schedule.Entry) (bool, error)
 	// Kept is the copy OpenCopy answers for any dispatch (nil: none).
 	Kept []byte
+	// NotDropped: a complete's key check could not drop the copy (Redis away).
+	NotDropped bool
+	// HintErr is what ClearOpen and ForgetOpen answer (nil: they succeed).
+	HintErr error
 
 	mu     sync.Mutex
 	calls  []string
@@ -225,7 +229,7 @@ func (f *fakeCache) PeekCompleting(ctx context.Context, uid, keyHash, _ string, 
 
 func (f *fakeCache) VerifyCompleting(context.Context, string, string, string) (bool, error) {
 	f.record("DropCopy")
-	return true, nil
+	return !f.NotDropped, nil
 }
 
 func (f *fakeCache) Pop(_ context.Context, _ string, popped []schedule.Entry) error {
@@ -246,12 +250,12 @@ func (f *fakeCache) SetOpen(_ context.Context, _, logID string, _ []byte, popped
 
 func (f *fakeCache) ClearOpen(context.Context, string, schedule.OpenHint) error {
 	f.record("ClearOpen")
-	return nil
+	return f.HintErr
 }
 
 func (f *fakeCache) ForgetOpen(context.Context, string) error {
 	f.record("ForgetOpen")
-	return nil
+	return f.HintErr
 }
 
 func (f *fakeCache) InvalidateUser(context.Context, string) error {

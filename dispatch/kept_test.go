@@ -109,3 +109,26 @@ func TestACompleteWithRedisAwayIsNotRefusedForItsInvalidation(t *testing.T) {
 		}
 	}
 }
+
+// With Redis away, a complete whose key check could not drop the copy forgets the hint
+// once, noted once for the heap-change feed: not cleared, then forgotten again.
+func TestACompleteWithRedisAwayNotesItsUserOnce(t *testing.T) {
+	occ := taskd.Occurrence{Task: taskd.TaskKey{Kind: taskd.KindOnce, ID: 7}}
+	notes := 0
+	st := &fakeStore{
+		CompleteFn: func(context.Context, string, string, taskd.Result, json.RawMessage, time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
+			d := open("u1", occ, "L1")
+			d.State, d.Result = taskd.StateDone, taskd.ResultSuccess
+			return taskd.Completed, d, nil
+		},
+		NoteFn: func(context.Context, time.Time, ...string) error { notes++; return nil },
+	}
+	away := taskd.Unavailable("redis", context.DeadlineExceeded)
+	c := &fakeCache{NotDropped: true, HintErr: away}
+	if err := fakeService(st, c).Complete(t.Context(), "u1", "h", "L1", taskd.ResultSuccess, nil); err != nil {
+		t.Fatal(err)
+	}
+	if notes != 1 || c.called("ClearOpen") {
+		t.Fatalf("%d heap-change notes (want 1), cache calls %v (want no ClearOpen)", notes, c.calls)
+	}
+}

@@ -569,12 +569,13 @@ func (s *Service) Complete(ctx context.Context, uid, keyHash, logID string, resu
 		}
 		return s.completeItem(ctx, uid, logID, result, detail)
 	}
-	// The check drops the copy of the dispatch before the complete (kept.go).
+	// The check drops the copy of the dispatch before the complete (kept.go). Where
+	// it could not, the hint is forgotten after the complete instead of cleared.
 	dropped, err := s.cache.VerifyCompleting(ctx, uid, keyHash, logID)
 	if err != nil {
 		return err
 	}
-	_, _, err = s.complete(ctx, uid, logID, result, detail, true)
+	_, _, err = s.complete(ctx, uid, logID, result, detail, dropped)
 	s.notDropped(ctx, uid, dropped)
 	return err
 }
@@ -630,7 +631,7 @@ func (s *Service) CompleteAndFetch(ctx context.Context, uid, keyHash, logID stri
 	hintIsCompleted := view.Open == schedule.OpenIs(logID)
 	dueMeanwhile := view.Next != nil && !view.Next.DueAt.After(s.now())
 	if invalidated || dueMeanwhile || (view.Open.State == schedule.OpenSome && !hintIsCompleted) {
-		if outcome != taskd.AlreadyDone {
+		if outcome != taskd.AlreadyDone && dropped { // else forgotten already
 			s.clearOpen(bounded, uid, schedule.OpenIs(logID))
 		}
 		return s.counted(s.longPoll(ctx, uid, keyHash, wait, &peeked{stale: true}, cf))
@@ -639,7 +640,10 @@ func (s *Service) CompleteAndFetch(ctx context.Context, uid, keyHash, logID stri
 	if hintIsCompleted && outcome == taskd.Completed {
 		// Committed by this request: the completed dispatch is not open any more. An
 		// unknown hint stays unknown (the fetch asks MySQL), and none stays none.
-		first.view.Open, first.completed = schedule.NoneOpen, logID
+		first.view.Open = schedule.NoneOpen
+		if dropped { // else forgotten already: nothing to clear
+			first.completed = logID
+		}
 	}
 	return s.counted(s.longPoll(ctx, uid, keyHash, wait, first, cf))
 }
@@ -675,10 +679,11 @@ func (s *Service) CompleteStage(ctx context.Context, uid, keyHash, logID string,
 	if err != nil {
 		return err
 	}
-	defer s.notDropped(ctx, uid, dropped)
-	_, _, err = s.finish(ctx, uid, logID, true, func(now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
+	// As Complete: the hint is cleared, or forgotten where the copy was not dropped.
+	_, _, err = s.finish(ctx, uid, logID, dropped, func(now time.Time) (taskd.CompleteOutcome, *taskd.Dispatch, error) {
 		return s.store.CompleteStage(ctx, uid, logID, detail, move.Next, move.Context, move.Delay, now)
 	})
+	s.notDropped(ctx, uid, dropped)
 	return err
 }
 
