@@ -141,8 +141,9 @@ func (c *Cache) sendPeeks(calls []*peekCall) {
 					call.genCmds = append(call.genCmds, p.Get(ctx, k))
 				}
 				if call.dropLog != "" {
-					// EVAL, not EVALSHA: no NOSCRIPT to send again for.
-					call.dropCmd = p.Eval(ctx, dropCopyLua, []string{call.keys[0], call.keys[2]}, call.dropLog, call.args[3], c.ttl())
+					// Its NOSCRIPT is not sent again: peek loads the script for the
+					// next one, and this one's complete forgets the hint instead.
+					call.dropCmd = dropCopyScript.EvalSha(ctx, p, []string{call.keys[0], call.keys[2]}, call.dropLog, call.args[3], c.ttl())
 				}
 			}
 			return nil
@@ -324,6 +325,9 @@ func (c *Cache) peek(ctx context.Context, uid, groups, keyHash string, now time.
 	if call.dropCmd != nil {
 		m, derr := call.dropCmd.Int64Slice()
 		r.dropped = derr == nil && len(m) == 2 && m[0] == 1
+		if derr != nil && redis.HasErrorPrefix(derr, "NOSCRIPT") {
+			dropCopyScript.Load(ctx, c.rdb) // best effort: the next complete's drop
+		}
 	}
 	return r, err
 }

@@ -40,7 +40,7 @@ type peekCall struct {
 
 	script  *redis.Cmd
 	genCmds []*redis.StringCmd
-	// dropLog: the round trip also runs dropCopyLua for that log id, before its
+	// dropLog: the round trip also runs dropCopyScript for that log id, before its
 	// complete (PeekCompleting); dropCmd is its command, whose error is its own (the
 	// peek's answer stands without it).
 	dropLog string
